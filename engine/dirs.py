@@ -1,0 +1,21 @@
+"""Where localchat keeps its files. `LOCALCHAT_HOME` moves all of them under one folder."""
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "localchat"
+
+
+def user_dir(kind: str) -> Path:
+    """The folder for `kind` (one of "data", "config", "state", "cache", "runtime"), created on demand."""
+    if kind not in ("data", "config", "state", "cache", "runtime"):
+        raise ValueError(f"unknown directory kind {kind!r}")
+    home = os.environ.get("LOCALCHAT_HOME")
+    if home:
+        path = Path(home).expanduser() / kind
+    else:
+        path = Path(getattr(platformdirs, f"user_{kind}_dir")(APP_NAME, appauthor=False))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
