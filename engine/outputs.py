@@ -1,4 +1,4 @@
-"""What a request returns."""
+"""What a request returns: whole results from LLM, and the deltas the engine streams."""
 
 from dataclasses import dataclass, field
 
@@ -18,18 +18,29 @@ class CompletionOutput:
     finish_reason: str | None = None  # "stop", "length" or "abort"
     logprobs: list[TokenLogprob] | None = None
 
-    @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None
-
 
 @dataclass
 class RequestOutput:
     request_id: str
     prompt_token_ids: list[int]
-    num_cached_tokens: int
-    outputs: list[CompletionOutput]
+    num_cached_tokens: int  # prompt tokens whose KV came from the prefix cache
+    outputs: list[CompletionOutput]  # in a delta: only the replies that changed, with their new part
+    finished: bool = False  # every reply has finished
 
-    @property
-    def finished(self) -> bool:
-        return all(o.finished for o in self.outputs)
+    def merge(self, delta: "RequestOutput") -> None:
+        """Add a delta of the same request to this output."""
+        by_index = {o.index: o for o in self.outputs}
+        for part in delta.outputs:
+            whole = by_index.get(part.index)
+            if whole is None:
+                whole = by_index[part.index] = CompletionOutput(part.index)
+                if part.logprobs is not None:
+                    whole.logprobs = []
+            whole.text += part.text
+            whole.token_ids += part.token_ids
+            if part.logprobs is not None:
+                whole.logprobs += part.logprobs
+            whole.finish_reason = part.finish_reason or whole.finish_reason
+        self.outputs = sorted(by_index.values(), key=lambda o: o.index)
+        self.num_cached_tokens = delta.num_cached_tokens
+        self.finished = delta.finished

@@ -1,0 +1,109 @@
+"""Paged attention in PyTorch: the engine's CPU path and the reference for the GPU kernels.
+
+The cache of one layer is two tensors [num_blocks, block_size, num_kv_heads, head_dim]. A step's tokens
+come as one flat batch; each sequence's keys and values are read through its block table."""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class AttentionMetadata:
+    """Where a step's tokens go in the cache and what each sequence attends to (shared by all layers)."""
+
+    slot_mapping: torch.Tensor  # [num_tokens] cache slot of each new token
+    query_start_loc: list[int]  # [num_seqs + 1] where each sequence's new tokens start in the batch
+    seq_lens: list[int]  # [num_seqs] context length of each sequence after this step
+    block_tables: torch.Tensor  # [num_seqs, max_blocks] int64, padded with 0
+    # the sequences with one new token (decodes), attended in one batched call
+    decode_seqs: torch.Tensor  # [num_decodes] their indices among the sequences
+    decode_tokens: torch.Tensor  # [num_decodes] their token rows in the batch
+    decode_mask: torch.Tensor | None  # [num_decodes, 1, 1, max_context] True where a key is visible
+    prefill_seqs: list[int]  # the other sequences, attended one by one
+    prefill_masks: list[torch.Tensor | None]  # [new, context] causal masks over a cached prefix; None: plain causal
+
+    @classmethod
+    def build(cls, query_lens: list[int], seq_lens: list[int], block_tables: list[list[int]],
+              slot_mapping: torch.Tensor, block_size: int, device: torch.device) -> "AttentionMetadata":
+        starts = [0]
+        for n in query_lens:
+            starts.append(starts[-1] + n)
+        width = max(len(t) for t in block_tables)
+        tables = torch.tensor([t + [0] * (width - len(t)) for t in block_tables], dtype=torch.int64, device=device)
+        decodes = [i for i, n in enumerate(query_lens) if n == 1]
+        prefills = [i for i, n in enumerate(query_lens) if n > 1]
+        decode_mask = None
+        if decodes:
+            max_blocks = max(len(block_tables[i]) for i in decodes)
+            keys = torch.arange(max_blocks * block_size, device=device)
+            lens = torch.tensor([seq_lens[i] for i in decodes], device=device)
+            decode_mask = (keys[None, :] < lens[:, None])[:, None, None, :]
+        masks = []
+        for i in prefills:
+            new, context = query_lens[i], seq_lens[i]
+            if new == context:
+                masks.append(None)
+            else:
+                rows = torch.arange(context - new, context, device=device)
+                masks.append(torch.arange(context, device=device)[None, :] <= rows[:, None])
+        return cls(
+            slot_mapping=slot_mapping,
+            query_start_loc=starts,
+            seq_lens=seq_lens,
+            block_tables=tables,
+            decode_seqs=torch.tensor(decodes, dtype=torch.int64, device=device),
+            decode_tokens=torch.tensor([starts[i] for i in decodes], dtype=torch.int64, device=device),
+            decode_mask=decode_mask,
+            prefill_seqs=prefills,
+            prefill_masks=masks,
+        )
+
+
+class TorchPagedAttention:
+    """Stores new K/V into their slots, then gathers each sequence's blocks and runs SDPA over them."""
+
+    @staticmethod
+    def store(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+              slot_mapping: torch.Tensor) -> None:
+        k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, key)
+        v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, value)
+
+    @staticmethod
+    def attend(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+               scale: float) -> torch.Tensor:
+        """query [num_tokens, num_heads, head_dim] -> [num_tokens, num_heads, head_dim]."""
+        out = torch.empty_like(query)
+        kv_heads, head_dim = k_cache.shape[2:]
+        if meta.decode_mask is not None:
+            width = meta.decode_mask.shape[-1] // k_cache.shape[1]
+            tables = meta.block_tables[meta.decode_seqs, :width]
+            keys = k_cache[tables].view(len(tables), -1, kv_heads, head_dim).transpose(1, 2)
+            values = v_cache[tables].view(len(tables), -1, kv_heads, head_dim).transpose(1, 2)
+            q = query[meta.decode_tokens].unsqueeze(2)  # [decodes, heads, 1, head_dim]
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=meta.decode_mask, scale=scale,
+                                               enable_gqa=True)
+            out[meta.decode_tokens] = o.squeeze(2)
+        for i, mask in zip(meta.prefill_seqs, meta.prefill_masks):
+            start, end, context = meta.query_start_loc[i], meta.query_start_loc[i + 1], meta.seq_lens[i]
+            blocks = meta.block_tables[i, : -(-context // k_cache.shape[1])]
+            keys = k_cache[blocks].view(-1, kv_heads, head_dim)[:context].transpose(0, 1)
+            values = v_cache[blocks].view(-1, kv_heads, head_dim)[:context].transpose(0, 1)
+            q = query[start:end].transpose(0, 1)
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=mask is None,
+                                               scale=scale, enable_gqa=True)
+            out[start:end] = o.transpose(0, 1)
+        return out
+
+
+def copy_blocks(kv_caches: list[tuple[torch.Tensor, torch.Tensor]], copies: list[tuple[int, int]]) -> None:
+    """Copy-on-write: give each dst block src's keys and values, in every layer."""
+    if not copies:
+        return
+    device = kv_caches[0][0].device
+    src = torch.tensor([s for s, _ in copies], device=device)
+    dst = torch.tensor([d for _, d in copies], device=device)
+    for k_cache, v_cache in kv_caches:
+        k_cache[dst] = k_cache[src]
+        v_cache[dst] = v_cache[src]

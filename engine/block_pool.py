@@ -1,0 +1,95 @@
+"""The pool of fixed-size KV blocks: reference counts, content hashes, and an LRU of reusable free blocks."""
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+def hash_block(parent_hash: int, token_ids: Sequence[int]) -> int:
+    """Chained content hash of a full block: it names the block's tokens and every token before them."""
+    return hash((parent_hash, tuple(token_ids)))
+
+
+@dataclass(eq=False)
+class Block:
+    block_id: int
+    ref_count: int = 0
+    hash: int | None = None  # set once the block is full and registered in the pool's cache
+    token_ids: tuple[int, ...] = ()  # the tokens a hashed block holds, checked on every hit
+
+
+class BlockPool:
+    """Blocks with a reference count each.
+
+    A block whose count drops to zero goes into the free queue. The queue's order is the eviction order:
+    blocks that hold nothing worth keeping go to its front, hashed blocks to its back (least recently
+    used first), so a cached prefix survives until every unhashed block and every older prefix is reused.
+    """
+
+    def __init__(self, num_blocks: int, salt: int = 0):
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+        self.cached: dict[int, int] = {}  # block hash -> block id
+        self.root_hash = hash(("localchat", salt))  # parent hash of a sequence's first block
+
+    @property
+    def num_free(self) -> int:
+        """Blocks that can be handed out now (free, cached or not)."""
+        return len(self.free_queue)
+
+    @property
+    def num_used(self) -> int:
+        return len(self.blocks) - len(self.free_queue)
+
+    @property
+    def num_cached_free(self) -> int:
+        """Free blocks that still hold a reusable prefix."""
+        return sum(1 for i in self.free_queue if self.blocks[i].hash is not None)
+
+    def allocate(self) -> int:
+        """A fresh block with count 1, evicting the least recently used free block's cached content."""
+        if not self.free_queue:
+            raise RuntimeError("no free KV block")
+        block_id, _ = self.free_queue.popitem(last=False)
+        block = self.blocks[block_id]
+        if block.hash is not None:
+            del self.cached[block.hash]
+            block.hash, block.token_ids = None, ()
+        block.ref_count = 1
+        return block_id
+
+    def lookup(self, block_hash: int, token_ids: Sequence[int]) -> int | None:
+        """The cached block holding exactly these tokens after this prefix, if any."""
+        block_id = self.cached.get(block_hash)
+        if block_id is None or self.blocks[block_id].token_ids != tuple(token_ids):
+            return None
+        return block_id
+
+    def share(self, block_id: int) -> None:
+        """One more owner for a block; a free cached block leaves the free queue."""
+        block = self.blocks[block_id]
+        if block.ref_count == 0:
+            del self.free_queue[block_id]
+        block.ref_count += 1
+
+    def release(self, block_id: int) -> None:
+        block = self.blocks[block_id]
+        assert block.ref_count > 0, f"block {block_id} released more often than shared"
+        block.ref_count -= 1
+        if block.ref_count == 0:
+            self.free_queue[block_id] = None
+            if block.hash is None:
+                self.free_queue.move_to_end(block_id, last=False)
+
+    def register(self, block_id: int, block_hash: int, token_ids: Sequence[int]) -> None:
+        """Make a full block findable by its hash. A second block with the same content is not registered."""
+        block = self.blocks[block_id]
+        if block.hash is None and block_hash not in self.cached:
+            block.hash, block.token_ids = block_hash, tuple(token_ids)
+            self.cached[block_hash] = block_id
+
+    def reset_cache(self) -> None:
+        """Forget every cached prefix (blocks in use keep their contents)."""
+        for block in self.blocks:
+            block.hash, block.token_ids = None, ()
+        self.cached.clear()

@@ -1,0 +1,87 @@
+"""Which KV blocks each sequence owns: prefix hits on admission, slots for new tokens with
+copy-on-write, forks that share every block, and tail-first freeing."""
+
+from localchat.engine.block_pool import BlockPool, hash_block
+from localchat.engine.sequence import Sequence
+
+
+class KVCacheManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True, salt: int = 0):
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.pool = BlockPool(num_blocks, salt)
+        self.pending_copies: list[tuple[int, int]] = []  # (src, dst) blocks to copy before the next forward
+
+    def num_blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def find_cached_prefix(self, seq: Sequence) -> list[tuple[int, int]]:
+        """(hash, block id) of the longest run of cached full blocks that starts seq's tokens.
+
+        Never the whole sequence: its last token must be computed to give logits."""
+        if not self.enable_prefix_caching:
+            return []
+        found, parent = [], self.pool.root_hash
+        for i in range((len(seq) - 1) // self.block_size):
+            tokens = seq.token_ids[i * self.block_size : (i + 1) * self.block_size]
+            block_hash = hash_block(parent, tokens)
+            block_id = self.pool.lookup(block_hash, tokens)
+            if block_id is None:
+                break
+            found.append((block_hash, block_id))
+            parent = block_hash
+        return found
+
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int, cached_prefix: list[tuple[int, int]] = ()) -> bool:
+        """Make room for seq's next num_new_tokens tokens after its computed ones (and after cached_prefix,
+        on admission). A shared last block is copied before it is written. False, changing nothing, if
+        the pool has too few free blocks."""
+        bs = self.block_size
+        num_computed = seq.num_computed_tokens + len(cached_prefix) * bs
+        num_table_blocks = len(seq.block_table) + len(cached_prefix)
+        num_new_blocks = self.num_blocks_for(num_computed + num_new_tokens) - num_table_blocks
+        copy_last = num_computed % bs != 0 and self.pool.blocks[seq.block_table[-1]].ref_count > 1
+        revived = sum(1 for _, block_id in cached_prefix if self.pool.blocks[block_id].ref_count == 0)
+        if num_new_blocks + copy_last + revived > self.pool.num_free:
+            return False
+        for block_hash, block_id in cached_prefix:
+            self.pool.share(block_id)
+            seq.block_table.append(block_id)
+            seq.block_hashes.append(block_hash)
+        seq.num_computed_tokens = num_computed
+        if copy_last:
+            shared = seq.block_table[-1]
+            seq.block_table[-1] = self.pool.allocate()
+            self.pending_copies.append((shared, seq.block_table[-1]))
+            self.pool.release(shared)
+        seq.block_table.extend(self.pool.allocate() for _ in range(num_new_blocks))
+        return True
+
+    def cache_full_blocks(self, seq: Sequence) -> None:
+        """Register the blocks that seq's computed tokens have just filled, chaining their hashes."""
+        if not self.enable_prefix_caching:
+            return
+        bs = self.block_size
+        parent = seq.block_hashes[-1] if seq.block_hashes else self.pool.root_hash
+        for i in range(len(seq.block_hashes), seq.num_computed_tokens // bs):
+            tokens = seq.token_ids[i * bs : (i + 1) * bs]
+            parent = hash_block(parent, tokens)
+            self.pool.register(seq.block_table[i], parent, tokens)
+            seq.block_hashes.append(parent)
+
+    def fork(self, child: Sequence) -> None:
+        """child was copied from a sequence (Sequence.fork): it now owns every block too, the partial last one included."""
+        for block_id in child.block_table:
+            self.pool.share(block_id)
+
+    def free(self, seq: Sequence) -> None:
+        """Release seq's blocks, last block first, so shared prefixes are the last to be evicted."""
+        for block_id in reversed(seq.block_table):
+            self.pool.release(block_id)
+        seq.block_table.clear()
+        seq.block_hashes.clear()
+        seq.num_computed_tokens = 0
+
+    def take_copies(self) -> list[tuple[int, int]]:
+        copies, self.pending_copies = self.pending_copies, []
+        return copies

@@ -1,0 +1,54 @@
+"""The offline entry point: generate replies for a list of prompts or chats."""
+
+from localchat.engine.llm_engine import LLMEngine
+from localchat.engine.outputs import RequestOutput
+from localchat.engine.sampling_params import SamplingParams
+
+Prompt = str | list[int]
+
+
+class LLM:
+    """`LLM()` loads the embedded model; see LLMEngine for the arguments."""
+
+    def __init__(self, model: str | None = None, **engine_args):
+        self.engine = LLMEngine(model, **engine_args)
+
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    def generate(self, prompts: Prompt | list[Prompt], params: SamplingParams | None = None) -> list[RequestOutput]:
+        """One RequestOutput per prompt, in order. A prompt is a string or a list of token ids."""
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        params = params or SamplingParams()
+        token_ids = [self.engine.tokenize(p) for p in prompts]
+        for ids in token_ids:  # check every prompt before any starts
+            self.engine.check_request(ids, params)
+        return self._run(token_ids, params)
+
+    def chat(self, conversations: list[dict] | list[list[dict]], params: SamplingParams | None = None
+             ) -> list[RequestOutput]:
+        """Replies to one conversation or a list of them (lists of {"role", "content"} messages)."""
+        if conversations and isinstance(conversations[0], dict):
+            conversations = [conversations]
+        return self.generate([self.engine.apply_chat_template(c) for c in conversations], params)
+
+    def stats(self) -> dict[str, int | float]:
+        return self.engine.stats()
+
+    def _run(self, token_ids: list[list[int]], params: SamplingParams) -> list[RequestOutput]:
+        results: dict[str, RequestOutput] = {}
+        for ids in token_ids:
+            request_id = self.engine.add_request(ids, params)
+            results[request_id] = RequestOutput(request_id, ids, 0, [])
+        try:
+            while any(not r.finished for r in results.values()):
+                for delta in self.engine.step():
+                    if delta.request_id in results:
+                        results[delta.request_id].merge(delta)
+        finally:
+            for request_id, result in results.items():
+                if not result.finished:
+                    self.engine.abort(request_id)
+        return list(results.values())

@@ -1,0 +1,77 @@
+"""A sequence: one reply being generated, its tokens and the KV blocks that hold them."""
+
+import enum
+import itertools
+from dataclasses import dataclass, field
+
+import torch
+
+from localchat.engine.sampling_params import SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = enum.auto()
+    RUNNING = enum.auto()
+    FINISHED = enum.auto()
+
+
+_seq_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Sequence:
+    request_id: str
+    index: int  # which of the request's n replies
+    token_ids: list[int]  # prompt then output
+    num_prompt_tokens: int
+    params: SamplingParams
+    generator: torch.Generator | None = None
+    seq_id: int = field(default_factory=lambda: next(_seq_ids))
+    status: SequenceStatus = SequenceStatus.WAITING
+    num_computed_tokens: int = 0  # tokens whose K and V are in the cache
+    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache at the first admission
+    num_admissions: int = 0  # more than one after a preemption
+    block_table: list[int] = field(default_factory=list)
+    block_hashes: list[int] = field(default_factory=list)  # one per leading full, hashed block
+    num_forks_pending: int = 0  # replies still to fork from this one once its prompt is computed
+    finish_reason: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return self.token_ids[: self.num_prompt_tokens]
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    def fork(self, index: int, generator: torch.Generator | None) -> "Sequence":
+        """A copy that will write its own reply. The caller shares the KV blocks (KVCacheManager.fork)."""
+        return Sequence(
+            request_id=self.request_id,
+            index=index,
+            token_ids=list(self.token_ids),
+            num_prompt_tokens=self.num_prompt_tokens,
+            params=self.params,
+            generator=generator,
+            status=self.status,
+            num_computed_tokens=self.num_computed_tokens,
+            num_cached_tokens=self.num_cached_tokens,
+            num_admissions=self.num_admissions,
+            block_table=list(self.block_table),
+            block_hashes=list(self.block_hashes),
+        )
