@@ -107,3 +107,13 @@ def copy_blocks(kv_caches: list[tuple[torch.Tensor, torch.Tensor]], copies: list
     for k_cache, v_cache in kv_caches:
         k_cache[dst] = k_cache[src]
         v_cache[dst] = v_cache[src]
+
+
+def clear_blocks(kv_caches: list[tuple[torch.Tensor, torch.Tensor]], blocks: list[int]) -> None:
+    """Zero blocks the first time they are used (the cache is allocated uninitialized)."""
+    if not blocks:
+        return
+    index = torch.tensor(blocks, device=kv_caches[0][0].device)
+    for k_cache, v_cache in kv_caches:
+        k_cache.index_fill_(0, index, 0)
+        v_cache.index_fill_(0, index, 0)

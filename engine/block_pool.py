@@ -31,6 +31,8 @@ class BlockPool:
         self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self.cached: dict[int, int] = {}  # block hash -> block id
         self.root_hash = hash(("localchat", salt))  # parent hash of a sequence's first block
+        self.never_used = set(range(num_blocks))
+        self.first_used: list[int] = []  # blocks handed out for the first time, whose memory must be cleared
 
     @property
     def num_free(self) -> int:
@@ -51,6 +53,9 @@ class BlockPool:
         if not self.free_queue:
             raise RuntimeError("no free KV block")
         block_id, _ = self.free_queue.popitem(last=False)
+        if block_id in self.never_used:
+            self.never_used.discard(block_id)
+            self.first_used.append(block_id)
         block = self.blocks[block_id]
         if block.hash is not None:
             del self.cached[block.hash]

@@ -82,6 +82,9 @@ class KVCacheManager:
         seq.block_hashes.clear()
         seq.num_computed_tokens = 0
 
-    def take_copies(self) -> list[tuple[int, int]]:
+    def take_block_updates(self) -> tuple[list[tuple[int, int]], list[int]]:
+        """What the cache memory needs before the next forward: copy-on-write copies, and blocks used for the
+        first time, to clear so that attention never reads uninitialized memory."""
         copies, self.pending_copies = self.pending_copies, []
-        return copies
+        cleared, self.pool.first_used = self.pool.first_used, []
+        return copies, cleared

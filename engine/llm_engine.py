@@ -126,7 +126,7 @@ class LLMEngine:
             return []
         sample_rows = [i for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens))
                        if seq.num_computed_tokens + n == len(seq)]
-        logits = self.runner.run(batch.seqs, batch.num_new_tokens, batch.copies, sample_rows)
+        logits = self.runner.run(batch, sample_rows)
         for seq, n in zip(batch.seqs, batch.num_new_tokens):
             seq.num_computed_tokens += n
             self.kv.cache_full_blocks(seq)

@@ -3,23 +3,23 @@
 import torch
 from transformers import PretrainedConfig
 
-from localchat.engine.attention import AttentionMetadata, copy_blocks
+from localchat.engine.attention import AttentionMetadata, clear_blocks, copy_blocks
 from localchat.engine.models.llama import LlamaForCausalLM
-from localchat.engine.sequence import Sequence
+from localchat.engine.scheduler import ScheduledBatch
 
 
 class ModelRunner:
     def __init__(self, config: PretrainedConfig, weights, dtype: torch.dtype, device: torch.device,
                  block_size: int, num_blocks: int, max_model_len: int):
         self.device, self.dtype, self.block_size = device, dtype, block_size
-        with torch.device(device):
-            self.model = LlamaForCausalLM(config, max_model_len).to(dtype)
-        self.model.load_weights(weights)
+        with torch.device("meta"):  # no memory and no random init for weights about to be replaced
+            self.model = LlamaForCausalLM(config, max_model_len, rope_device=device)
+        self.model.load_weights(weights, dtype, device)
         self.model.eval()
         attn = self.model.layers[0].self_attn
         shape = (num_blocks, block_size, attn.num_kv_heads, attn.head_dim)
         self.kv_caches = [
-            (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+            (torch.empty(shape, dtype=dtype, device=device), torch.empty(shape, dtype=dtype, device=device))
             for _ in self.model.layers
         ]
         for layer, (k_cache, v_cache) in zip(self.model.layers, self.kv_caches):
@@ -31,11 +31,12 @@ class ModelRunner:
         return 2 * len(self.kv_caches) * k_cache[0].numel() * k_cache.element_size()
 
     @torch.inference_mode()
-    def run(self, seqs: list[Sequence], num_new_tokens: list[int], copies: list[tuple[int, int]],
-            sample_rows: list[int]) -> torch.Tensor:
+    def run(self, batch: ScheduledBatch, sample_rows: list[int]) -> torch.Tensor:
         """Compute the new tokens of every scheduled sequence; logits [len(sample_rows), vocab] (float32)
         at the last new token of the sequences listed in sample_rows."""
-        copy_blocks(self.kv_caches, copies)
+        clear_blocks(self.kv_caches, batch.cleared)
+        copy_blocks(self.kv_caches, batch.copies)
+        seqs, num_new_tokens = batch.seqs, batch.num_new_tokens
         input_ids, positions, slots = [], [], []
         bs = self.block_size
         for seq, n in zip(seqs, num_new_tokens):

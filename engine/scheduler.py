@@ -12,6 +12,7 @@ class ScheduledBatch:
     seqs: list[Sequence]
     num_new_tokens: list[int]  # tokens of each sequence computed this step
     copies: list[tuple[int, int]]  # copy-on-write block copies to make before the forward
+    cleared: list[int]  # blocks to zero before the forward (first use)
 
     @property
     def num_tokens(self) -> int:
@@ -71,7 +72,7 @@ class Scheduler:
             self.running.append(seq)
             scheduled[seq] = num_new
             budget -= num_new
-        return ScheduledBatch(list(scheduled), list(scheduled.values()), self.kv.take_copies())
+        return ScheduledBatch(list(scheduled), list(scheduled.values()), *self.kv.take_block_updates())
 
     def fork(self, child: Sequence) -> Sequence:
         """Run child, just copied from a running sequence (Sequence.fork), beside it, sharing its blocks."""

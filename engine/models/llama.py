@@ -23,17 +23,17 @@ class RMSNorm(nn.Module):
 
 
 class RotaryEmbedding(nn.Module):
-    def __init__(self, config: PretrainedConfig, head_dim: int, max_positions: int):
+    def __init__(self, config: PretrainedConfig, head_dim: int, max_positions: int, device: torch.device):
         super().__init__()
         rope = dict(getattr(config, "rope_parameters", None) or {})
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type == "default":
             base = rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))
-            inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+            inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float, device=device) / head_dim))
             scaling = 1.0
         else:
-            inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, "cpu")
-        freqs = torch.arange(max_positions, dtype=torch.float)[:, None] * inv_freq[None, :]
+            inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, device)
+        freqs = torch.arange(max_positions, dtype=torch.float, device=device)[:, None] * inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         self.register_buffer("cos", emb.cos() * scaling, persistent=False)
         self.register_buffer("sin", emb.sin() * scaling, persistent=False)
@@ -118,11 +118,12 @@ FUSED = {
 
 
 class LlamaForCausalLM(nn.Module):
-    def __init__(self, config: PretrainedConfig, max_positions: int):
+    def __init__(self, config: PretrainedConfig, max_positions: int, rope_device: torch.device):
+        """Build under torch.device("meta") and call load_weights: the rotary tables go to rope_device."""
         super().__init__()
         self.config = config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        rotary = RotaryEmbedding(config, head_dim, max_positions)
+        rotary = RotaryEmbedding(config, head_dim, max_positions, rope_device)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(config, rotary) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -141,32 +142,29 @@ class LlamaForCausalLM(nn.Module):
         return torch.nn.functional.linear(hidden, weight).float()
 
     @torch.no_grad()
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype, device: torch.device) -> None:
+        """Replace every parameter with the checkpoint's tensor (HF names), fusing q/k/v and gate/up."""
         params = dict(self.named_parameters())
-        loaded = set()
+        shards: dict[str, dict[int, torch.Tensor]] = {}
         for name, tensor in weights:
             name = name.removeprefix("model.")
             if name == "lm_head.weight" and self.lm_head is None:
                 continue
             piece = next((p for p in FUSED if f".{p}." in name), None)
-            if piece is None:
-                params[name].copy_(tensor)
-                loaded.add(name)
-                continue
-            fused, shard = FUSED[piece]
-            name = name.replace(piece, fused)
-            param = params[name]
-            sizes = self._shard_sizes(fused)
-            offset = sum(sizes[:shard])
-            param[offset : offset + sizes[shard]].copy_(tensor)
-            loaded.add(name)
-        missing = set(params) - loaded
+            shard = 0
+            if piece is not None:
+                fused, shard = FUSED[piece]
+                name = name.replace(piece, fused)
+            if name not in params:
+                raise ValueError(f"the checkpoint has a weight this model does not: {name}")
+            shards.setdefault(name, {})[shard] = tensor
+        missing = sorted(set(params) - set(shards))
         if missing:
-            raise ValueError(f"weights missing from the checkpoint: {sorted(missing)[:5]}")
-
-    def _shard_sizes(self, fused: str) -> list[int]:
-        attn = self.layers[0].self_attn
-        if fused == "qkv_proj":
-            return [attn.q_size, attn.kv_size, attn.kv_size]
-        size = self.layers[0].mlp.intermediate_size
-        return [size, size]
+            raise ValueError(f"weights missing from the checkpoint: {missing[:5]}")
+        for name, parts in shards.items():
+            tensor = torch.cat([parts[i] for i in sorted(parts)]) if len(parts) > 1 else parts[0]
+            if tensor.shape != params[name].shape:
+                raise ValueError(f"weight {name} has shape {tuple(tensor.shape)}, expected {tuple(params[name].shape)}")
+            module, attr = name.rsplit(".", 1)
+            param = torch.nn.Parameter(tensor.to(device=device, dtype=dtype), requires_grad=False)
+            setattr(self.get_submodule(module), attr, param)

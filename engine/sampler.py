@@ -1,0 +1,131 @@
+"""Pick one token per sequence from a step's logits, vectorized over the batch."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from localchat.engine.outputs import TokenLogprob
+from localchat.engine.sampling_params import SamplingParams
+
+
+@dataclass
+class SamplerOutput:
+    token_ids: list[int]  # one sampled token per row
+    logprobs: list[TokenLogprob | None]  # per row; None where the row asked for none
+
+
+class Sampler:
+    """Penalties, then greedy or temperature / top-k / top-p / min-p sampling, for a batch.
+
+    Each row has `params`, `generator` (a torch.Generator or None), `prompt_token_ids` and
+    `output_token_ids`. A row with a generator draws exactly one exponential per vocabulary
+    entry from it per step, so its tokens do not depend on the rest of the batch.
+    """
+
+    def __call__(self, logits: torch.Tensor, rows: Sequence[Any]) -> SamplerOutput:
+        params = [row.params for row in rows]
+        penalized = apply_penalties(logits.float(), rows)
+        tokens = penalized.argmax(dim=-1)
+        sampled = [i for i, p in enumerate(params) if not p.greedy]
+        if sampled:
+            index = torch.tensor(sampled, device=logits.device)
+            tokens[index] = _sample(penalized[index], [rows[i] for i in sampled])
+        token_ids = tokens.tolist()
+        return SamplerOutput(token_ids, _logprobs(logits, token_ids, params))
+
+
+def apply_penalties(logits: torch.Tensor, rows: Sequence[Any]) -> torch.Tensor:
+    """Repetition penalty over prompt and output tokens (HF), then presence and
+    frequency penalties over output tokens (OpenAI). Returns a new tensor, or `logits`
+    itself when no row has a penalty."""
+    params: list[SamplingParams] = [row.params for row in rows]
+    use_repetition = any(p.repetition_penalty != 1.0 for p in params)
+    use_openai = any(p.presence_penalty or p.frequency_penalty for p in params)
+    if not (use_repetition or use_openai):
+        return logits
+    vocab, device = logits.shape[-1], logits.device
+    output_counts = _counts([row.output_token_ids for row in rows], vocab, device)
+    if use_repetition:
+        prompts = [r.prompt_token_ids if r.params.repetition_penalty != 1.0 else [] for r in rows]
+        seen = (output_counts + _counts(prompts, vocab, device)) > 0
+        penalty = _column([p.repetition_penalty for p in params], device)
+        logits = torch.where(seen, torch.where(logits > 0, logits / penalty, logits * penalty), logits)
+    if use_openai:
+        presence = _column([p.presence_penalty for p in params], device)
+        frequency = _column([p.frequency_penalty for p in params], device)
+        logits = logits - presence * (output_counts > 0) - frequency * output_counts
+    return logits
+
+
+def _sample(logits: torch.Tensor, rows: Sequence[Any]) -> torch.Tensor:
+    """Temperature, top-k, top-p and min-p, then one draw per row: argmax(probs / Exp(1))."""
+    params: list[SamplingParams] = [row.params for row in rows]
+    device = logits.device
+    logits = logits / _column([p.temperature for p in params], device)
+    if any(p.top_k or p.top_p < 1.0 for p in params):
+        logits = _top_k_top_p(logits, params)
+    probs = logits.softmax(dim=-1)
+    if any(p.min_p > 0.0 for p in params):
+        min_p = _column([p.min_p for p in params], device)
+        probs = probs.masked_fill(probs < min_p * probs.amax(dim=-1, keepdim=True), 0.0)
+
+    seeded = [i for i, row in enumerate(rows) if row.generator is not None]
+    q = torch.empty_like(probs)
+    if len(seeded) < len(rows):
+        q.exponential_()
+    for i in seeded:
+        q[i].exponential_(generator=rows[i].generator)
+    # A zero draw would make 0 / 0 = nan, which argmax would pick.
+    q.clamp_min_(torch.finfo(q.dtype).tiny)
+    return (probs / q).argmax(dim=-1)
+
+
+def _top_k_top_p(logits: torch.Tensor, params: Sequence[SamplingParams]) -> torch.Tensor:
+    """Set to -inf the tokens outside each row's top k, then outside its top-p nucleus."""
+    vocab, device = logits.shape[-1], logits.device
+    ordered, order = logits.sort(dim=-1, descending=True)
+    if any(p.top_k for p in params):
+        top_k = _column([p.top_k or vocab for p in params], device)
+        ordered = ordered.masked_fill(torch.arange(vocab, device=device) >= top_k, float("-inf"))
+    if any(p.top_p < 1.0 for p in params):
+        top_p = _column([p.top_p for p in params], device)
+        probs = ordered.softmax(dim=-1)
+        mass_before = probs.cumsum(dim=-1) - probs  # the top token always has 0 before it
+        ordered = ordered.masked_fill((mass_before >= top_p) & (top_p < 1.0), float("-inf"))
+    return logits.scatter(-1, order, ordered)
+
+
+def _logprobs(
+    logits: torch.Tensor, token_ids: list[int], params: Sequence[SamplingParams]
+) -> list[TokenLogprob | None]:
+    """Log-probabilities under the raw logits, for the rows that ask for them."""
+    result: list[TokenLogprob | None] = [None] * len(params)
+    wanted = [i for i, p in enumerate(params) if p.logprobs is not None]
+    if not wanted:
+        return result
+    device = logits.device
+    logprobs = logits[torch.tensor(wanted, device=device)].float().log_softmax(dim=-1)
+    chosen_ids = torch.tensor([token_ids[i] for i in wanted], device=device)
+    chosen = logprobs.gather(1, chosen_ids.unsqueeze(1)).squeeze(1).tolist()
+    k = min(max(params[i].logprobs or 0 for i in wanted), logprobs.shape[-1])
+    top_values, top_ids = (t.tolist() for t in logprobs.topk(k, dim=-1))
+    for j, i in enumerate(wanted):
+        n = params[i].logprobs or 0
+        result[i] = TokenLogprob(token_ids[i], chosen[j], list(zip(top_ids[j][:n], top_values[j][:n])))
+    return result
+
+
+def _counts(token_lists: Sequence[Sequence[int]], vocab: int, device: torch.device) -> torch.Tensor:
+    """A float [rows, vocab] tensor counting how often each row holds each token."""
+    counts = torch.zeros(len(token_lists), vocab, device=device)
+    flat = [row * vocab + token for row, tokens in enumerate(token_lists) for token in tokens]
+    index = torch.tensor(flat, dtype=torch.long, device=device)
+    counts.view(-1).scatter_add_(0, index, torch.ones(len(flat), device=device))
+    return counts
+
+
+def _column(values: Sequence[float], device: torch.device) -> torch.Tensor:
+    """Per-row values as a float [rows, 1] tensor, to broadcast over the vocabulary."""
+    return torch.tensor(values, dtype=torch.float32, device=device).unsqueeze(1)

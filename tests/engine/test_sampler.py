@@ -1,0 +1,194 @@
+"""Tests for the batch sampler."""
+
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from localchat.engine.sampler import Sampler, SamplerOutput, apply_penalties
+from localchat.engine.sampling_params import SamplingParams
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@dataclass
+class Row:
+    params: SamplingParams
+    generator: torch.Generator | None = None
+    prompt_token_ids: list[int] = field(default_factory=list)
+    output_token_ids: list[int] = field(default_factory=list)
+
+
+def seeded(seed: int, device: str = "cpu") -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def draws(logits: list[float], params: SamplingParams, n: int = 4000) -> torch.Tensor:
+    """Sample `n` unseeded rows with the same logits at once; counts per token."""
+    torch.manual_seed(0)
+    out = Sampler()(torch.tensor([logits]).repeat(n, 1), [Row(params) for _ in range(n)])
+    return torch.bincount(torch.tensor(out.token_ids), minlength=len(logits))
+
+
+def test_greedy_picks_argmax() -> None:
+    logits = torch.randn(5, 50, generator=seeded(1))
+    out = Sampler()(logits, [Row(SamplingParams(temperature=0.0)) for _ in range(5)])
+    assert isinstance(out, SamplerOutput)
+    assert out.token_ids == logits.argmax(dim=-1).tolist()
+    assert out.logprobs == [None] * 5
+
+
+def test_top_k_one_equals_greedy() -> None:
+    logits = torch.randn(8, 100, generator=seeded(2))
+    out = Sampler()(logits, [Row(SamplingParams(temperature=1.0, top_k=1)) for _ in range(8)])
+    assert out.token_ids == logits.argmax(dim=-1).tolist()
+
+
+def test_tiny_top_p_keeps_only_best_token() -> None:
+    logits = torch.randn(8, 100, generator=seeded(3))
+    out = Sampler()(logits, [Row(SamplingParams(temperature=1.5, top_p=1e-6)) for _ in range(8)])
+    assert out.token_ids == logits.argmax(dim=-1).tolist()
+
+
+PROBS = [0.5, 0.3, 0.15, 0.05]
+LOGITS = torch.tensor(PROBS).log().tolist()
+
+
+@pytest.mark.parametrize(
+    ("params", "allowed"),
+    [
+        (SamplingParams(top_k=2), {0, 1}),
+        (SamplingParams(top_p=0.7), {0, 1}),  # 0.5 < 0.7 before token 1, 0.8 before token 2
+        (SamplingParams(top_p=0.85), {0, 1, 2}),
+        (SamplingParams(min_p=0.2), {0, 1, 2}),  # drops probs < 0.1
+        (SamplingParams(min_p=0.5), {0, 1}),  # drops probs < 0.25
+        (SamplingParams(top_k=3, min_p=0.5), {0, 1}),
+    ],
+)
+def test_filtered_tokens_are_never_sampled(params: SamplingParams, allowed: set[int]) -> None:
+    counts = draws(LOGITS, params)
+    assert {i for i, c in enumerate(counts.tolist()) if c > 0} == allowed
+
+
+def test_frequencies_follow_softmax_with_temperature() -> None:
+    logits = [1.0, 0.0, -1.0, 2.0, 0.5]
+    expected = torch.softmax(torch.tensor(logits) / 0.7, dim=-1)
+    counts = draws(logits, SamplingParams(temperature=0.7), n=20000)
+    assert torch.allclose(counts / 20000, expected, atol=0.015)
+
+
+def test_seeded_frequencies_follow_softmax() -> None:
+    logits = torch.tensor([0.0, 1.0, -0.5, 0.3])
+    n = 4000
+    rows = [Row(SamplingParams(temperature=1.0), seeded(i)) for i in range(n)]
+    out = Sampler()(logits.repeat(n, 1), rows)
+    counts = torch.bincount(torch.tensor(out.token_ids), minlength=4)
+    assert torch.allclose(counts / n, logits.softmax(dim=-1), atol=0.03)
+
+
+def test_repetition_penalty_follows_hf_semantics() -> None:
+    logits = torch.tensor([[2.0, -2.0, 1.0, 0.5]])
+    row = Row(SamplingParams(repetition_penalty=2.0), prompt_token_ids=[0], output_token_ids=[1, 1])
+    assert apply_penalties(logits, [row]).tolist() == [[1.0, -4.0, 1.0, 0.5]]
+
+
+@pytest.mark.parametrize(
+    ("logits", "row", "before", "after"),
+    [
+        # positive logit of a prompt token is divided: 2.0 -> 1.0 < 1.5
+        ([2.0, 1.5, -1.0], Row(SamplingParams(temperature=0.0, repetition_penalty=2.0), prompt_token_ids=[0]), 0, 1),
+        # negative logit of an output token is multiplied: -1.0 -> -2.0 < -1.5
+        ([-1.0, -1.5, -3.0], Row(SamplingParams(temperature=0.0, repetition_penalty=2.0), output_token_ids=[0]), 0, 1),
+        # a penalty below 1 rewards: -1.5 -> -0.75 > -1.0
+        ([-1.0, -1.5, -3.0], Row(SamplingParams(temperature=0.0, repetition_penalty=0.5), output_token_ids=[1]), 0, 1),
+    ],
+)
+def test_repetition_penalty_changes_argmax(logits: list[float], row: Row, before: int, after: int) -> None:
+    assert torch.tensor(logits).argmax().item() == before
+    assert Sampler()(torch.tensor([logits]), [row]).token_ids == [after]
+
+
+def test_presence_and_frequency_penalties() -> None:
+    logits = torch.zeros(3, 5)
+    rows = [
+        Row(SamplingParams(presence_penalty=0.5, frequency_penalty=0.25), prompt_token_ids=[3, 4], output_token_ids=[1, 1, 2]),
+        Row(SamplingParams(), prompt_token_ids=[0], output_token_ids=[0, 0]),  # no penalties
+        Row(SamplingParams(frequency_penalty=-1.0, repetition_penalty=2.0), output_token_ids=[4, 4, 4]),
+    ]
+    expected = [
+        [0.0, -1.0, -0.75, 0.0, 0.0],  # token 1: 0.5 + 2 * 0.25, token 2: 0.5 + 0.25; prompt ignored
+        [0.0, 0.0, 0.0, 0.0, 0.0],
+        [0.0, 0.0, 0.0, 0.0, 3.0],  # 0 * 2 = 0, then + 3 * 1.0
+    ]
+    assert apply_penalties(logits, rows).tolist() == expected
+    assert logits.eq(0).all()  # the input is left alone
+
+
+def test_no_penalties_returns_logits_unchanged() -> None:
+    logits = torch.randn(2, 10)
+    rows = [Row(SamplingParams(), prompt_token_ids=[1, 2], output_token_ids=[3])] * 2
+    assert apply_penalties(logits, rows) is logits
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_seeded_row_is_independent_of_batch(device: str) -> None:
+    vocab, steps = 64, 6
+    params = SamplingParams(temperature=0.9, top_k=40, top_p=0.95, min_p=0.01, seed=7)
+    step_logits = [torch.randn(vocab, generator=seeded(100 + s)).to(device) for s in range(steps)]
+
+    alone_gen = seeded(7, device)
+    alone = [Sampler()(x.unsqueeze(0), [Row(params, alone_gen)]).token_ids[0] for x in step_logits]
+
+    for position in range(4):
+        gen = seeded(7, device)
+        others = [
+            Row(SamplingParams(temperature=1.3)),
+            Row(SamplingParams(temperature=0.0)),
+            Row(SamplingParams(temperature=1.0, top_p=0.5, repetition_penalty=1.2), seeded(99, device), [1, 2, 3]),
+        ]
+        batched = []
+        for x in step_logits:
+            rows = others[:position] + [Row(params, gen)] + others[position:]
+            logits = torch.stack([torch.randn(vocab, device=device) for _ in others[:position]] + [x]
+                                 + [torch.randn(vocab, device=device) for _ in others[position:]])
+            batched.append(Sampler()(logits, rows).token_ids[position])
+        assert batched == alone, position
+
+
+def test_different_seeds_give_different_tokens() -> None:
+    logits = torch.zeros(1, 1000)
+    first = [Sampler()(logits, [Row(SamplingParams(), seeded(s))]).token_ids[0] for s in range(5)]
+    assert len(set(first)) > 1
+
+
+def test_greedy_rows_consume_no_randomness() -> None:
+    gen = seeded(5)
+    state = gen.get_state()
+    Sampler()(torch.randn(1, 20), [Row(SamplingParams(temperature=0.0), gen)])
+    assert torch.equal(gen.get_state(), state)
+
+
+def test_logprobs_use_raw_logits() -> None:
+    logits = torch.randn(3, 30, generator=seeded(4))
+    rows = [
+        Row(SamplingParams(temperature=0.5, logprobs=5, repetition_penalty=1.5), output_token_ids=[0, 1]),
+        Row(SamplingParams(temperature=0.0)),
+        Row(SamplingParams(temperature=0.0, logprobs=0, presence_penalty=1.0), output_token_ids=[2]),
+    ]
+    out = Sampler()(logits, rows)
+    reference = torch.log_softmax(logits, dim=-1)
+
+    first = out.logprobs[0]
+    assert first is not None
+    assert first.token_id == out.token_ids[0]
+    assert first.logprob == pytest.approx(reference[0, out.token_ids[0]].item(), abs=1e-6)
+    assert len(first.top) == 5
+    assert [t for t, _ in first.top] == reference[0].topk(5).indices.tolist()
+    values = [v for _, v in first.top]
+    assert values == sorted(values, reverse=True)
+    assert values == pytest.approx(reference[0].topk(5).values.tolist(), abs=1e-6)
+
+    assert out.logprobs[1] is None
+    last = out.logprobs[2]
+    assert last is not None and last.top == []
+    assert last.logprob == pytest.approx(reference[2, out.token_ids[2]].item(), abs=1e-6)
