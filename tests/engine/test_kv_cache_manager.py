@@ -1,0 +1,493 @@
+"""Tests for the KV cache manager and its block pool.
+
+A hypothesis state machine drives a KVCacheManager the way the scheduler and the engine do (admission with
+prefix hits, chunked prefills, decodes, forks, preemptions, frees) while it simulates the KV memory itself:
+every slot holds the whole token prefix its key and value were computed from, so a prefix hit or a
+copy-on-write that hands a sequence the wrong memory shows up as an unreadable token.
+"""
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from localchat.engine.block_pool import BlockPool, hash_block
+from localchat.engine.kv_cache_manager import KVCacheManager
+from localchat.engine.sampling_params import SamplingParams
+from localchat.engine.sequence import Sequence
+
+VOCAB = 3  # a small vocabulary, so that prompts share prefixes and the cache gets hits
+
+
+def make_seq(tokens: list[int], request_id: str = "r") -> Sequence:
+    return Sequence(request_id, 0, list(tokens), len(tokens), SamplingParams())
+
+
+def blocks_for(num_tokens: int, bs: int) -> int:
+    return -(-num_tokens // bs)
+
+
+def chain_hashes(pool: BlockPool, tokens: tuple[int, ...] | list[int], bs: int) -> list[int]:
+    """The chained hash of every full block of `tokens`."""
+    hashes, parent = [], pool.root_hash
+    for i in range(len(tokens) // bs):
+        parent = hash_block(parent, tokens[i * bs : (i + 1) * bs])
+        hashes.append(parent)
+    return hashes
+
+
+def snapshot(kv: KVCacheManager, seqs: list[Sequence]) -> tuple:
+    """Everything an allocation could change."""
+    pool = kv.pool
+    return (
+        [(b.ref_count, b.hash, b.token_ids) for b in pool.blocks],
+        list(pool.free_queue),
+        dict(pool.cached),
+        set(pool.never_used),
+        list(pool.first_used),
+        list(kv.pending_copies),
+        [(list(s.token_ids), s.num_computed_tokens, list(s.block_table), list(s.block_hashes)) for s in seqs],
+    )
+
+
+class KVCacheMachine(RuleBasedStateMachine):
+    """The manager, driven step by step like the scheduler and the engine drive it, over simulated KV memory."""
+
+    @initialize(num_blocks=st.integers(8, 40), block_size=st.integers(1, 5), prefix_caching=st.booleans())
+    def setup(self, num_blocks: int, block_size: int, prefix_caching: bool) -> None:
+        self.kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching=prefix_caching)
+        self.bs = block_size
+        self.num_blocks = num_blocks
+        self.mem: dict[int, tuple[int, ...] | None] = {}  # slot -> the token prefix its K and V were computed from
+        self.cleared: set[int] = set()  # blocks cleared before their first use
+        self.waiting: list[Sequence] = []  # added or preempted, no blocks
+        self.running: list[Sequence] = []  # admitted, owning blocks
+        self.history: list[list[int]] = []  # token ids of every sequence so far, for multi-turn prompts
+        self.num_requests = 0
+
+    # ---- helpers -------------------------------------------------------------------------------------
+
+    def slot(self, block_id: int, offset: int) -> int:
+        return block_id * self.bs + offset
+
+    def live(self) -> list[Sequence]:
+        return self.waiting + self.running
+
+    def expected_hit(self, seq: Sequence) -> int:
+        """Blocks of the longest prefix of seq (never its last token) whose memory a cached block holds."""
+        if not self.kv.enable_prefix_caching:
+            return 0
+        held = {self.mem.get(self.slot(b, self.bs - 1)) for b in self.kv.pool.cached.values()}
+        k = 0
+        while k < (len(seq) - 1) // self.bs and tuple(seq.token_ids[: (k + 1) * self.bs]) in held:
+            k += 1
+        return k
+
+    def allocate(self, seq: Sequence, n: int, cached: list[tuple[int, int]] = ()) -> bool:
+        """allocate_slots, checked: it succeeds exactly when the pool has the blocks, and a failure changes nothing."""
+        kv, pool, bs = self.kv, self.kv.pool, self.bs
+        num_computed = seq.num_computed_tokens + len(cached) * bs
+        assert num_computed + n <= len(seq), "the test asks only for tokens the sequence has"
+        table_before = list(seq.block_table)
+        copy = num_computed % bs != 0 and pool.blocks[seq.block_table[-1]].ref_count > 1
+        revived = sum(1 for _, b in cached if pool.blocks[b].ref_count == 0)
+        need = blocks_for(num_computed + n, bs) - len(seq.block_table) - len(cached) + copy + revived
+        before = snapshot(kv, self.live())
+        ok = kv.allocate_slots(seq, n, cached)
+        if not ok:
+            assert need > pool.num_free, f"allocation of {need} blocks failed with {pool.num_free} free"
+            assert snapshot(kv, self.live()) == before, "a failed allocate_slots changed the manager"
+            return False
+        assert need <= len(before[1]), "allocate_slots over-committed the pool"
+        assert seq.num_computed_tokens == num_computed
+        assert len(seq.block_table) == blocks_for(num_computed + n, bs)
+        assert len(set(seq.block_table)) == len(seq.block_table)
+        # blocks the new tokens go to are owned by seq alone and hold no cached prefix
+        for pos in range(num_computed, num_computed + n):
+            block = pool.blocks[seq.block_table[pos // bs]]
+            assert block.ref_count == 1 and block.hash is None
+        # the computed part of the table is unchanged, but for a copied last block
+        keep = num_computed // bs if copy else blocks_for(num_computed, bs)
+        assert seq.block_table[:keep] == (table_before + [b for _, b in cached])[:keep]
+        return True
+
+    def forward(self, batch: list[tuple[Sequence, int]]) -> None:
+        """What the model runner and the engine do with a scheduled batch: clear and copy blocks, write the
+        K and V of the new tokens, then count them as computed and cache the full blocks."""
+        copies, cleared = self.kv.take_block_updates()
+        for b in cleared:
+            assert b not in self.cleared, f"block {b} cleared twice as first used"
+            assert all(self.slot(b, j) not in self.mem for j in range(self.bs)), f"block {b} was used before"
+            self.cleared.add(b)
+            for j in range(self.bs):
+                self.mem[self.slot(b, j)] = None
+        for src, dst in copies:
+            assert src != dst
+            assert self.kv.pool.blocks[dst].ref_count == 1
+            for j in range(self.bs):
+                self.mem[self.slot(dst, j)] = self.mem.get(self.slot(src, j))
+        for seq, n in batch:
+            for pos in range(seq.num_computed_tokens, seq.num_computed_tokens + n):
+                block_id = seq.block_table[pos // self.bs]
+                block = self.kv.pool.blocks[block_id]
+                assert block_id in self.cleared, f"block {block_id} written without being cleared first"
+                assert block.ref_count == 1, f"write into block {block_id} shared by {block.ref_count} sequences"
+                assert block.hash is None, f"write into hashed block {block_id}"
+                self.mem[self.slot(block_id, pos % self.bs)] = tuple(seq.token_ids[: pos + 1])
+        for seq, n in batch:
+            seq.num_computed_tokens += n
+            self.kv.cache_full_blocks(seq)
+
+    def free(self, seq: Sequence) -> None:
+        """kv.free, checked: the cached blocks it frees join the back of the free queue, tail first."""
+        table = list(seq.block_table)
+        self.kv.free(seq)
+        assert seq.block_table == [] and seq.num_computed_tokens == 0 and seq.block_hashes == []
+        pool = self.kv.pool
+        freed = [b for b in reversed(table) if pool.blocks[b].ref_count == 0 and pool.blocks[b].hash is not None]
+        assert list(pool.free_queue)[len(pool.free_queue) - len(freed):] == freed
+
+    def finish(self, seq: Sequence) -> None:
+        self.free(seq)
+        if seq in self.running:
+            self.running.remove(seq)
+        else:
+            self.waiting.remove(seq)
+        self.history.append(list(seq.token_ids))
+
+    def preempt(self, seq: Sequence) -> None:
+        self.free(seq)
+        self.running.remove(seq)
+        self.waiting.insert(0, seq)
+
+    # ---- rules ---------------------------------------------------------------------------------------
+
+    @rule(tokens=st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=14), multi_turn=st.booleans(),
+          long=st.integers(0, 9), data=st.data())
+    def add_sequence(self, tokens: list[int], multi_turn: bool, long: int, data: st.DataObject) -> None:
+        if long == 0:  # sometimes a prompt that exhausts a small pool
+            tokens = tokens * 6
+        if multi_turn and self.history:  # an earlier conversation plus a new turn (maybe none at all)
+            base = data.draw(st.sampled_from(self.history), label="earlier turn")
+            tokens = base + tokens[: data.draw(st.integers(0, len(tokens)), label="suffix")]
+        self.num_requests += 1
+        self.waiting.append(make_seq(tokens, f"r{self.num_requests}"))
+
+    @precondition(lambda self: self.waiting)
+    @rule(data=st.data())
+    def admit(self, data: st.DataObject) -> None:
+        """The scheduler's admission: the cached prefix, then slots for a first chunk, then its forward."""
+        seq = self.waiting[data.draw(st.integers(0, len(self.waiting) - 1), label="waiting")]
+        cached = self.kv.find_cached_prefix(seq)
+        assert len(cached) * self.bs <= len(seq) - 1, "a prefix hit covered the last token"
+        assert len(cached) == self.expected_hit(seq)
+        assert [h for h, _ in cached] == chain_hashes(self.kv.pool, seq.token_ids, self.bs)[: len(cached)]
+        n = data.draw(st.integers(1, len(seq) - len(cached) * self.bs), label="chunk")
+        if not self.allocate(seq, n, cached):
+            return
+        self.waiting.remove(seq)
+        self.running.append(seq)
+        self.forward([(seq, n)])
+        self.after_forward(seq, data)
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def step(self, data: st.DataObject) -> None:
+        """One batch of running sequences (decodes and prefill chunks); a failed allocation preempts the
+        newest unscheduled sequence, as the scheduler does, or the sequence itself."""
+        order = data.draw(st.permutations(range(len(self.running))), label="order")
+        count = data.draw(st.integers(1, len(self.running)), label="batch size")
+        chosen = [self.running[i] for i in order[:count]]
+        batch: list[tuple[Sequence, int]] = []
+        for seq in chosen:
+            if seq not in self.running:  # preempted earlier in this step
+                continue
+            n = data.draw(st.integers(1, seq.num_uncomputed_tokens), label="new tokens")
+            while not self.allocate(seq, n):
+                scheduled = [s for s, _ in batch]
+                victim = next((s for s in reversed(self.running) if s is not seq and s not in scheduled), seq)
+                self.preempt(victim)
+                if victim is seq:
+                    break
+            else:
+                batch.append((seq, n))
+        self.forward(batch)
+        for seq, _ in batch:
+            self.after_forward(seq, data)
+
+    def after_forward(self, seq: Sequence, data: st.DataObject) -> None:
+        """The engine after the forward: a sequence whose tokens are all computed forks, stops, or gets its
+        sampled token appended, to compute in the next step."""
+        if seq.num_computed_tokens < len(seq):
+            return
+        if data.draw(st.integers(0, 5), label="finish?") == 0:
+            self.finish(seq)
+            return
+        family = [seq]
+        for k in range(data.draw(st.integers(0, 2) if data.draw(st.integers(0, 3)) == 0 else st.just(0))):
+            child = seq.fork(k + 1, None)
+            self.kv.fork(child)
+            self.running.append(child)
+            family.append(child)
+        for s in family:
+            s.token_ids.append(data.draw(st.integers(0, VOCAB - 1), label="sampled"))
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def fork_running(self, data: st.DataObject) -> None:
+        """A fork of a running sequence between steps: the child shares every block, then diverges."""
+        seq = self.running[data.draw(st.integers(0, len(self.running) - 1), label="parent")]
+        child = seq.fork(1, None)
+        self.kv.fork(child)
+        self.running.append(child)
+        if data.draw(st.booleans(), label="diverge"):  # give the child a different last (uncomputed) token
+            if child.num_uncomputed_tokens > 0 and len(child) > child.num_prompt_tokens:
+                child.token_ids[-1] = (child.token_ids[-1] + 1) % VOCAB
+
+    @precondition(lambda self: self.live())
+    @rule(data=st.data())
+    def free_sequence(self, data: st.DataObject) -> None:
+        live = self.live()
+        self.finish(live[data.draw(st.integers(0, len(live) - 1), label="freed")])
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def preempt_sequence(self, data: st.DataObject) -> None:
+        self.preempt(self.running[data.draw(st.integers(0, len(self.running) - 1), label="preempted")])
+
+    # ---- invariants ----------------------------------------------------------------------------------
+
+    @invariant()
+    def reference_counts_are_conserved(self) -> None:
+        pool = self.kv.pool
+        owners = [0] * self.num_blocks
+        for seq in self.live():
+            assert len(set(seq.block_table)) == len(seq.block_table), "a block twice in one table"
+            for b in seq.block_table:
+                owners[b] += 1
+        assert [b.ref_count for b in pool.blocks] == owners
+        assert len(pool.free_queue) == len(set(pool.free_queue))
+        assert set(pool.free_queue) == {i for i, n in enumerate(owners) if n == 0}
+        assert pool.num_used + pool.num_free == self.num_blocks
+        assert pool.num_used == sum(1 for n in owners if n > 0)
+        assert self.kv.pending_copies == []
+
+    @invariant()
+    def free_queue_puts_cached_blocks_last(self) -> None:
+        hashed = [self.kv.pool.blocks[b].hash is not None for b in self.kv.pool.free_queue]
+        assert hashed == sorted(hashed), "an unhashed free block is queued behind a cached one"
+
+    @invariant()
+    def cached_blocks_hold_their_tokens(self) -> None:
+        pool, bs = self.kv.pool, self.bs
+        if not self.kv.enable_prefix_caching:
+            assert not pool.cached and all(b.hash is None for b in pool.blocks)
+        assert all(pool.blocks[b].hash == h for h, b in pool.cached.items())
+        assert sum(1 for b in pool.blocks if b.hash is not None) == len(pool.cached)
+        for h, b in pool.cached.items():
+            block = pool.blocks[b]
+            assert len(block.token_ids) == bs
+            prefix = self.mem.get(self.slot(b, bs - 1))
+            assert prefix is not None and len(prefix) % bs == 0, f"cached block {b} holds no full block"
+            assert prefix[-bs:] == block.token_ids, f"cached block {b} holds other tokens than recorded"
+            for j in range(bs):
+                assert self.mem.get(self.slot(b, j)) == prefix[: len(prefix) - bs + j + 1]
+            assert chain_hashes(pool, prefix, bs)[-1] == h, f"cached block {b} holds another prefix"
+
+    @invariant()
+    def live_sequences_read_their_tokens(self) -> None:
+        for seq in self.running:
+            assert seq.num_computed_tokens <= len(seq)
+            assert len(seq.block_table) == blocks_for(seq.num_computed_tokens, self.bs)
+            for pos in range(seq.num_computed_tokens):
+                slot = self.slot(seq.block_table[pos // self.bs], pos % self.bs)
+                assert self.mem.get(slot) == tuple(seq.token_ids[: pos + 1]), (
+                    f"sequence {seq.request_id}/{seq.index} reads the wrong K/V at position {pos}")
+            expected = chain_hashes(self.kv.pool, seq.token_ids[: seq.num_computed_tokens], self.bs)
+            assert seq.block_hashes == (expected if self.kv.enable_prefix_caching else [])
+        for seq in self.waiting:
+            assert seq.block_table == [] and seq.num_computed_tokens == 0 and seq.block_hashes == []
+
+    def teardown(self) -> None:
+        if not hasattr(self, "kv"):
+            return
+        for seq in list(self.live()):
+            self.finish(seq)
+        pool = self.kv.pool
+        assert all(b.ref_count == 0 for b in pool.blocks)
+        assert sorted(pool.free_queue) == list(range(self.num_blocks))
+        assert pool.num_free == self.num_blocks and pool.num_used == 0
+
+
+KVCacheMachine.TestCase.settings = settings(
+    max_examples=300, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+TestKVCacheMachine = KVCacheMachine.TestCase
+
+
+# ---- examples ------------------------------------------------------------------------------------------
+
+
+def compute(kv: KVCacheManager, seq: Sequence, n: int, cached: list[tuple[int, int]] = ()) -> None:
+    assert kv.allocate_slots(seq, n, cached)
+    seq.num_computed_tokens += n
+    kv.cache_full_blocks(seq)
+
+
+def run_prompt(kv: KVCacheManager, tokens: list[int]) -> Sequence:
+    seq = make_seq(tokens)
+    cached = kv.find_cached_prefix(seq)
+    compute(kv, seq, len(seq) - len(cached) * kv.block_size, cached)
+    return seq
+
+
+def test_fork_shares_every_block_and_copies_only_the_partial_last_one() -> None:
+    kv = KVCacheManager(num_blocks=10, block_size=4)
+    parent = run_prompt(kv, list(range(10)))  # two full blocks and a partial one
+    kv.take_block_updates()
+    child = parent.fork(1, None)
+    kv.fork(child)
+    assert child.block_table == parent.block_table and len(parent.block_table) == 3
+    assert all(kv.pool.blocks[b].ref_count == 2 for b in parent.block_table)
+    shared = list(parent.block_table)
+
+    parent.token_ids.append(100)
+    assert kv.allocate_slots(parent, 1)
+    copies, cleared = kv.take_block_updates()
+    assert parent.block_table[:2] == shared[:2] and parent.block_table[2] != shared[2]
+    assert copies == [(shared[2], parent.block_table[2])]
+    assert [kv.pool.blocks[b].ref_count for b in shared] == [2, 2, 1]
+
+    child.token_ids.append(200)
+    assert kv.allocate_slots(child, 1)  # the partial block is the child's alone now: written in place
+    assert kv.take_block_updates() == ([], [])
+    assert child.block_table == shared
+
+
+def test_fork_at_a_block_boundary_copies_nothing() -> None:
+    kv = KVCacheManager(num_blocks=10, block_size=4)
+    parent = run_prompt(kv, list(range(8)))
+    kv.take_block_updates()
+    child = parent.fork(1, None)
+    kv.fork(child)
+    for seq, token in ((parent, 1), (child, 2)):
+        seq.token_ids.append(token)
+        assert kv.allocate_slots(seq, 1)
+    copies, _ = kv.take_block_updates()
+    assert copies == []
+    assert parent.block_table[:2] == child.block_table[:2] and parent.block_table[2] != child.block_table[2]
+
+
+def test_free_evicts_the_tail_before_the_head() -> None:
+    kv = KVCacheManager(num_blocks=8, block_size=2)
+    seq = run_prompt(kv, [1, 2, 3, 4, 5, 6, 7])  # blocks: [1 2] [3 4] [5 6] [7]
+    table = list(seq.block_table)
+    kv.free(seq)
+    unused = [b for b in range(8) if b not in table]
+    order = [kv.pool.allocate() for _ in range(8)]
+    # blocks holding nothing first (the partial last one among them), then the cached blocks, tail first
+    assert set(order[:5]) == set(unused) | {table[3]}
+    assert order[5:] == [table[2], table[1], table[0]]
+
+
+def test_eviction_of_the_tail_keeps_the_head_findable() -> None:
+    kv = KVCacheManager(num_blocks=6, block_size=2)
+    seq = run_prompt(kv, [1, 2, 3, 4, 5, 6, 7])
+    kv.free(seq)
+    for _ in range(3):  # the two never-used blocks and the partial one
+        kv.pool.allocate()
+    probe = make_seq([1, 2, 3, 4, 5, 6, 7])
+    assert len(kv.find_cached_prefix(probe)) == 3
+    kv.pool.allocate()  # evicts [5 6], the tail
+    assert len(kv.find_cached_prefix(probe)) == 2
+    kv.pool.allocate()
+    assert len(kv.find_cached_prefix(probe)) == 1
+
+
+def test_prefix_hit_never_covers_the_last_token() -> None:
+    kv = KVCacheManager(num_blocks=10, block_size=4)
+    kv.free(run_prompt(kv, list(range(8))))
+    same = make_seq(list(range(8)))
+    assert len(kv.find_cached_prefix(same)) == 1  # not both: the last token must be computed for logits
+    longer = make_seq(list(range(9)))
+    assert len(kv.find_cached_prefix(longer)) == 2
+    compute(kv, same, 4, kv.find_cached_prefix(same))
+    assert same.num_computed_tokens == 8
+
+
+def test_prefix_hit_needs_the_same_whole_prefix() -> None:
+    kv = KVCacheManager(num_blocks=10, block_size=2)
+    kv.free(run_prompt(kv, [1, 2, 3, 4, 5]))
+    assert len(kv.find_cached_prefix(make_seq([9, 9, 3, 4, 5]))) == 0  # same second block, other first block
+    assert len(kv.find_cached_prefix(make_seq([1, 2, 3, 9, 5]))) == 1
+
+
+def test_least_recently_freed_prefix_is_evicted_first() -> None:
+    kv = KVCacheManager(num_blocks=6, block_size=2)
+    a = run_prompt(kv, [1, 1, 1, 1, 1])  # two cached blocks and a partial one
+    b = run_prompt(kv, [2, 2, 2, 2, 2])
+    kv.free(a)
+    kv.free(b)
+    probe_a, probe_b = make_seq([1, 1, 1, 1, 1]), make_seq([2, 2, 2, 2, 2])
+    kv.pool.allocate(), kv.pool.allocate()  # the two partial blocks
+    assert len(kv.find_cached_prefix(probe_a)) == 2 and len(kv.find_cached_prefix(probe_b)) == 2
+    kv.pool.allocate(), kv.pool.allocate()
+    assert len(kv.find_cached_prefix(probe_a)) == 0 and len(kv.find_cached_prefix(probe_b)) == 2
+
+
+def test_a_prefix_hit_makes_the_prefix_recently_used() -> None:
+    kv = KVCacheManager(num_blocks=6, block_size=2)
+    kv.free(run_prompt(kv, [1, 1, 1, 1, 1]))
+    kv.free(run_prompt(kv, [2, 2, 2, 2, 2]))
+    kv.free(run_prompt(kv, [1, 1, 1, 1, 1, 3]))  # hits and frees [1 1] [1 1] again: now newer than [2 2]s
+    probe_a, probe_b = make_seq([1, 1, 1, 1, 1]), make_seq([2, 2, 2, 2, 2])
+    for _ in range(4):
+        kv.pool.allocate()
+    assert len(kv.find_cached_prefix(probe_a)) == 2 and len(kv.find_cached_prefix(probe_b)) == 0
+
+
+def test_failed_allocation_changes_nothing() -> None:
+    kv = KVCacheManager(num_blocks=4, block_size=2)
+    a = run_prompt(kv, [1, 2, 3])
+    kv.take_block_updates()
+    child = a.fork(1, None)
+    kv.fork(child)
+    big = make_seq(list(range(20)))
+    before = snapshot(kv, [a, child, big])
+    assert not kv.allocate_slots(big, 20)
+    a.token_ids.extend([4, 5, 6, 7, 8])
+    before = snapshot(kv, [a, child, big])
+    assert not kv.allocate_slots(a, 5)  # needs a copy of the shared partial block and two more blocks
+    assert snapshot(kv, [a, child, big]) == before
+    assert kv.allocate_slots(a, 3)  # a copy and one more block fit
+
+
+def test_revived_cached_blocks_count_against_the_free_pool() -> None:
+    kv = KVCacheManager(num_blocks=4, block_size=2)
+    kv.free(run_prompt(kv, [1, 2, 3, 4, 5]))  # [1 2] [3 4] cached and free, the [5] block free
+    other = run_prompt(kv, [9])  # takes one block
+    seq = make_seq([1, 2, 3, 4, 5, 6, 7, 8])
+    cached = kv.find_cached_prefix(seq)
+    assert len(cached) == 2
+    before = snapshot(kv, [other, seq])
+    assert not kv.allocate_slots(seq, 4, cached)  # 2 revived + 2 new > 3 free
+    assert snapshot(kv, [other, seq]) == before
+    assert kv.allocate_slots(seq, 2, cached)  # 2 revived + 1 new
+
+
+def test_lookup_checks_the_tokens_behind_a_hash() -> None:
+    pool = BlockPool(4)
+    block_id = pool.allocate()
+    pool.register(block_id, 1234, [5, 6])
+    assert pool.lookup(1234, [5, 6]) == block_id
+    assert pool.lookup(1234, [5, 7]) is None  # a hash collision is no hit
+    assert pool.lookup(4321, [5, 6]) is None
+
+
+def test_all_blocks_return_to_the_free_queue() -> None:
+    kv = KVCacheManager(num_blocks=12, block_size=3)
+    seqs = [run_prompt(kv, [1, 2, 3, 4, 5, 6, 7]), run_prompt(kv, [1, 2, 3, 4, 5, 6, 8, 9])]
+    child = seqs[0].fork(1, None)
+    kv.fork(child)
+    for seq in seqs + [child]:
+        kv.free(seq)
+    assert all(b.ref_count == 0 for b in kv.pool.blocks)
+    assert sorted(kv.pool.free_queue) == list(range(12))
