@@ -17,6 +17,8 @@ class AttentionMetadata:
     query_start_loc: list[int]  # [num_seqs + 1] where each sequence's new tokens start in the batch
     seq_lens: list[int]  # [num_seqs] context length of each sequence after this step
     block_tables: torch.Tensor  # [num_seqs, max_blocks] int64, padded with 0
+    query_start_loc_tensor: torch.Tensor  # the same as tensors on the device, for kernels
+    seq_lens_tensor: torch.Tensor
     # the sequences with one new token (decodes), attended in one batched call
     decode_seqs: torch.Tensor  # [num_decodes] their indices among the sequences
     decode_tokens: torch.Tensor  # [num_decodes] their token rows in the batch
@@ -53,6 +55,8 @@ class AttentionMetadata:
             query_start_loc=starts,
             seq_lens=seq_lens,
             block_tables=tables,
+            query_start_loc_tensor=torch.tensor(starts, dtype=torch.int32, device=device),
+            seq_lens_tensor=torch.tensor(seq_lens, dtype=torch.int32, device=device),
             decode_seqs=torch.tensor(decodes, dtype=torch.int64, device=device),
             decode_tokens=torch.tensor([starts[i] for i in decodes], dtype=torch.int64, device=device),
             decode_mask=decode_mask,
@@ -62,7 +66,9 @@ class AttentionMetadata:
 
 
 class TorchPagedAttention:
-    """Stores new K/V into their slots, then gathers each sequence's blocks and runs SDPA over them."""
+    """Stores new K/V into their slots, then gathers each sequence's blocks and runs SDPA over them.
+
+    An attention backend is a class with these three static methods; get_backend picks one."""
 
     @staticmethod
     def store(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -96,24 +102,24 @@ class TorchPagedAttention:
             out[start:end] = o.transpose(0, 1)
         return out
 
-
-def copy_blocks(kv_caches: list[tuple[torch.Tensor, torch.Tensor]], copies: list[tuple[int, int]]) -> None:
-    """Copy-on-write: give each dst block src's keys and values, in every layer."""
-    if not copies:
-        return
-    device = kv_caches[0][0].device
-    src = torch.tensor([s for s, _ in copies], device=device)
-    dst = torch.tensor([d for _, d in copies], device=device)
-    for k_cache, v_cache in kv_caches:
-        k_cache[dst] = k_cache[src]
-        v_cache[dst] = v_cache[src]
+    @staticmethod
+    def copy_blocks(kv_cache: torch.Tensor, copies: list[tuple[int, int]]) -> None:
+        """Copy-on-write: give each dst block src's keys and values in every layer.
+        kv_cache is the whole cache, [num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]."""
+        src = torch.tensor([s for s, _ in copies], device=kv_cache.device)
+        dst = torch.tensor([d for _, d in copies], device=kv_cache.device)
+        kv_cache[:, :, dst] = kv_cache[:, :, src]
 
 
-def clear_blocks(kv_caches: list[tuple[torch.Tensor, torch.Tensor]], blocks: list[int]) -> None:
-    """Zero blocks the first time they are used (the cache is allocated uninitialized)."""
-    if not blocks:
-        return
-    index = torch.tensor(blocks, device=kv_caches[0][0].device)
-    for k_cache, v_cache in kv_caches:
-        k_cache.index_fill_(0, index, 0)
-        v_cache.index_fill_(0, index, 0)
+def get_backend(name: str | None, device: torch.device):
+    """The attention backend: "torch" (the CPU path and the reference) or "triton" (paged kernels for
+    NVIDIA GPUs); None picks triton on CUDA and torch elsewhere."""
+    if name is None:
+        name = "triton" if device.type == "cuda" else "torch"
+    if name == "torch":
+        return TorchPagedAttention
+    if name == "triton":
+        from localchat.engine.triton_attention import TritonPagedAttention
+
+        return TritonPagedAttention
+    raise ValueError(f"unknown attention backend {name!r}; use 'torch' or 'triton'")

@@ -48,7 +48,8 @@ class Streamed:
 class LLMEngine:
     def __init__(self, model: str | None = None, dtype: str | torch.dtype | None = None, device: str | None = None,
                  block_size: int = 16, num_kv_blocks: int | None = None, enable_prefix_caching: bool = True,
-                 max_model_len: int | None = None, max_num_seqs: int = 128, max_num_batched_tokens: int = 2048):
+                 max_model_len: int | None = None, max_num_seqs: int = 128, max_num_batched_tokens: int = 2048,
+                 attention_backend: str | None = None):
         if block_size < 1 or max_num_seqs < 1 or max_num_batched_tokens < 1:
             raise ValueError("block_size, max_num_seqs and max_num_batched_tokens must be at least 1")
         source = resolve_model(model)
@@ -66,7 +67,7 @@ class LLMEngine:
             raise ValueError(f"num_kv_blocks must be at least 1, got {num_kv_blocks}")
         self.max_model_len = min(max_model_len or limit, num_kv_blocks * block_size)
         self.runner = ModelRunner(config, load_weights(source, self.dtype), self.dtype, self.device,
-                                  block_size, num_kv_blocks, self.max_model_len)
+                                  block_size, num_kv_blocks, self.max_model_len, attention_backend)
         self.kv = KVCacheManager(num_kv_blocks, block_size, enable_prefix_caching,
                                  salt=hash((source.name, str(self.dtype))))
         self.scheduler = Scheduler(self.kv, max_num_seqs, max_num_batched_tokens)

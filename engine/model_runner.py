@@ -3,39 +3,37 @@
 import torch
 from transformers import PretrainedConfig
 
-from localchat.engine.attention import AttentionMetadata, clear_blocks, copy_blocks
+from localchat.engine.attention import AttentionMetadata, get_backend
 from localchat.engine.models.llama import LlamaForCausalLM
 from localchat.engine.scheduler import ScheduledBatch
 
 
 class ModelRunner:
     def __init__(self, config: PretrainedConfig, weights, dtype: torch.dtype, device: torch.device,
-                 block_size: int, num_blocks: int, max_model_len: int):
+                 block_size: int, num_blocks: int, max_model_len: int, attention_backend: str | None = None):
         self.device, self.dtype, self.block_size = device, dtype, block_size
         with torch.device("meta"):  # no memory and no random init for weights about to be replaced
             self.model = LlamaForCausalLM(config, max_model_len, rope_device=device)
         self.model.load_weights(weights, dtype, device)
         self.model.eval()
+        self.backend = get_backend(attention_backend, device)
         attn = self.model.layers[0].self_attn
-        shape = (num_blocks, block_size, attn.num_kv_heads, attn.head_dim)
-        self.kv_caches = [
-            (torch.empty(shape, dtype=dtype, device=device), torch.empty(shape, dtype=dtype, device=device))
-            for _ in self.model.layers
-        ]
-        for layer, (k_cache, v_cache) in zip(self.model.layers, self.kv_caches):
-            layer.self_attn.k_cache, layer.self_attn.v_cache = k_cache, v_cache
-
-    @property
-    def bytes_per_block(self) -> int:
-        k_cache = self.kv_caches[0][0]
-        return 2 * len(self.kv_caches) * k_cache[0].numel() * k_cache.element_size()
+        # one tensor for the whole cache, so a block copy or clear covers every layer at once; allocated
+        # uninitialized (fast start) and cleared block by block on first use
+        shape = (len(self.model.layers), 2, num_blocks, block_size, attn.num_kv_heads, attn.head_dim)
+        self.kv_cache = torch.empty(shape, dtype=dtype, device=device)
+        for layer, layer_cache in zip(self.model.layers, self.kv_cache):
+            layer.self_attn.k_cache, layer.self_attn.v_cache = layer_cache[0], layer_cache[1]
+            layer.self_attn.backend = self.backend
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch, sample_rows: list[int]) -> torch.Tensor:
         """Compute the new tokens of every scheduled sequence; logits [len(sample_rows), vocab] (float32)
         at the last new token of the sequences listed in sample_rows."""
-        clear_blocks(self.kv_caches, batch.cleared)
-        copy_blocks(self.kv_caches, batch.copies)
+        if batch.cleared:
+            self.kv_cache[:, :, torch.tensor(batch.cleared, device=self.device)] = 0
+        if batch.copies:
+            self.backend.copy_blocks(self.kv_cache, batch.copies)
         seqs, num_new_tokens = batch.seqs, batch.num_new_tokens
         input_ids, positions, slots = [], [], []
         bs = self.block_size

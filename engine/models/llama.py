@@ -7,7 +7,7 @@ from torch import nn
 from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from localchat.engine.attention import AttentionMetadata, TorchPagedAttention
+from localchat.engine.attention import AttentionMetadata
 
 
 class RMSNorm(nn.Module):
@@ -69,8 +69,9 @@ class Attention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
         self.rotary = rotary
-        self.backend = TorchPagedAttention
-        self.k_cache = self.v_cache = torch.empty(0)  # bound to this layer's cache by the model runner
+        # bound by the model runner: the attention backend and this layer's part of the KV cache
+        self.backend = None
+        self.k_cache = self.v_cache = torch.empty(0)
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
