@@ -24,6 +24,7 @@ class AttentionMetadata:
     decode_tokens: torch.Tensor  # [num_decodes] their token rows in the batch
     decode_mask: torch.Tensor | None  # [num_decodes, 1, 1, max_context] True where a key is visible
     prefill_seqs: list[int]  # the other sequences, attended one by one
+    prefill_seqs_tensor: torch.Tensor  # the same on the device, for kernels
     prefill_masks: list[torch.Tensor | None]  # [new, context] causal masks over a cached prefix; None: plain causal
 
     @classmethod
@@ -61,6 +62,7 @@ class AttentionMetadata:
             decode_tokens=torch.tensor([starts[i] for i in decodes], dtype=torch.int64, device=device),
             decode_mask=decode_mask,
             prefill_seqs=prefills,
+            prefill_seqs_tensor=torch.tensor(prefills, dtype=torch.int64, device=device),
             prefill_masks=masks,
         )
 

@@ -23,12 +23,9 @@ class IncrementalDetokenizer:
     def add(self, token_id: int) -> None:
         """Append one token's text; a completed stop string ends the text before it."""
         self.tokens.append(token_id)
-        decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
-        before = decode(self.tokens[self.prefix_offset : self.read_offset])
-        after = decode(self.tokens[self.prefix_offset :])
-        if len(after) <= len(before) or after.endswith("\ufffd"):
-            return  # an incomplete UTF-8 character: wait for the next token
-        new = after[len(before) :]
+        new = self._pending()
+        if not new or new.endswith("\ufffd"):
+            return  # maybe an incomplete UTF-8 character: wait for the next token
         self.prefix_offset, self.read_offset = self.read_offset, len(self.tokens)
         search_from = max(0, len(self.text) - self.holdback)
         self.text += new
@@ -38,7 +35,17 @@ class IncrementalDetokenizer:
             self.stopped = True
 
     def visible_text(self, finished: bool) -> str:
-        """What may be shown now: all of it once finished, else without a tail that could start a stop string."""
-        if finished or not self.holdback:
+        """What may be shown now: all of it once finished (with any text still waiting for more bytes), else
+        without a tail that could start a stop string."""
+        if finished:
+            return self.text if self.stopped else self.text + self._pending()
+        if not self.holdback:
             return self.text
         return self.text[: max(0, len(self.text) - self.holdback)]
+
+    def _pending(self) -> str:
+        """Text of the tokens after read_offset."""
+        decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+        before = decode(self.tokens[self.prefix_offset : self.read_offset])
+        after = decode(self.tokens[self.prefix_offset :])
+        return after[len(before) :] if len(after) > len(before) else ""

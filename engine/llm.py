@@ -17,18 +17,23 @@ class LLM:
     def tokenizer(self):
         return self.engine.tokenizer
 
-    def generate(self, prompts: Prompt | list[Prompt], params: SamplingParams | None = None) -> list[RequestOutput]:
-        """One RequestOutput per prompt, in order. A prompt is a string or a list of token ids."""
+    def generate(self, prompts: Prompt | list[Prompt],
+                 params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
+        """One RequestOutput per prompt, in order. A prompt is a string or a list of token ids; params is one
+        SamplingParams for all prompts or one per prompt."""
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
-        params = params or SamplingParams()
+        if not isinstance(params, list):
+            params = [params or SamplingParams()] * len(prompts)
+        if len(params) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
         token_ids = [self.engine.tokenize(p) for p in prompts]
-        for ids in token_ids:  # check every prompt before any starts
-            self.engine.check_request(ids, params)
+        for ids, p in zip(token_ids, params):  # check every prompt before any starts
+            self.engine.check_request(ids, p)
         return self._run(token_ids, params)
 
-    def chat(self, conversations: list[dict] | list[list[dict]], params: SamplingParams | None = None
-             ) -> list[RequestOutput]:
+    def chat(self, conversations: list[dict] | list[list[dict]],
+             params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
         """Replies to one conversation or a list of them (lists of {"role", "content"} messages)."""
         if conversations and isinstance(conversations[0], dict):
             conversations = [conversations]
@@ -37,10 +42,10 @@ class LLM:
     def stats(self) -> dict[str, int | float]:
         return self.engine.stats()
 
-    def _run(self, token_ids: list[list[int]], params: SamplingParams) -> list[RequestOutput]:
+    def _run(self, token_ids: list[list[int]], params: list[SamplingParams]) -> list[RequestOutput]:
         results: dict[str, RequestOutput] = {}
-        for ids in token_ids:
-            request_id = self.engine.add_request(ids, params)
+        for ids, p in zip(token_ids, params):
+            request_id = self.engine.add_request(ids, p)
             results[request_id] = RequestOutput(request_id, ids, 0, [])
         try:
             while any(not r.finished for r in results.values()):

@@ -1,7 +1,13 @@
 import os
 import tempfile
 
+import torch
+
 # Every test run gets its own LOCALCHAT_HOME, so no test reads or writes the user's folders.
 os.environ.setdefault("LOCALCHAT_HOME", tempfile.mkdtemp(prefix="localchat-test-home-"))
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
+# Without a GPU the Triton kernels run in Triton's interpreter, which must be chosen before anything imports
+# triton (transformers does, through torch._dynamo).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -63,6 +63,7 @@ class KVCacheMachine(RuleBasedStateMachine):
         self.running: list[Sequence] = []  # admitted, owning blocks
         self.history: list[list[int]] = []  # token ids of every sequence so far, for multi-turn prompts
         self.num_requests = 0
+        self.was_reset = False  # reset_cache leaves formerly cached free blocks where they were in the queue
 
     # ---- helpers -------------------------------------------------------------------------------------
 
@@ -161,14 +162,19 @@ class KVCacheMachine(RuleBasedStateMachine):
 
     # ---- rules ---------------------------------------------------------------------------------------
 
-    @rule(tokens=st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=14), multi_turn=st.booleans(),
+    @rule(tokens=st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=14), reuse=st.integers(0, 3),
           long=st.integers(0, 9), data=st.data())
-    def add_sequence(self, tokens: list[int], multi_turn: bool, long: int, data: st.DataObject) -> None:
+    def add_sequence(self, tokens: list[int], reuse: int, long: int, data: st.DataObject) -> None:
+        """A new prompt: random, or (multi-turn) an earlier or running conversation, or a part of one, plus
+        a new turn that may be empty."""
         if long == 0:  # sometimes a prompt that exhausts a small pool
             tokens = tokens * 6
-        if multi_turn and self.history:  # an earlier conversation plus a new turn (maybe none at all)
-            base = data.draw(st.sampled_from(self.history), label="earlier turn")
-            tokens = base + tokens[: data.draw(st.integers(0, len(tokens)), label="suffix")]
+        earlier = self.history + [list(s.token_ids) for s in self.running]
+        if reuse and earlier:
+            base = data.draw(st.sampled_from(earlier), label="earlier conversation")
+            if reuse == 1:
+                base = base[: data.draw(st.integers(1, len(base)), label="part")]
+            tokens = base + tokens[: data.draw(st.integers(0, len(tokens)), label="new turn")]
         self.num_requests += 1
         self.waiting.append(make_seq(tokens, f"r{self.num_requests}"))
 
@@ -254,6 +260,17 @@ class KVCacheMachine(RuleBasedStateMachine):
     def preempt_sequence(self, data: st.DataObject) -> None:
         self.preempt(self.running[data.draw(st.integers(0, len(self.running) - 1), label="preempted")])
 
+    @rule(really=st.integers(0, 4))
+    def reset_prefix_cache(self, really: int) -> None:
+        """Forget every cached prefix (now and then): blocks in use keep their memory, nothing is a hit."""
+        if really:
+            return
+        self.kv.pool.reset_cache()
+        self.was_reset = True
+        assert not self.kv.pool.cached
+        for seq in self.waiting:
+            assert self.kv.find_cached_prefix(seq) == []
+
     # ---- invariants ----------------------------------------------------------------------------------
 
     @invariant()
@@ -273,6 +290,8 @@ class KVCacheMachine(RuleBasedStateMachine):
 
     @invariant()
     def free_queue_puts_cached_blocks_last(self) -> None:
+        if self.was_reset:
+            return
         hashed = [self.kv.pool.blocks[b].hash is not None for b in self.kv.pool.free_queue]
         assert hashed == sorted(hashed), "an unhashed free block is queued behind a cached one"
 

@@ -1,0 +1,153 @@
+"""The Triton paged-attention kernels against the PyTorch path (on CPU under TRITON_INTERPRET=1).
+
+Every output starts as NaN so that an element a kernel fails to write shows, and cache slots outside the
+contexts are NaN for the kernels (zero for the reference) so that a key read past a context shows too."""
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from localchat.engine import LLM, SamplingParams
+from localchat.engine.attention import AttentionMetadata, TorchPagedAttention
+from localchat.engine.loader import resolve_model
+
+triton = pytest.importorskip("triton")
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+if DEVICE.type == "cpu" and not triton.knobs.runtime.interpret:
+    raise RuntimeError("without a GPU, set TRITON_INTERPRET=1 before triton is imported (tests/conftest.py does)")
+
+from localchat.engine import triton_attention  # noqa: E402
+from localchat.engine.triton_attention import TritonPagedAttention  # noqa: E402
+
+TOLERANCE = {
+    torch.float32: dict(atol=1e-5, rtol=1e-5),
+    torch.float16: dict(atol=2e-3, rtol=2e-3),
+    torch.bfloat16: dict(atol=2e-2, rtol=1e-2),
+}
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+# (new tokens, context length) per sequence: decodes over contexts of 1, 15, 16, 17 and 70 tokens,
+# whole prompts, and chunks over a cached prefix
+DECODES = [(1, 1), (1, 15), (1, 16), (1, 17), (1, 70)]
+PREFILLS = [(15, 15), (16, 16), (17, 17), (70, 70), (17, 70), (2, 17), (16, 33)]
+
+
+@pytest.fixture
+def poisoned(monkeypatch):
+    """torch.empty and torch.empty_like return NaN-filled tensors for the rest of the test."""
+    empty, empty_like = torch.empty, torch.empty_like
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: empty(*a, **k).fill_(float("nan")))
+    monkeypatch.setattr(torch, "empty_like", lambda *a, **k: empty_like(*a, **k).fill_(float("nan")))
+
+
+def random_batch(seqs: list[tuple[int, int]], block_size: int, num_blocks: int, gen: torch.Generator
+                 ) -> tuple[AttentionMetadata, list[list[int]]]:
+    """Metadata of a step over seqs, each with its own blocks, drawn at random (non-contiguous) from the pool."""
+    free = torch.randperm(num_blocks, generator=gen).tolist()
+    tables, slots = [], []
+    for new, context in seqs:
+        n = -(-context // block_size)
+        table, free = free[:n], free[n:]
+        tables.append(table)
+        slots.extend(table[p // block_size] * block_size + p % block_size for p in range(context - new, context))
+    meta = AttentionMetadata.build([n for n, _ in seqs], [c for _, c in seqs], tables,
+                                   torch.tensor(slots, dtype=torch.int64, device=DEVICE), block_size, DEVICE)
+    return meta, tables
+
+
+def random_caches(meta: AttentionMetadata, tables: list[list[int]], num_blocks: int, block_size: int,
+                  num_kv_heads: int, head_dim: int, dtype: torch.dtype, gen: torch.Generator):
+    """(reference, poisoned) K and V caches: random in every context slot, zero or NaN elsewhere."""
+    shape = (2, num_blocks * block_size, num_kv_heads, head_dim)
+    in_context = torch.zeros(num_blocks * block_size, dtype=torch.bool)
+    for table, context in zip(tables, meta.seq_lens):
+        for p in range(context):
+            in_context[table[p // block_size] * block_size + p % block_size] = True
+    values = torch.randn(shape, generator=gen).to(dtype)
+    reference = torch.where(in_context[:, None, None], values, 0.0).view(2, num_blocks, block_size, num_kv_heads,
+                                                                         head_dim)
+    poisoned = torch.where(in_context[:, None, None], values, float("nan")).view_as(reference)
+    return reference.to(DEVICE), poisoned.to(DEVICE)
+
+
+def check_attend(seqs, dtype, num_kv_heads, group, head_dim, block_size, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    num_blocks = sum(-(-c // block_size) for _, c in seqs) + 5
+    meta, tables = random_batch(seqs, block_size, num_blocks, gen)
+    reference, poisoned = random_caches(meta, tables, num_blocks, block_size, num_kv_heads, head_dim, dtype, gen)
+    query = torch.randn(sum(n for n, _ in seqs), num_kv_heads * group, head_dim, generator=gen).to(dtype).to(DEVICE)
+    scale = head_dim**-0.5
+    expected = TorchPagedAttention.attend(query, reference[0], reference[1], meta, scale)
+    actual = TritonPagedAttention.attend(query, poisoned[0], poisoned[1], meta, scale)
+    torch.testing.assert_close(actual, expected, **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype, num_kv_heads, group, head_dim, block_size", [
+    (F32, 2, 1, 64, 16), (F32, 1, 3, 64, 16), (F32, 1, 8, 64, 16), (F32, 1, 3, 128, 8),
+    (BF16, 2, 1, 64, 16), (BF16, 1, 3, 64, 16), (BF16, 1, 8, 128, 16),
+    (F16, 1, 3, 64, 16), (F16, 1, 8, 64, 8),
+])
+def test_attend_mixed_batch_matches_torch(dtype, num_kv_heads, group, head_dim, block_size, poisoned):
+    """Decodes and prefill chunks in one step: every output row comes from the right kernel."""
+    check_attend(DECODES + PREFILLS, dtype, num_kv_heads, group, head_dim, block_size)
+
+
+@pytest.mark.parametrize("target_programs", [1, 6, 512])
+def test_decode_split_k(target_programs, poisoned, monkeypatch):
+    """A long context in 1, 2 or one split per tile of keys, next to contexts shorter than a split."""
+    monkeypatch.setattr(triton_attention, "DECODE_TARGET_PROGRAMS", target_programs)
+    check_attend([(1, 300), (1, 17), (1, 1)], F32, 1, 3, 64, 16)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16, F16])
+def test_store_skips_slot_minus_one(dtype):
+    gen = torch.Generator().manual_seed(1)
+    num_blocks, block_size, num_kv_heads, head_dim = 6, 16, 2, 64
+    slots = torch.randperm(num_blocks * block_size, generator=gen)[:40]
+    slots[::7] = -1
+    fused = torch.randn(40, 3, num_kv_heads, head_dim, generator=gen).to(dtype).to(DEVICE)
+    key, value = fused[:, 0], fused[:, 2]  # non-contiguous, like the projection's split
+    cache = torch.full((2, num_blocks, block_size, num_kv_heads, head_dim), float("nan"), dtype=dtype, device=DEVICE)
+    expected = cache.clone()
+    kept = slots >= 0
+    TorchPagedAttention.store(key[kept.to(DEVICE)], value[kept.to(DEVICE)], expected[0], expected[1],
+                              slots[kept].to(DEVICE))
+    TritonPagedAttention.store(key, value, cache[0], cache[1], slots.to(DEVICE))
+    torch.testing.assert_close(cache, expected, atol=0, rtol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_copy_blocks_all_layers(dtype):
+    gen = torch.Generator().manual_seed(2)
+    cache = torch.randn(3, 2, 10, 16, 2, 64, generator=gen).to(dtype).to(DEVICE)
+    copies = [(0, 7), (4, 2), (4, 9), (5, 3)]
+    cache[:, :, [d for _, d in copies]] = float("nan")
+    expected = cache.clone()
+    TorchPagedAttention.copy_blocks(expected, copies)
+    TritonPagedAttention.copy_blocks(cache, copies)
+    torch.testing.assert_close(cache, expected, atol=0, rtol=0)
+
+
+def test_engine_greedy_tokens_match_torch_backend(tmp_path, monkeypatch):
+    """A tiny random Llama (GQA 2, head dim 64): chunked prefill, prefix hits and copy-on-write forks give
+    the same greedy tokens with either backend."""
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=256,
+                         initializer_range=0.1)
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    resolve_model(None).tokenizer.save_pretrained(tmp_path)
+    copies = []
+    copy_blocks = TritonPagedAttention.copy_blocks
+    monkeypatch.setattr(TritonPagedAttention, "copy_blocks",
+                        staticmethod(lambda cache, pairs: (copies.extend(pairs), copy_blocks(cache, pairs))))
+    gen = torch.Generator().manual_seed(3)
+    shared = torch.randint(0, 512, (20,), generator=gen).tolist()
+    prompts = [shared + torch.randint(0, 512, (n,), generator=gen).tolist() for n in (1, 13, 30)]
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, n=2)
+    outputs = {}
+    for backend in ("torch", "triton"):
+        llm = LLM(str(tmp_path), dtype="float32", block_size=8, max_num_batched_tokens=24, attention_backend=backend)
+        outputs[backend] = [[c.token_ids for c in o.outputs] for o in llm.generate(prompts, params)]
+        assert llm.stats()["cached_prompt_tokens"] > 0
+    assert llm.engine.runner.backend is TritonPagedAttention and copies
+    assert outputs["triton"] == outputs["torch"]
