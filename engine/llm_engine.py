@@ -67,7 +67,7 @@ class LLMEngine:
             raise ValueError(f"num_kv_blocks must be at least 1, got {num_kv_blocks}")
         self.max_model_len = min(max_model_len or limit, num_kv_blocks * block_size)
         self.runner = ModelRunner(config, load_weights(source, self.dtype), self.dtype, self.device,
-                                  block_size, num_kv_blocks, self.max_model_len, attention_backend)
+                                  block_size, num_kv_blocks, self.max_model_len, attention_backend, source.q4_file)
         self.kv = KVCacheManager(num_kv_blocks, block_size, enable_prefix_caching,
                                  salt=hash((source.name, str(self.dtype))))
         self.scheduler = Scheduler(self.kv, max_num_seqs, max_num_batched_tokens)

