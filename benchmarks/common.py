@@ -34,10 +34,9 @@ def hf_model(dtype: torch.dtype = torch.float32):
 
 
 def user_text(rng: random.Random, tokenizer, num_tokens: int) -> str:
-    words = []
-    while len(tokenizer.encode(" ".join(words))) < num_tokens:
-        words.append(rng.choice(WORDS))
-    return " ".join(words)
+    """Random words that tokenize to about num_tokens tokens."""
+    ids = tokenizer.encode(" ".join(rng.choice(WORDS) for _ in range(num_tokens)))[:num_tokens]
+    return tokenizer.decode(ids)
 
 
 def chat_prompt(tokenizer, text: str) -> list[int]:

@@ -96,11 +96,12 @@ class TorchPagedAttention:
         for i, mask in zip(meta.prefill_seqs, meta.prefill_masks):
             start, end, context = meta.query_start_loc[i], meta.query_start_loc[i + 1], meta.seq_lens[i]
             blocks = meta.block_tables[i, : -(-context // k_cache.shape[1])]
-            keys = k_cache[blocks].view(-1, kv_heads, head_dim)[:context].transpose(0, 1)
-            values = v_cache[blocks].view(-1, kv_heads, head_dim)[:context].transpose(0, 1)
+            # keys and values repeated per query head: SDPA's fused CPU kernel does not take grouped heads
+            group = query.shape[1] // kv_heads
+            keys = k_cache[blocks].view(-1, kv_heads, head_dim)[:context].repeat_interleave(group, 1).transpose(0, 1)
+            values = v_cache[blocks].view(-1, kv_heads, head_dim)[:context].repeat_interleave(group, 1).transpose(0, 1)
             q = query[start:end].transpose(0, 1)
-            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=mask is None,
-                                               scale=scale, enable_gqa=True)
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=mask is None, scale=scale)
             out[start:end] = o.transpose(0, 1)
         return out
 

@@ -68,5 +68,6 @@ class ModelRunner:
             torch.tensor(positions, dtype=torch.int64, device=device),
             meta,
         )
-        last_tokens = torch.tensor([meta.query_start_loc[i + 1] - 1 for i in sample_rows], device=device)
+        last_tokens = torch.tensor([meta.query_start_loc[i + 1] - 1 for i in sample_rows], dtype=torch.int64,
+                                   device=device)
         return self.model.compute_logits(hidden[last_tokens])

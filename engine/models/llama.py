@@ -18,9 +18,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        return nn.functional.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
 
 class RotaryEmbedding(nn.Module):
@@ -40,20 +38,20 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", emb.cos() * scaling, persistent=False)
         self.register_buffer("sin", emb.sin() * scaling, persistent=False)
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """q [tokens, heads, head_dim], k [tokens, kv_heads, head_dim], rotated by their positions."""
-        cos = self.cos[positions].to(q.dtype)[:, None, :]
-        sin = self.sin[positions].to(q.dtype)[:, None, :]
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [tokens, 1, head_dim] of a step's positions, computed once for every layer."""
+        return self.cos[positions].to(dtype)[:, None, :], self.sin[positions].to(dtype)[:, None, :]
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
+def rotate(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """x [tokens, heads, head_dim] rotated by its tokens' positions."""
+    cos, sin = rope
     half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
 class Attention(nn.Module):
-    def __init__(self, config: PretrainedConfig, rotary: RotaryEmbedding):
+    def __init__(self, config: PretrainedConfig):
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
@@ -69,19 +67,20 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
         else:
             self.q_norm = self.k_norm = None
-        self.rotary = rotary
         # bound by the model runner: the attention backend and this layer's part of the KV cache
         self.backend = None
         self.k_cache = self.v_cache = torch.empty(0)
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(-1, self.num_heads, self.head_dim)
-        k = k.view(-1, self.num_kv_heads, self.head_dim)
-        v = v.view(-1, self.num_kv_heads, self.head_dim)
+    def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, meta: AttentionMetadata
+                ) -> torch.Tensor:
+        qkv = self.qkv_proj(x)
+        heads = self.num_heads + self.num_kv_heads
+        v = qkv[:, self.q_size + self.kv_size :].view(-1, self.num_kv_heads, self.head_dim)
+        qk = qkv[:, : self.q_size + self.kv_size].view(-1, heads, self.head_dim)
         if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary(positions, q, k)
+            qk = torch.cat((self.q_norm(qk[:, : self.num_heads]), self.k_norm(qk[:, self.num_heads :])), dim=1)
+        qk = rotate(qk, rope)  # q and k in one pass
+        q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
         self.backend.store(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
         out = self.backend.attend(q, self.k_cache, self.v_cache, meta, self.scale)
         return self.o_proj(out.view(-1, self.q_size))
@@ -101,15 +100,16 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: PretrainedConfig, rotary: RotaryEmbedding):
+    def __init__(self, config: PretrainedConfig):
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = Attention(config, rotary)
+        self.self_attn = Attention(config)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        x = x + self.self_attn(positions, self.input_layernorm(x), meta)
+    def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, meta: AttentionMetadata
+                ) -> torch.Tensor:
+        x = x + self.self_attn(rope, self.input_layernorm(x), meta)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -127,9 +127,9 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        rotary = RotaryEmbedding(config, head_dim, max_positions, rope_device)
+        self.rotary = RotaryEmbedding(config, head_dim, max_positions, rope_device)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, rotary) for _ in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.tie_word_embeddings = getattr(config, "tie_word_embeddings", False)
         self.lm_head = None if self.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
@@ -137,8 +137,9 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """Hidden states [num_tokens, hidden] of one flat batch of new tokens."""
         x = self.embed_tokens(input_ids)
+        rope = self.rotary(positions, x.dtype)
         for layer in self.layers:
-            x = layer(positions, x, meta)
+            x = layer(rope, x, meta)
         return self.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -187,3 +187,10 @@ def test_abort_frees_the_blocks(llm, prompts):
     delta = engine.abort(request_id)
     assert delta.finished and {o.finish_reason for o in delta.outputs} == {"abort"}
     assert engine.kv.pool.num_used == 0 and not engine.has_unfinished_requests()
+
+
+def test_a_prompt_longer_than_the_token_budget_prefills_in_chunks(prompts):
+    small = LLM(dtype="float32", max_num_batched_tokens=16)  # steps that compute a chunk and sample nothing
+    (out,) = small.generate(prompts[2], GREEDY)
+    (whole,) = LLM(dtype="float32").generate(prompts[2], GREEDY)
+    assert out.outputs[0].token_ids == whole.outputs[0].token_ids
