@@ -2,22 +2,136 @@
 
 import argparse
 import sys
+import warnings
 from importlib.metadata import version
+
+from localchat.app.settings import DEFAULT_HOST, DEFAULT_PORT, ENGINE_API_KEY_ENV
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="localchat", description="A local chat app with its own LLM engine.")
     parser.add_argument("--version", action="version", version=f"localchat {version('localchat')}")
     parser.add_argument("--model", default=None, help="a GGUF file, a safetensors folder or a cached HF model id")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve = commands.add_parser("serve", help="run the engine process (the HTTP API) in the foreground",
+                                description="Run the engine process: the OpenAI-compatible API under /v1, the "
+                                            "conversations under /api, /health and /metrics.")
+    serve.add_argument("--host", default=DEFAULT_HOST,
+                       help=f"address to listen on (default {DEFAULT_HOST}; anything else exposes your chats)")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    serve.add_argument("--model", default=None, help="the embedded engine's model (default: SmolLM2-135M-Instruct)")
+    serve.add_argument("--engine-url", default=None,
+                       help="use this OpenAI-compatible server (vLLM, SGLang) instead of the embedded engine; "
+                            f"its API key comes from ${ENGINE_API_KEY_ENV}")
+    serve.add_argument("--engine-model", default=None, help="the model name on --engine-url (default: its first)")
+    serve.add_argument("--kv-blocks", type=int, default=None, help="KV cache size in 16-token blocks")
+    serve.add_argument("--max-model-len", type=int, default=None, help="longest prompt + reply, in tokens")
+    commands.add_parser("stop", help="stop the running engine process")
+    commands.add_parser("status", help="show whether the engine process runs, where, and its model")
+    commands.add_parser("token", help="print the API token (Authorization: Bearer TOKEN)")
+    web = commands.add_parser("web", help="open the web UI in a browser through a one-time login URL")
+    web.add_argument("--print", action="store_true", help="only print the one-time URL")
     args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")  # platformdirs' fallback is fine
     try:
-        return chat_in_terminal(args.model)
-    except (ValueError, RuntimeError) as error:
-        print(f"localchat: {error}", file=sys.stderr)
-        return 1
+        if args.command is None:
+            return chat_in_terminal(args.model)
+        return COMMANDS[args.command](args)
     except (KeyboardInterrupt, EOFError):
-        print()
-        return 0
+        print(file=sys.stderr)
+        return 130 if args.command else 0
+    except Exception as error:  # one clear line, never a traceback
+        message = str(error) or type(error).__name__
+        print(f"localchat: {message}", file=sys.stderr)
+        return 1
+
+
+def serve(args) -> int:
+    from localchat.app.lifecycle import serve as run_server
+    from localchat.app.settings import Settings, is_loopback
+
+    if args.engine_url and args.model:
+        raise ValueError("--model and --engine-url exclude each other")
+    settings = Settings.from_env(host=args.host, port=args.port, model=args.model, engine_url=args.engine_url,
+                                 engine_model=args.engine_model, kv_blocks=args.kv_blocks,
+                                 max_model_len=args.max_model_len)
+    if not is_loopback(settings.host):
+        print(f"localchat: listening on {settings.host}: reachable from other machines (token required)",
+              file=sys.stderr)
+    run_server(settings)
+    return 0
+
+
+def stop(args) -> int:
+    from localchat.app.lifecycle import stop_engine
+
+    pid = stop_engine()
+    print("no engine is running" if pid is None else f"stopped the engine (pid {pid})")
+    return 0
+
+
+def status(args) -> int:
+    from localchat.app.lifecycle import health, read_state
+
+    state = read_state()
+    if state is None:
+        print("not running")
+        return 1
+    report = health(state.url)
+    if report is None:
+        print(f"starting: pid {state.pid}, {state.url}")
+    elif report.status == "loading" and report.progress:
+        fraction = f" {report.progress.fraction:.0%}" if report.progress.fraction is not None else ""
+        print(f"loading: pid {state.pid}, {state.url}, {report.progress.stage}{fraction} "
+              f"({report.progress.elapsed_s:.0f} s)")
+    else:
+        print(f"{report.status}: pid {state.pid}, {state.url}, {report.backend} model {report.model}"
+              + (f" ({report.error})" if report.error else ""))
+    return 0
+
+
+def token(args) -> int:
+    from localchat.app.security import load_or_create_token
+    from localchat.app.settings import token_path
+
+    print(load_or_create_token(token_path()))
+    return 0
+
+
+def web(args) -> int:
+    import httpx
+
+    from localchat.app.lifecycle import ensure_engine
+    from localchat.app.security import load_or_create_token
+    from localchat.app.settings import token_path
+
+    shown = []
+    state = ensure_engine(on_progress=lambda report: shown.append(_show_progress(report)))
+    if shown:
+        print(file=sys.stderr)  # end the progress line
+    response = httpx.post(f"{state.url}/api/auth/login-code", timeout=10,
+                          headers={"Authorization": f"Bearer {load_or_create_token(token_path())}"})
+    if response.status_code != 201:
+        raise RuntimeError(f"the engine refused a login code ({response.status_code})")
+    url = response.json()["url"]
+    print(url)
+    if not args.print:
+        import webbrowser
+
+        if not webbrowser.open(url):
+            print("localchat: no browser found; open the URL above (it works once)", file=sys.stderr)
+    return 0
+
+
+def _show_progress(report) -> None:
+    progress = report.progress
+    if progress is not None:
+        fraction = f" {progress.fraction:.0%}" if progress.fraction is not None else ""
+        print(f"\rloading the model: {progress.stage}{fraction} ({progress.elapsed_s:.0f} s)\033[K",
+              end="", file=sys.stderr, flush=True)
+
+
+COMMANDS = {"serve": serve, "stop": stop, "status": status, "token": token, "web": web}
 
 
 def chat_in_terminal(model: str | None) -> int:

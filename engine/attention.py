@@ -23,6 +23,8 @@ class AttentionMetadata:
     decode_seqs: torch.Tensor  # [num_decodes] their indices among the sequences
     decode_tokens: torch.Tensor  # [num_decodes] their token rows in the batch
     decode_mask: torch.Tensor | None  # [num_decodes, 1, 1, max_context] True where a key is visible
+    decode_blocks: torch.Tensor  # [num_decodes * max_context / block_size] their block tables, flat and padded
+    only_decodes: bool  # every sequence decodes: the decode rows are the whole batch, in order
     prefill_seqs: list[int]  # the other sequences, attended one by one
     prefill_seqs_tensor: torch.Tensor  # the same on the device, for kernels
     prefill_masks: list[torch.Tensor | None]  # [new, context] causal masks over a cached prefix; None: plain causal
@@ -37,12 +39,13 @@ class AttentionMetadata:
         tables = torch.tensor([t + [0] * (width - len(t)) for t in block_tables], dtype=torch.int64, device=device)
         decodes = [i for i, n in enumerate(query_lens) if n == 1]
         prefills = [i for i, n in enumerate(query_lens) if n > 1]
-        decode_mask = None
+        decode_mask, decode_blocks = None, []
         if decodes:
             max_blocks = max(len(block_tables[i]) for i in decodes)
             keys = torch.arange(max_blocks * block_size, device=device)
             lens = torch.tensor([seq_lens[i] for i in decodes], device=device)
             decode_mask = (keys[None, :] < lens[:, None])[:, None, None, :]
+            decode_blocks = [b for i in decodes for b in block_tables[i] + [0] * (max_blocks - len(block_tables[i]))]
         masks = []
         for i in prefills:
             new, context = query_lens[i], seq_lens[i]
@@ -61,6 +64,8 @@ class AttentionMetadata:
             decode_seqs=torch.tensor(decodes, dtype=torch.int64, device=device),
             decode_tokens=torch.tensor([starts[i] for i in decodes], dtype=torch.int64, device=device),
             decode_mask=decode_mask,
+            decode_blocks=torch.tensor(decode_blocks, dtype=torch.int64, device=device),
+            only_decodes=not prefills,
             prefill_seqs=prefills,
             prefill_seqs_tensor=torch.tensor(prefills, dtype=torch.int64, device=device),
             prefill_masks=masks,
@@ -82,27 +87,33 @@ class TorchPagedAttention:
     def attend(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
                scale: float) -> torch.Tensor:
         """query [num_tokens, num_heads, head_dim] -> [num_tokens, num_heads, head_dim]."""
-        out = torch.empty_like(query)
         kv_heads, head_dim = k_cache.shape[2:]
         if meta.decode_mask is not None:
-            width = meta.decode_mask.shape[-1] // k_cache.shape[1]
-            tables = meta.block_tables[meta.decode_seqs, :width]
-            keys = k_cache[tables].view(len(tables), -1, kv_heads, head_dim).transpose(1, 2)
-            values = v_cache[tables].view(len(tables), -1, kv_heads, head_dim).transpose(1, 2)
-            q = query[meta.decode_tokens].unsqueeze(2)  # [decodes, heads, 1, head_dim]
+            decodes = len(meta.decode_mask)
+            # index_select, not k_cache[blocks]: advanced indexing into the big cache is ~1000x slower on CPU
+            keys = k_cache.index_select(0, meta.decode_blocks).view(decodes, -1, kv_heads, head_dim).transpose(1, 2)
+            values = v_cache.index_select(0, meta.decode_blocks).view(decodes, -1, kv_heads, head_dim).transpose(1, 2)
+            q = (query if meta.only_decodes else query[meta.decode_tokens]).unsqueeze(2)  # [decodes, heads, 1, dim]
             o = F.scaled_dot_product_attention(q, keys, values, attn_mask=meta.decode_mask, scale=scale,
-                                               enable_gqa=True)
-            out[meta.decode_tokens] = o.squeeze(2)
+                                               enable_gqa=True).squeeze(2)
+            if meta.only_decodes:
+                return o
+            out = torch.empty_like(query)
+            out[meta.decode_tokens] = o
+        else:
+            out = torch.empty_like(query)
         for i, mask in zip(meta.prefill_seqs, meta.prefill_masks):
             start, end, context = meta.query_start_loc[i], meta.query_start_loc[i + 1], meta.seq_lens[i]
             blocks = meta.block_tables[i, : -(-context // k_cache.shape[1])]
             # keys and values repeated per query head: SDPA's fused CPU kernel does not take grouped heads
             group = query.shape[1] // kv_heads
-            keys = k_cache[blocks].view(-1, kv_heads, head_dim)[:context].repeat_interleave(group, 1).transpose(0, 1)
-            values = v_cache[blocks].view(-1, kv_heads, head_dim)[:context].repeat_interleave(group, 1).transpose(0, 1)
-            q = query[start:end].transpose(0, 1)
+            keys = k_cache.index_select(0, blocks).view(-1, kv_heads, head_dim)[:context]
+            values = v_cache.index_select(0, blocks).view(-1, kv_heads, head_dim)[:context]
+            keys = keys.repeat_interleave(group, 1).transpose(0, 1)[None]  # 4-D, or SDPA falls back to its slow path
+            values = values.repeat_interleave(group, 1).transpose(0, 1)[None]
+            q = query[start:end].transpose(0, 1)[None]
             o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=mask is None, scale=scale)
-            out[start:end] = o.transpose(0, 1)
+            out[start:end] = o[0].transpose(0, 1)
         return out
 
     @staticmethod

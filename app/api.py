@@ -1,0 +1,181 @@
+"""localchat's own API under /api: conversations as trees, replies streamed as server-sent events."""
+
+import re
+from collections.abc import AsyncIterator
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import UNSET
+from litestar import Controller, Response, delete, get, patch, post
+from litestar.exceptions import ValidationException
+from litestar.di import NamedDependency
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from litestar.response import ServerSentEvent, ServerSentEventMessage
+
+from localchat.app.backends import BackendRequestError
+from localchat.app.conversations import DEFAULT_TITLE, Conversations, Replies
+from localchat.app.protocol import (
+    Conversation, ConversationCreate, ConversationTree, ConversationUpdate, EditMessage, Message, Regenerate,
+    SamplingSettings, SearchHit, SendMessage, StopRequest, StopResult, StreamEvent, UserEvent,
+)
+from localchat.app.store import Store
+
+
+StoreDep = NamedDependency[Store]
+ConversationsDep = NamedDependency[Conversations]
+Id = FromPath[str]
+
+
+class ConversationController(Controller):
+    path = "/api/conversations"
+
+    @post("/")
+    async def create(self, data: JSONBody[ConversationCreate], store: StoreDep) -> Conversation:
+        return store.create_conversation(data.title or DEFAULT_TITLE, data.system_prompt,
+                                         data.settings or SamplingSettings())
+
+    @get("/")
+    async def list(self, store: StoreDep) -> list[Conversation]:
+        """Newest activity first."""
+        return store.list_conversations()
+
+    @get("/{conversation_id:str}")
+    async def tree(self, conversation_id: Id, store: StoreDep,
+                   token_ids: FromQuery[bool] = False) -> ConversationTree:
+        return ConversationTree(store.get_conversation(conversation_id), store.messages(conversation_id, token_ids))
+
+    @patch("/{conversation_id:str}")
+    async def update(self, conversation_id: Id, data: JSONBody[ConversationUpdate], store: StoreDep,
+                     conversations: ConversationsDep) -> Conversation:
+        """Rename, or set the system prompt or the sampling settings."""
+        before = store.get_conversation(conversation_id)
+        if data.title is not UNSET and not data.title.strip():
+            raise ValidationException("the title is empty")
+        store.update_conversation(conversation_id, title=None if data.title is UNSET else data.title,
+                                  system_prompt=None if data.system_prompt is UNSET else data.system_prompt,
+                                  settings=None if data.settings is UNSET else data.settings)
+        after = store.get_conversation(conversation_id)
+        if after.system_prompt != before.system_prompt:
+            conversations.retokenize(after)
+        return after
+
+    @delete("/{conversation_id:str}")
+    async def remove(self, conversation_id: Id, store: StoreDep, conversations: ConversationsDep) -> None:
+        store.get_conversation(conversation_id)
+        await conversations.stop(conversation_id)
+        store.delete_conversation(conversation_id)
+
+    @post("/{conversation_id:str}/messages", status_code=200)
+    async def send(self, conversation_id: Id, data: JSONBody[SendMessage], store: StoreDep,
+                   conversations: ConversationsDep) -> ServerSentEvent:
+        """A user message under any parent (or a new root), then n replies as sibling branches."""
+        conversation = store.get_conversation(conversation_id)
+        if data.parent_id is not None:
+            store.get_message(conversation_id, data.parent_id)
+        return await _send(conversations, conversation, data.parent_id, data.content, data.n, data.settings)
+
+    @post("/{conversation_id:str}/messages/{message_id:str}/edit", status_code=200)
+    async def edit(self, conversation_id: Id, message_id: Id, data: JSONBody[EditMessage], store: StoreDep,
+                   conversations: ConversationsDep) -> ServerSentEvent:
+        """A new user message beside `message_id` (a sibling branch), then its replies."""
+        conversation = store.get_conversation(conversation_id)
+        original = store.get_message(conversation_id, message_id)
+        if original.role != "user":
+            raise ValidationException(f"message {message_id!r} is a reply; only user messages can be edited")
+        return await _send(conversations, conversation, original.parent_id, data.content, data.n, data.settings)
+
+    @post("/{conversation_id:str}/messages/{message_id:str}/regenerate", status_code=200)
+    async def regenerate(self, conversation_id: Id, message_id: Id, data: JSONBody[Regenerate], store: StoreDep,
+                         conversations: ConversationsDep) -> ServerSentEvent:
+        """n more replies beside the reply `message_id` (or n replies to the user message `message_id`)."""
+        conversation = store.get_conversation(conversation_id)
+        message = store.get_message(conversation_id, message_id)
+        parent = store.get_message(conversation_id, message.parent_id) if message.role == "assistant" else message
+        replies = await _start(conversations, conversation, parent, data.n, data.settings)
+        return _event_stream(replies.events())
+
+    @post("/{conversation_id:str}/stop", status_code=200)
+    async def stop(self, conversation_id: Id, data: JSONBody[StopRequest], store: StoreDep,
+                   conversations: ConversationsDep) -> StopResult:
+        """Stop the running generations of the conversation (or the one writing `message_id`); their replies
+        are kept as far as they got, marked stopped."""
+        store.get_conversation(conversation_id)
+        return StopResult(stopped=await conversations.stop(conversation_id, data.message_id))
+
+    @get("/{conversation_id:str}/export")
+    async def export(self, conversation_id: Id, store: StoreDep,
+                     format: FromQuery[Literal["markdown", "json"]] = "markdown",
+                     leaf: FromQuery[str | None] = None) -> Response:
+        """Markdown: the branch that ends at `leaf` (default: the newest message). JSON: the whole tree."""
+        conversation = store.get_conversation(conversation_id)
+        name = re.sub(r"[^A-Za-z0-9._-]+", "-", conversation.title).strip("-")[:60] or conversation.id
+        if format == "json":
+            tree = ConversationTree(conversation, store.messages(conversation_id))
+            return Response(msgspec.json.format(msgspec.json.encode(tree)), media_type="application/json",
+                            headers={"Content-Disposition": f'attachment; filename="{name}.json"'})
+        messages = store.messages(conversation_id)
+        if leaf is None and messages:
+            leaf = messages[-1].id
+        path = store.path(conversation_id, leaf) if leaf else []
+        return Response(export_markdown(conversation, path), media_type="text/markdown; charset=utf-8",
+                        headers={"Content-Disposition": f'attachment; filename="{name}.md"'})
+
+
+class SearchController(Controller):
+    path = "/api/search"
+
+    @get("/")
+    async def search(self, store: StoreDep, q: Annotated[str, QueryParameter(min_length=1)],
+                     limit: Annotated[int, QueryParameter(ge=1, le=500)] = 50) -> list[SearchHit]:
+        """Messages matching an FTS5 query over every conversation, best first."""
+        return store.search(q, limit)
+
+
+async def _start(conversations: Conversations, conversation: Conversation, parent: Message, n: int,
+                 settings: SamplingSettings | None) -> Replies:
+    try:
+        return await conversations.start_replies(conversation, parent, n, settings or conversation.settings)
+    except ValueError as error:
+        if isinstance(error, BackendRequestError):
+            raise
+        raise ValidationException(str(error)) from None
+
+
+async def _send(conversations: Conversations, conversation: Conversation, parent_id: str | None, content: str,
+                n: int, settings: SamplingSettings | None) -> ServerSentEvent:
+    if not content.strip():
+        raise ValidationException("the message is empty")
+    conversations.backend.ensure_ready()
+    user = conversations.add_user_message(conversation, parent_id, content)
+    try:
+        replies = await _start(conversations, conversation, user, n, settings)
+    except Exception:
+        conversations.store.delete_message(conversation.id, user.id)  # nothing was answered: leave no trace
+        raise
+    return _event_stream(_prepend(UserEvent(message=user), replies.events()))
+
+
+async def _prepend(first: StreamEvent, rest: AsyncIterator[StreamEvent]) -> AsyncIterator[StreamEvent]:
+    yield first
+    async for event in rest:
+        yield event
+
+
+def _event_stream(events: AsyncIterator[StreamEvent]) -> ServerSentEvent:
+    async def encode() -> AsyncIterator[ServerSentEventMessage]:
+        async for event in events:
+            yield ServerSentEventMessage(event=type(event).__struct_config__.tag,
+                                         data=msgspec.json.encode(event).decode())
+
+    return ServerSentEvent(encode())
+
+
+def export_markdown(conversation: Conversation, path: list[Message]) -> str:
+    lines = [f"# {conversation.title}", ""]
+    if conversation.system_prompt:
+        lines += ["**System**", "", conversation.system_prompt, ""]
+    for message in path:
+        who = "You" if message.role == "user" else f"Assistant ({message.model})" if message.model else "Assistant"
+        note = " — stopped" if message.stopped else ""
+        lines += [f"**{who}**{note}", "", message.content, ""]
+    return "\n".join(lines)

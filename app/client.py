@@ -1,0 +1,142 @@
+"""The client the user interfaces use to talk to the engine process.
+
+    client = await EngineClient.connect(on_progress=show)   # finds the engine or starts it, waits for the model
+    conversation = await client.create_conversation()
+    async for event in client.send(conversation.id, "Hello", n=2):
+        ...  # UserEvent, StartEvent, DeltaEvent (by message_id), DoneEvent, ErrorEvent
+"""
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+import msgspec
+
+from localchat.app import lifecycle
+from localchat.app import settings as paths
+from localchat.app.protocol import (
+    Conversation, ConversationCreate, ConversationTree, ConversationUpdate, EditMessage, Health, LoginCode,
+    Regenerate, SamplingSettings, SearchHit, SendMessage, StopRequest, StopResult, StreamEvent,
+)
+from localchat.app.security import load_or_create_token
+
+
+class EngineError(RuntimeError):
+    """The engine answered with an error; status is the HTTP status."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class EngineClient:
+    def __init__(self, base_url: str, token: str, timeout: float = 30.0):
+        self.base_url = base_url.rstrip("/")
+        self.http = httpx.AsyncClient(base_url=self.base_url, headers={"Authorization": f"Bearer {token}"},
+                                      timeout=httpx.Timeout(timeout, read=None))
+
+    @classmethod
+    async def connect(cls, on_progress: Callable[[Health], None] | None = None, serve_args: list[str] = (),
+                      timeout: float = 600.0) -> "EngineClient":
+        """Find the running engine or start one in the background; returns once its model is loaded."""
+        state = await asyncio.to_thread(lifecycle.ensure_engine, list(serve_args), on_progress, timeout)
+        return cls(state.url, load_or_create_token(paths.token_path()))
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def __aenter__(self) -> "EngineClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def _call(self, method: str, path: str, body=None, kind=None, **params):
+        response = await self.http.request(method, path, content=None if body is None else msgspec.json.encode(body),
+                                           params=params or None,
+                                           headers={"Content-Type": "application/json"} if body is not None else None)
+        _raise_for_status(response.status_code, response.content)
+        if kind is None:
+            return response.content
+        return msgspec.json.decode(response.content, type=kind)
+
+    async def _events(self, path: str, body) -> AsyncIterator[StreamEvent]:
+        async with self.http.stream("POST", path, content=msgspec.json.encode(body),
+                                    headers={"Content-Type": "application/json"}) as response:
+            if response.status_code >= 400:
+                _raise_for_status(response.status_code, await response.aread())
+            async for line in response.aiter_lines():
+                if line.startswith("data:"):
+                    yield msgspec.json.decode(line[5:].strip(), type=StreamEvent)
+
+    # --- the engine ---
+
+    async def health(self) -> Health:
+        return await self._call("GET", "/health", kind=Health)
+
+    async def metrics(self) -> str:
+        return (await self._call("GET", "/metrics")).decode()
+
+    async def login_code(self) -> LoginCode:
+        return await self._call("POST", "/api/auth/login-code", kind=LoginCode)
+
+    # --- conversations ---
+
+    async def list_conversations(self) -> list[Conversation]:
+        return await self._call("GET", "/api/conversations", kind=list[Conversation])
+
+    async def create_conversation(self, title: str | None = None, system_prompt: str = "",
+                                  settings: SamplingSettings | None = None) -> Conversation:
+        return await self._call("POST", "/api/conversations", ConversationCreate(title=title,
+                                system_prompt=system_prompt, settings=settings), kind=Conversation)
+
+    async def conversation(self, conversation_id: str, token_ids: bool = False) -> ConversationTree:
+        params = {"token_ids": "true"} if token_ids else {}
+        return await self._call("GET", f"/api/conversations/{conversation_id}", kind=ConversationTree, **params)
+
+    async def update_conversation(self, conversation_id: str, **fields) -> Conversation:
+        """title=..., system_prompt=..., settings=SamplingSettings(...)"""
+        return await self._call("PATCH", f"/api/conversations/{conversation_id}", ConversationUpdate(**fields),
+                                kind=Conversation)
+
+    async def rename(self, conversation_id: str, title: str) -> Conversation:
+        return await self.update_conversation(conversation_id, title=title)
+
+    async def delete_conversation(self, conversation_id: str) -> None:
+        await self._call("DELETE", f"/api/conversations/{conversation_id}")
+
+    def send(self, conversation_id: str, content: str, parent_id: str | None = None, n: int = 1,
+             settings: SamplingSettings | None = None) -> AsyncIterator[StreamEvent]:
+        return self._events(f"/api/conversations/{conversation_id}/messages",
+                            SendMessage(content=content, parent_id=parent_id, n=n, settings=settings))
+
+    def regenerate(self, conversation_id: str, message_id: str, n: int = 1,
+                   settings: SamplingSettings | None = None) -> AsyncIterator[StreamEvent]:
+        return self._events(f"/api/conversations/{conversation_id}/messages/{message_id}/regenerate",
+                            Regenerate(n=n, settings=settings))
+
+    def edit(self, conversation_id: str, message_id: str, content: str, n: int = 1,
+             settings: SamplingSettings | None = None) -> AsyncIterator[StreamEvent]:
+        return self._events(f"/api/conversations/{conversation_id}/messages/{message_id}/edit",
+                            EditMessage(content=content, n=n, settings=settings))
+
+    async def stop(self, conversation_id: str, message_id: str | None = None) -> StopResult:
+        return await self._call("POST", f"/api/conversations/{conversation_id}/stop",
+                                StopRequest(message_id=message_id), kind=StopResult)
+
+    async def export(self, conversation_id: str, format: str = "markdown", leaf: str | None = None) -> str:
+        params = {"format": format} | ({"leaf": leaf} if leaf else {})
+        return (await self._call("GET", f"/api/conversations/{conversation_id}/export", **params)).decode()
+
+    async def search(self, query: str, limit: int = 50) -> list[SearchHit]:
+        return await self._call("GET", "/api/search", kind=list[SearchHit], q=query, limit=limit)
+
+
+def _raise_for_status(status: int, body: bytes) -> None:
+    if status < 400:
+        return
+    try:
+        message = msgspec.json.decode(body)["error"]["message"]
+    except (msgspec.DecodeError, KeyError, TypeError):
+        message = body.decode(errors="replace")[:300]
+    raise EngineError(status, message)

@@ -1,0 +1,288 @@
+"""The OpenAI-compatible API under /v1: models, chat completions and completions, whole or streamed.
+
+With the embedded engine each request becomes one engine request (n replies share the prompt's KV blocks);
+with a remote backend the request is validated here and relayed to that server as it is.
+"""
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import msgspec
+from litestar import Controller, Request, Response, get, post
+from litestar.di import NamedDependency
+from litestar.exceptions import NotFoundException, ValidationException
+from litestar.response import ServerSentEvent, Stream
+
+from localchat.app.backends import Backend, RemoteBackend, Update
+from localchat.app.conversations import Running
+from localchat.app.protocol import (
+    MAX_N, ChatChoice, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, AssistantMessage, ChoiceLogprobs,
+    ChunkChoice, ChunkDelta, Completion, CompletionChoice, CompletionLogprobs, CompletionRequest, Model, ModelList,
+    PromptTokensDetails, SamplingFields, TokenLogprobOut, TopLogprob, Usage,
+)
+from localchat.engine.outputs import CompletionOutput, TokenLogprob
+from localchat.engine.sampling_params import SamplingParams
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # as OpenAI's /v1/completions
+
+
+class OpenAIController(Controller):
+    path = "/v1"
+
+    @get("/models")
+    async def models(self, backend: NamedDependency[Backend]) -> Response:
+        if isinstance(backend, RemoteBackend):
+            return await _relay(backend, "GET", "/v1/models", None)
+        backend.ensure_ready()
+        created = int(time.time())
+        return Response(ModelList(data=[Model(id=backend.model_name, created=created)]))
+
+    @post("/chat/completions", status_code=200)
+    async def chat_completions(self, request: Request, backend: NamedDependency[Backend],
+                               running: NamedDependency[Running]) -> Response:
+        body = await request.body()
+        req = _decode(body, ChatCompletionRequest)
+        if isinstance(backend, RemoteBackend):
+            return await _relay(backend, "POST", "/v1/chat/completions", body)
+        _check_model(req, backend)
+        if req.top_logprobs is not None and not req.logprobs:
+            raise ValidationException("top_logprobs needs logprobs: true")
+        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        params = _params(req, max_tokens, (req.top_logprobs or 0) if req.logprobs else None)
+        messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+        if not messages:
+            raise ValidationException("messages must not be empty")
+        prompt = backend.apply_chat_template(messages)
+        job = await _Job.open(backend, running, [prompt], params)
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            return ServerSentEvent(_chat_chunks(job, include_usage))
+        results = await job.collect()
+        choices = [ChatChoice(index=o.index, message=AssistantMessage(content=o.text), finish_reason=o.finish_reason,
+                              logprobs=_chat_logprobs(backend, o.logprobs)) for o in results]
+        return Response(ChatCompletion(id=job.id, created=job.created, model=job.model, choices=choices,
+                                       usage=job.usage()))
+
+    @post("/completions", status_code=200)
+    async def completions(self, request: Request, backend: NamedDependency[Backend],
+                               running: NamedDependency[Running]) -> Response:
+        body = await request.body()
+        req = _decode(body, CompletionRequest)
+        if isinstance(backend, RemoteBackend):
+            return await _relay(backend, "POST", "/v1/completions", body)
+        _check_model(req, backend)
+        if req.echo and req.logprobs is not None:
+            raise ValidationException("echo with logprobs is not supported (prompt logprobs are not computed)")
+        max_tokens = req.max_tokens if req.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
+        params = _params(req, max_tokens, req.logprobs)
+        prompts = [backend.tokenize(p) for p in _prompts(req.prompt)]
+        job = await _Job.open(backend, running, prompts, params)
+        echoes = [backend.detokenize(p) if req.echo else "" for p in prompts]
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            return ServerSentEvent(_completion_chunks(job, echoes, include_usage))
+        results = await job.collect()
+        choices = [CompletionChoice(index=o.index, text=echoes[o.index // params.n] + o.text,
+                                    finish_reason=o.finish_reason,
+                                    logprobs=_completion_logprobs(backend, o.logprobs))
+                   for o in results]
+        return Response(Completion(id=job.id, created=job.created, model=job.model, choices=choices,
+                                   usage=job.usage()))
+
+
+def _decode(body: bytes, kind: type):
+    if not body.strip():
+        raise ValidationException("a JSON request body is required")
+    try:
+        return msgspec.json.decode(body, type=kind)
+    except msgspec.ValidationError as error:
+        raise ValidationException(f"invalid request: {error}") from None
+    except msgspec.DecodeError as error:
+        raise ValidationException(f"malformed JSON: {error}") from None
+
+
+def _check_model(req: SamplingFields, backend: Backend) -> None:
+    backend.ensure_ready()
+    if req.model is not None and req.model != backend.model_name:
+        raise NotFoundException(f"model {req.model!r} does not exist; this server serves {backend.model_name!r}")
+
+
+def _params(req: SamplingFields, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+    if not 1 <= req.n <= MAX_N:
+        raise ValidationException(f"n must be in [1, {MAX_N}], got {req.n}")
+    try:
+        return SamplingParams(
+            n=req.n, temperature=1.0 if req.temperature is None else req.temperature,
+            top_p=1.0 if req.top_p is None else req.top_p, top_k=req.top_k or 0, min_p=req.min_p or 0.0,
+            repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+            presence_penalty=req.presence_penalty or 0.0, frequency_penalty=req.frequency_penalty or 0.0,
+            seed=req.seed, stop=req.stop or [], max_tokens=max_tokens, logprobs=logprobs, ignore_eos=req.ignore_eos)
+    except ValueError as error:
+        raise ValidationException(str(error)) from None
+
+
+def _prompts(prompt) -> list[str | list[int]]:
+    """A string, a list of strings, a list of token ids, or a list of token id lists."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if prompt and all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
+        return [prompt]
+    if prompt and all(isinstance(p, str) for p in prompt):
+        return list(prompt)
+    if prompt and all(isinstance(p, list) for p in prompt):
+        return [list(p) for p in prompt]
+    raise ValidationException("prompt must be a string, a list of strings, a list of token ids "
+                              "or a list of token id lists")
+
+
+class _Job:
+    """One engine request per prompt; reply k of prompt i is choice i * n + k."""
+
+    def __init__(self, backend: Backend, running: Running, streams: list, request_ids: list[str], n: int):
+        self.backend, self.running, self.streams, self.request_ids, self.n = backend, running, streams, request_ids, n
+        self.id = f"cmpl-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.model = backend.model_name
+        self.prompt_tokens = [0] * len(streams)
+        self.cached_tokens = [0] * len(streams)
+        self.completion_tokens = 0
+
+    @classmethod
+    async def open(cls, backend: Backend, running: Running, prompts: list[list[int]], params: SamplingParams):
+        request_ids = [uuid.uuid4().hex for _ in prompts]
+        streams = [await backend.open(p, params, rid) for p, rid in zip(prompts, request_ids)]
+        for rid in request_ids:
+            running.add(rid)
+        return cls(backend, running, streams, request_ids, params.n)
+
+    async def updates(self) -> AsyncIterator[tuple[int, Update]]:
+        """(prompt index, update) from every prompt's stream as they come; leaving early aborts them all."""
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def pump(i: int, stream) -> None:
+            try:
+                async for update in stream:
+                    await queue.put((i, update))
+            except Exception as error:
+                await queue.put(error)
+            finally:
+                await queue.put((i, None))
+
+        tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(self.streams)]
+        open_streams = len(tasks)
+        try:
+            while open_streams:
+                item = await queue.get()
+                if isinstance(item, Exception):
+                    raise item
+                i, update = item
+                if update is None:
+                    open_streams -= 1
+                    continue
+                if update.prompt_tokens is not None:
+                    self.prompt_tokens[i], self.cached_tokens[i] = update.prompt_tokens, update.cached_tokens or 0
+                for out in update.outputs:
+                    self.completion_tokens += len(out.token_ids)
+                    out.index += i * self.n
+                yield i, update
+        finally:
+            for task in tasks:
+                task.cancel()
+            for rid in self.request_ids:
+                self.running.remove(rid)
+                await self.backend.abort(rid)  # a no-op for a finished request
+
+    async def collect(self) -> list[CompletionOutput]:
+        merged: dict[int, CompletionOutput] = {}
+        async for _, update in self.updates():
+            for out in update.outputs:
+                whole = merged.setdefault(out.index, CompletionOutput(out.index))
+                whole.text += out.text
+                whole.token_ids += out.token_ids
+                if out.logprobs is not None:
+                    whole.logprobs = (whole.logprobs or []) + out.logprobs
+                whole.finish_reason = out.finish_reason or whole.finish_reason
+        return [merged[k] for k in sorted(merged)]
+
+    def usage(self) -> Usage:
+        prompt = sum(self.prompt_tokens)
+        return Usage(prompt_tokens=prompt, completion_tokens=self.completion_tokens,
+                     total_tokens=prompt + self.completion_tokens,
+                     prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(self.cached_tokens)))
+
+
+def _encode(value) -> str:
+    return msgspec.json.encode(value).decode()
+
+
+async def _chat_chunks(job: _Job, include_usage: bool) -> AsyncIterator[str]:
+    first = [ChunkChoice(index=k, delta=ChunkDelta(role="assistant", content="")) for k in range(job.n)]
+    yield _encode(ChatCompletionChunk(id=job.id, created=job.created, model=job.model, choices=first))
+    async for _, update in job.updates():
+        choices = [ChunkChoice(index=o.index, delta=ChunkDelta(content=o.text or None), finish_reason=o.finish_reason,
+                               logprobs=_chat_logprobs(job.backend, o.logprobs))
+                   for o in update.outputs if o.text or o.finish_reason or o.logprobs]
+        if choices:
+            yield _encode(ChatCompletionChunk(id=job.id, created=job.created, model=job.model, choices=choices))
+    if include_usage:
+        yield _encode(ChatCompletionChunk(id=job.id, created=job.created, model=job.model, choices=[],
+                                          usage=job.usage()))
+    yield "[DONE]"
+
+
+async def _completion_chunks(job: _Job, echoes: list[str], include_usage: bool) -> AsyncIterator[str]:
+    if any(echoes):
+        choices = [CompletionChoice(index=i * job.n + k, text=echo, finish_reason=None)
+                   for i, echo in enumerate(echoes) for k in range(job.n)]
+        yield _encode(Completion(id=job.id, created=job.created, model=job.model, choices=choices))
+    async for _, update in job.updates():
+        choices = [CompletionChoice(index=o.index, text=o.text, finish_reason=o.finish_reason,
+                                    logprobs=_completion_logprobs(job.backend, o.logprobs))
+                   for o in update.outputs if o.text or o.finish_reason or o.logprobs]
+        if choices:
+            yield _encode(Completion(id=job.id, created=job.created, model=job.model, choices=choices))
+    if include_usage:
+        yield _encode(Completion(id=job.id, created=job.created, model=job.model, choices=[], usage=job.usage()))
+    yield "[DONE]"
+
+
+def _chat_logprobs(backend: Backend, logprobs: list[TokenLogprob] | None) -> ChoiceLogprobs | None:
+    if logprobs is None:
+        return None
+    content = []
+    for lp in logprobs:
+        token = backend.token_text(lp.token_id)
+        alternatives = [TopLogprob(token=(t := backend.token_text(i)), logprob=v, bytes=list(t.encode()))
+                        for i, v in lp.top]
+        content.append(TokenLogprobOut(token=token, logprob=lp.logprob, bytes=list(token.encode()),
+                                       top_logprobs=alternatives))
+    return ChoiceLogprobs(content=content)
+
+
+def _completion_logprobs(backend: Backend, logprobs: list[TokenLogprob] | None) -> CompletionLogprobs | None:
+    if logprobs is None:
+        return None
+    tokens = [backend.token_text(lp.token_id) for lp in logprobs]
+    offsets, at = [], 0
+    for token in tokens:
+        offsets.append(at)
+        at += len(token)
+    return CompletionLogprobs(tokens=tokens, token_logprobs=[lp.logprob for lp in logprobs],
+                              top_logprobs=[{backend.token_text(i): v for i, v in lp.top} for lp in logprobs],
+                              text_offset=offsets)
+
+
+async def _relay(backend: RemoteBackend, method: str, path: str, body: bytes | None) -> Response:
+    response = await backend.proxy(method, path, body)
+
+    async def relay() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in response.aiter_raw():
+                yield chunk
+        finally:
+            await response.aclose()
+
+    return Stream(relay(), status_code=response.status_code,
+                  media_type=response.headers.get("content-type", "application/json"))

@@ -1,0 +1,342 @@
+"""Messages on the wire, shared by the engine process (server) and its clients.
+
+Two families: the OpenAI-compatible shapes under /v1, and localchat's own conversation shapes under /api.
+Every body is a msgspec.Struct; fields the OpenAI API has but localchat ignores (user, tools, ...) are
+accepted and dropped, as msgspec does for unknown fields.
+"""
+
+from typing import Literal
+
+import msgspec
+from msgspec import UNSET, Struct, UnsetType
+
+MAX_N = 16  # most replies one request may ask for
+
+
+# --- OpenAI-compatible (/v1) ---------------------------------------------------------------------
+
+
+class ContentPart(Struct):
+    type: str
+    text: str | None = None
+
+
+class ChatMessageIn(Struct):
+    role: str
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "".join(part.text or "" for part in self.content if part.type == "text")
+        return self.content or ""
+
+
+class StreamOptions(Struct):
+    include_usage: bool = False
+
+
+class SamplingFields(Struct, kw_only=True):
+    """The sampling fields both /v1 endpoints accept."""
+
+    model: str | None = None
+    n: int = 1
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    max_tokens: int | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    ignore_eos: bool = False
+
+
+class ChatCompletionRequest(SamplingFields, kw_only=True):
+    messages: list[ChatMessageIn]
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+
+
+class CompletionRequest(SamplingFields, kw_only=True):
+    prompt: str | list[str | int | list[int]]  # a string, strings, token ids, or lists of token ids
+    logprobs: int | None = None
+    echo: bool = False
+
+
+class PromptTokensDetails(Struct):
+    cached_tokens: int = 0
+
+
+class Usage(Struct):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails
+
+
+class TopLogprob(Struct):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class TokenLogprobOut(Struct):
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(Struct):
+    content: list[TokenLogprobOut]
+
+
+class AssistantMessage(Struct):
+    role: str = "assistant"
+    content: str = ""
+
+
+class ChatChoice(Struct):
+    index: int
+    message: AssistantMessage
+    finish_reason: str | None
+    logprobs: ChoiceLogprobs | None = None
+
+
+class ChatCompletion(Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    object: str = "chat.completion"
+
+
+class ChunkDelta(Struct, omit_defaults=True):
+    role: str | None = None
+    content: str | None = None
+
+
+class ChunkChoice(Struct):
+    index: int
+    delta: ChunkDelta
+    finish_reason: str | None = None
+    logprobs: ChoiceLogprobs | None = None
+
+
+class ChatCompletionChunk(Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+    object: str = "chat.completion.chunk"
+
+
+class CompletionLogprobs(Struct):
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
+class CompletionChoice(Struct):
+    index: int
+    text: str
+    finish_reason: str | None
+    logprobs: CompletionLogprobs | None = None
+
+
+class Completion(Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+    object: str = "text_completion"
+
+
+class Model(Struct):
+    id: str
+    created: int
+    owned_by: str = "localchat"
+    object: str = "model"
+
+
+class ModelList(Struct):
+    data: list[Model]
+    object: str = "list"
+
+
+class ErrorDetail(Struct):
+    message: str
+    type: str
+    code: int | str | None = None
+    param: str | None = None
+
+
+class ErrorBody(Struct):
+    error: ErrorDetail
+
+
+# --- Conversations (/api) ------------------------------------------------------------------------
+
+
+class SamplingSettings(Struct, kw_only=True):
+    """A conversation's sampling settings (a request may override them)."""
+
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    max_tokens: int = 512
+    seed: int | None = None
+    stop: list[str] = msgspec.field(default_factory=list)
+
+
+class Conversation(Struct, kw_only=True):
+    id: str
+    title: str
+    system_prompt: str
+    settings: SamplingSettings
+    created_at: float
+    updated_at: float  # last activity
+    message_count: int = 0
+
+
+class ConversationCreate(Struct, kw_only=True):
+    title: str | None = None
+    system_prompt: str = ""
+    settings: SamplingSettings | None = None
+
+
+class ConversationUpdate(Struct, kw_only=True):
+    title: str | UnsetType = UNSET
+    system_prompt: str | UnsetType = UNSET
+    settings: SamplingSettings | UnsetType = UNSET
+
+
+class ReplyStats(Struct, kw_only=True):
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    time_to_first_token_s: float | None
+    tokens_per_s: float | None
+    duration_s: float
+
+
+class Message(Struct, kw_only=True, omit_defaults=True):
+    id: str
+    conversation_id: str
+    parent_id: str | None
+    role: Literal["user", "assistant"]
+    content: str
+    created_at: float
+    num_tokens: int = 0
+    finish_reason: str | None = None  # assistant: "stop", "length" or "abort"
+    stopped: bool = False  # assistant: stopped before it finished (stop, disconnect, shutdown)
+    model: str | None = None
+    stats: ReplyStats | None = None
+    token_ids: list[int] | None = None  # only when asked for (?token_ids=true)
+
+
+class ConversationTree(Struct):
+    conversation: Conversation
+    messages: list[Message]  # every branch; children in the order they were written
+
+
+class SendMessage(Struct, kw_only=True):
+    content: str
+    parent_id: str | None = None  # None: a new root of the tree
+    n: int = 1
+    settings: SamplingSettings | None = None  # this request only
+
+
+class Regenerate(Struct, kw_only=True):
+    n: int = 1
+    settings: SamplingSettings | None = None
+
+
+class EditMessage(Struct, kw_only=True):
+    content: str
+    n: int = 1
+    settings: SamplingSettings | None = None
+
+
+class StopRequest(Struct, kw_only=True):
+    message_id: str | None = None  # None: every running generation of the conversation
+
+
+class StopResult(Struct):
+    stopped: list[str]  # assistant message ids that were running
+
+
+class LoginCode(Struct):
+    code: str
+    url: str
+    expires_in_s: int
+
+
+class SearchHit(Struct):
+    conversation_id: str
+    conversation_title: str
+    message_id: str
+    role: str
+    snippet: str
+
+
+# One event stream per send, edit or regenerate. The SSE `event:` line and the `type` field agree.
+
+
+class UserEvent(Struct, tag="user", tag_field="type"):
+    message: Message  # the stored user message (send and edit)
+
+
+class StartEvent(Struct, tag="start", tag_field="type"):
+    parent_id: str
+    message_ids: list[str]  # one per branch, in reply order
+
+
+class DeltaEvent(Struct, tag="delta", tag_field="type"):
+    message_id: str
+    index: int
+    text: str
+
+
+class DoneEvent(Struct, tag="done", tag_field="type"):
+    message: Message  # the stored assistant message, with finish_reason and stats
+
+
+class ErrorEvent(Struct, tag="error", tag_field="type"):
+    message: str
+
+
+StreamEvent = UserEvent | StartEvent | DeltaEvent | DoneEvent | ErrorEvent
+
+
+# --- /health ------------------------------------------------------------------------------------
+
+
+class LoadProgress(Struct, kw_only=True):
+    stage: str
+    fraction: float | None = None  # of the current stage, when it can be measured
+    elapsed_s: float = 0.0
+
+
+class Health(Struct, kw_only=True):
+    status: Literal["loading", "ready", "error", "stopping"]
+    model: str | None
+    backend: Literal["embedded", "remote"]
+    pid: int
+    version: str
+    progress: LoadProgress | None = None
+    error: str | None = None

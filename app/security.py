@@ -1,0 +1,127 @@
+"""Who may talk to the engine process. The chats are private, and every web page the user opens can send
+requests to a port on 127.0.0.1, so:
+
+- a Host header that is not a loopback name (or the configured host) is refused: DNS rebinding;
+- /v1 and /api need the API token, as `Authorization: Bearer` or as the cookie that the one-time login URL
+  sets (HttpOnly, SameSite=Strict);
+- a state-changing request authenticated by that cookie must carry an Origin of this server.
+"""
+
+import hmac
+import os
+import secrets
+import stat
+import time
+from pathlib import Path
+
+import msgspec
+from litestar.types import ASGIApp, Receive, Scope, Send
+
+from localchat.app.protocol import ErrorBody, ErrorDetail
+
+COOKIE_NAME = "localchat_token"
+PROTECTED_PREFIXES = ("/v1", "/api")
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+LOGIN_CODE_TTL_S = 120
+
+
+def load_or_create_token(path: Path) -> str:
+    """The API token, created on first use in a file only the user can read (mode 0600)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        if stat.S_IMODE(path.stat().st_mode) & 0o077:
+            path.chmod(0o600)
+        token = path.read_text().strip()
+        if not token:
+            raise RuntimeError(f"the token file {path} is empty; delete it and a new token is created")
+        return token
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+class LoginCodes:
+    """One-time codes for the browser's login URL: each opens one cookie session, within a short time."""
+
+    def __init__(self, ttl_s: float = LOGIN_CODE_TTL_S):
+        self.ttl_s = ttl_s
+        self.codes: dict[str, float] = {}
+
+    def issue(self) -> str:
+        now = time.monotonic()
+        self.codes = {c: t for c, t in self.codes.items() if t > now}
+        code = secrets.token_urlsafe(24)
+        self.codes[code] = now + self.ttl_s
+        return code
+
+    def redeem(self, code: str) -> bool:
+        expires = self.codes.pop(code, None)
+        return expires is not None and expires > time.monotonic()
+
+
+def host_name(host_header: str) -> str:
+    """`127.0.0.1:8741` -> `127.0.0.1`, `[::1]:8741` -> `::1`."""
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+class SecurityMiddleware:
+    """Plain ASGI middleware in front of every route."""
+
+    def __init__(self, app: ASGIApp, token: str, allowed_hosts: tuple[str, ...], allowed_origins: tuple[str, ...]):
+        self.app, self.token = app, token
+        self.allowed_hosts = {h.lower() for h in allowed_hosts}
+        self.allowed_origins = set(allowed_origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        websocket = scope["type"] == "websocket"
+        if host_name(headers.get("host", "")) not in self.allowed_hosts:
+            return await _refuse(send, 403, "forbidden", "this server answers only to a loopback Host header",
+                                 websocket)
+        path = scope["path"]
+        if any(path == p or path.startswith(p + "/") for p in PROTECTED_PREFIXES):
+            # a websocket is state-changing: with the cookie it needs this server's Origin, as a POST does
+            refusal = self.check_auth("WEBSOCKET" if websocket else scope["method"], headers)
+            if refusal is not None:
+                return await _refuse(send, *refusal, websocket)
+        return await self.app(scope, receive, send)
+
+    def check_auth(self, method: str, headers: dict[str, str]) -> tuple[int, str, str] | None:
+        scheme, _, credential = headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and credential:
+            if hmac.compare_digest(credential.strip().encode(), self.token.encode()):
+                return None
+            return 401, "unauthorized", "wrong API token (see `localchat token`)"
+        if hmac.compare_digest(_cookie(headers.get("cookie", ""), COOKIE_NAME).encode(), self.token.encode()):
+            if method in SAFE_METHODS or headers.get("origin") in self.allowed_origins:
+                return None
+            return 403, "forbidden", "cross-origin request refused (the Origin header must be this server)"
+        return 401, "unauthorized", "an API token is required: Authorization: Bearer <token> (see `localchat token`)"
+
+
+def _cookie(header: str, name: str) -> str:
+    for part in header.split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == name:
+            return value
+    return ""
+
+
+async def _refuse(send: Send, status: int, kind: str, message: str, websocket: bool = False) -> None:
+    if websocket:
+        await send({"type": "websocket.close", "code": 1008, "reason": message})
+        return
+    body = msgspec.json.encode(ErrorBody(ErrorDetail(message=message, type=kind, code=status)))
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="localchat"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,95 @@
+"""How the engine process is configured, and where its files live."""
+
+import importlib.util
+import ipaddress
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8741
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+ENGINE_API_KEY_ENV = "LOCALCHAT_ENGINE_API_KEY"  # the bearer token of an --engine-url server
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    model: str | None = None  # the embedded engine's model (None: SmolLM2-135M-Instruct)
+    engine_url: str | None = None  # an OpenAI-compatible server instead of the embedded engine
+    engine_model: str | None = None
+    engine_api_key: str | None = None
+    kv_blocks: int | None = None  # the embedded engine's KV cache size (None: the engine's default)
+    max_model_len: int | None = None
+
+    @classmethod
+    def from_env(cls, **overrides) -> "Settings":
+        overrides.setdefault("engine_api_key", os.environ.get(ENGINE_API_KEY_ENV) or None)
+        return cls(**{k: v for k, v in overrides.items() if v is not None})
+
+    @property
+    def url(self) -> str:
+        return f"http://{url_host(self.host)}:{self.port}"
+
+    @property
+    def allowed_hosts(self) -> tuple[str, ...]:
+        """Host header names the server answers: loopback names, and the bound host if it is a real name."""
+        extra = () if self.host in ("0.0.0.0", "::", "") else (self.host.strip("[]"),)
+        return tuple(dict.fromkeys(LOOPBACK_NAMES + extra))
+
+    @property
+    def allowed_origins(self) -> tuple[str, ...]:
+        return tuple(f"http://{url_host(host)}:{self.port}" for host in self.allowed_hosts)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def _engine_user_dir():
+    """localchat.engine.dirs.user_dir, loaded without running localchat.engine's __init__ (which imports torch
+    and transformers, ~3 s), so that `localchat token|status|stop` and the UI clients start at once."""
+    if "localchat.engine" in sys.modules:
+        from localchat.engine.dirs import user_dir
+
+        return user_dir
+    package = importlib.util.find_spec("localchat.engine")
+    spec = importlib.util.spec_from_file_location("localchat_engine_dirs",
+                                                  Path(package.submodule_search_locations[0]) / "dirs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.user_dir
+
+
+user_dir = _engine_user_dir()
+
+
+def db_path() -> Path:
+    return user_dir("data") / "localchat.db"
+
+
+def token_path() -> Path:
+    return user_dir("config") / "token"
+
+
+def state_path() -> Path:
+    return user_dir("runtime") / "engine.json"
+
+
+def lock_path() -> Path:
+    return user_dir("runtime") / "engine.lock"
+
+
+def log_path() -> Path:
+    return user_dir("state") / "engine.log"

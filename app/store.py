@@ -1,0 +1,256 @@
+"""The conversation store: SQLite (WAL, foreign keys), schema versioned by PRAGMA user_version.
+
+A conversation is a tree of messages; each message keeps the token ids it contributed to the prompt
+(a little-endian uint32 array), so a branch's prompt is the concatenation along its path. Every write is
+one committed transaction: a killed process loses nothing that was written.
+"""
+
+import array
+import secrets
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+
+from localchat.app.protocol import Conversation, Message, ReplyStats, SamplingSettings, SearchHit
+
+# MIGRATIONS[i] brings the schema from user_version i to i + 1.
+MIGRATIONS = [
+    """
+    CREATE TABLE conversations (
+        id            TEXT PRIMARY KEY,
+        title         TEXT NOT NULL,
+        system_prompt TEXT NOT NULL DEFAULT '',
+        settings      TEXT NOT NULL DEFAULT '{}',
+        created_at    REAL NOT NULL,
+        updated_at    REAL NOT NULL
+    );
+    CREATE TABLE messages (
+        id              TEXT PRIMARY KEY,
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        parent_id       TEXT REFERENCES messages(id) ON DELETE CASCADE,
+        role            TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+        content         TEXT NOT NULL,
+        token_ids       BLOB NOT NULL,
+        finish_reason   TEXT,
+        stopped         INTEGER NOT NULL DEFAULT 0,
+        model           TEXT,
+        stats           TEXT,
+        created_at      REAL NOT NULL
+    );
+    CREATE INDEX messages_by_conversation ON messages (conversation_id, created_at);
+    CREATE INDEX messages_by_parent ON messages (parent_id);
+    CREATE INDEX conversations_by_activity ON conversations (updated_at DESC);
+    """,
+    """
+    CREATE VIRTUAL TABLE message_search USING fts5 (content, content='messages', content_rowid='rowid');
+    CREATE TRIGGER messages_search_insert AFTER INSERT ON messages BEGIN
+        INSERT INTO message_search (rowid, content) VALUES (new.rowid, new.content);
+    END;
+    CREATE TRIGGER messages_search_delete AFTER DELETE ON messages BEGIN
+        INSERT INTO message_search (message_search, rowid, content) VALUES ('delete', old.rowid, old.content);
+    END;
+    CREATE TRIGGER messages_search_update AFTER UPDATE OF content ON messages BEGIN
+        INSERT INTO message_search (message_search, rowid, content) VALUES ('delete', old.rowid, old.content);
+        INSERT INTO message_search (rowid, content) VALUES (new.rowid, new.content);
+    END;
+    INSERT INTO message_search (message_search) VALUES ('rebuild');
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_MESSAGE_COLUMNS = ("id, conversation_id, parent_id, role, content, token_ids, finish_reason, stopped, model, "
+                    "stats, created_at")
+
+
+class StoreError(LookupError):
+    """An id that is not in the store."""
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(8)}"
+
+
+def pack_tokens(token_ids: list[int]) -> bytes:
+    packed = array.array("I", token_ids)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def unpack_tokens(blob: bytes) -> list[int]:
+    packed = array.array("I")
+    packed.frombytes(blob)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tolist()
+
+
+class Store:
+    def __init__(self, path: Path | str):
+        self.file = Path(path)
+        self.db = sqlite3.connect(self.file, check_same_thread=False, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.execute("PRAGMA synchronous = FULL")
+        self.db.execute("PRAGMA foreign_keys = ON")
+        self.db.execute("PRAGMA busy_timeout = 5000")
+        self.migrate()
+
+    def migrate(self) -> None:
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(f"{self.file} has schema version {version}, newer than this localchat "
+                               f"({SCHEMA_VERSION}); upgrade localchat")
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            self.db.executescript(f"BEGIN; {MIGRATIONS[target - 1]}; PRAGMA user_version = {target}; COMMIT;")
+
+    @property
+    def schema_version(self) -> int:
+        return self.db.execute("PRAGMA user_version").fetchone()[0]
+
+    def close(self) -> None:
+        self.db.close()
+
+    def integrity_check(self) -> str:
+        return self.db.execute("PRAGMA integrity_check").fetchone()[0]
+
+    # --- conversations ---
+
+    def create_conversation(self, title: str, system_prompt: str, settings: SamplingSettings) -> Conversation:
+        now = time.time()
+        conversation = Conversation(id=new_id("c"), title=title, system_prompt=system_prompt, settings=settings,
+                                    created_at=now, updated_at=now)
+        self.db.execute("INSERT INTO conversations VALUES (?, ?, ?, ?, ?, ?)",
+                        (conversation.id, title, system_prompt, msgspec.json.encode(settings).decode(), now, now))
+        return conversation
+
+    def list_conversations(self) -> list[Conversation]:
+        """Newest activity first."""
+        rows = self.db.execute(
+            "SELECT c.*, (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count "
+            "FROM conversations c ORDER BY updated_at DESC, rowid DESC").fetchall()
+        return [_conversation(row) for row in rows]
+
+    def get_conversation(self, conversation_id: str) -> Conversation:
+        row = self.db.execute(
+            "SELECT c.*, (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count "
+            "FROM conversations c WHERE id = ?", (conversation_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"no conversation {conversation_id!r}")
+        return _conversation(row)
+
+    def update_conversation(self, conversation_id: str, *, title: str | None = None,
+                            system_prompt: str | None = None, settings: SamplingSettings | None = None) -> None:
+        fields = {"title": title, "system_prompt": system_prompt,
+                  "settings": None if settings is None else msgspec.json.encode(settings).decode()}
+        fields = {k: v for k, v in fields.items() if v is not None}
+        if not fields:
+            return
+        assignments = ", ".join(f"{k} = ?" for k in fields)
+        cursor = self.db.execute(f"UPDATE conversations SET {assignments}, updated_at = ? WHERE id = ?",
+                                 (*fields.values(), time.time(), conversation_id))
+        if cursor.rowcount == 0:
+            raise StoreError(f"no conversation {conversation_id!r}")
+
+    def delete_conversation(self, conversation_id: str) -> None:
+        cursor = self.db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+        if cursor.rowcount == 0:
+            raise StoreError(f"no conversation {conversation_id!r}")
+
+    # --- messages ---
+
+    def add_message(self, message: Message, token_ids: list[int]) -> Message:
+        """Write a complete message (and the conversation's last activity) in one transaction."""
+        stats = None if message.stats is None else msgspec.json.encode(message.stats).decode()
+        with self._transaction():
+            self.db.execute(f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            (message.id, message.conversation_id, message.parent_id, message.role, message.content,
+                             pack_tokens(token_ids), message.finish_reason, int(message.stopped), message.model,
+                             stats, message.created_at))
+            self.db.execute("UPDATE conversations SET updated_at = max(updated_at, ?) WHERE id = ?",
+                            (message.created_at, message.conversation_id))
+        message.num_tokens = len(token_ids)
+        return message
+
+    def get_message(self, conversation_id: str, message_id: str, with_tokens: bool = False) -> Message:
+        row = self.db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ? AND conversation_id = ?",
+                              (message_id, conversation_id)).fetchone()
+        if row is None:
+            raise StoreError(f"no message {message_id!r} in conversation {conversation_id!r}")
+        return _message(row, with_tokens)
+
+    def messages(self, conversation_id: str, with_tokens: bool = False) -> list[Message]:
+        """Every message of the conversation, parents before children, siblings in the order written."""
+        rows = self.db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? "
+                               "ORDER BY created_at, rowid", (conversation_id,)).fetchall()
+        return [_message(row, with_tokens) for row in rows]
+
+    def path(self, conversation_id: str, message_id: str) -> list[Message]:
+        """The branch from the root down to message_id (with token ids)."""
+        rows = self.db.execute(
+            f"WITH RECURSIVE branch(id, depth) AS (SELECT ?, 0 UNION ALL "
+            f"SELECT m.parent_id, b.depth + 1 FROM messages m JOIN branch b ON m.id = b.id "
+            f"WHERE m.parent_id IS NOT NULL) "
+            f"SELECT {', '.join('m.' + c for c in _MESSAGE_COLUMNS.split(', '))} FROM branch b "
+            f"JOIN messages m ON m.id = b.id WHERE m.conversation_id = ? ORDER BY b.depth DESC",
+            (message_id, conversation_id)).fetchall()
+        if not rows or rows[-1]["id"] != message_id:
+            raise StoreError(f"no message {message_id!r} in conversation {conversation_id!r}")
+        return [_message(row, True) for row in rows]
+
+    def delete_message(self, conversation_id: str, message_id: str) -> None:
+        """Remove a message and its replies."""
+        self.db.execute("DELETE FROM messages WHERE id = ? AND conversation_id = ?", (message_id, conversation_id))
+
+    def set_token_ids(self, updates: list[tuple[str, list[int]]]) -> None:
+        with self._transaction():
+            self.db.executemany("UPDATE messages SET token_ids = ? WHERE id = ?",
+                                [(pack_tokens(ids), message_id) for message_id, ids in updates])
+
+    def search(self, query: str, limit: int = 50) -> list[SearchHit]:
+        """Messages matching an FTS5 query, best first. A query FTS5 cannot parse is searched as one phrase."""
+        sql = ("SELECT m.id, m.role, m.conversation_id, c.title, "
+               "snippet(message_search, 0, '[', ']', '…', 12) AS snippet "
+               "FROM message_search JOIN messages m ON m.rowid = message_search.rowid "
+               "JOIN conversations c ON c.id = m.conversation_id "
+               "WHERE message_search MATCH ? ORDER BY rank LIMIT ?")
+        try:
+            rows = self.db.execute(sql, (query, limit)).fetchall()
+        except sqlite3.OperationalError:
+            rows = self.db.execute(sql, ('"' + query.replace('"', '""') + '"', limit)).fetchall()
+        return [SearchHit(conversation_id=r["conversation_id"], conversation_title=r["title"],
+                          message_id=r["id"], role=r["role"], snippet=r["snippet"]) for r in rows]
+
+    def _transaction(self):
+        return _Transaction(self.db)
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def __enter__(self):
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, error_type, error, traceback):
+        self.db.execute("ROLLBACK" if error_type else "COMMIT")
+
+
+def _conversation(row: sqlite3.Row) -> Conversation:
+    return Conversation(id=row["id"], title=row["title"], system_prompt=row["system_prompt"],
+                        settings=msgspec.json.decode(row["settings"], type=SamplingSettings),
+                        created_at=row["created_at"], updated_at=row["updated_at"],
+                        message_count=row["message_count"])
+
+
+def _message(row: sqlite3.Row, with_tokens: bool) -> Message:
+    token_ids = unpack_tokens(row["token_ids"])
+    return Message(id=row["id"], conversation_id=row["conversation_id"], parent_id=row["parent_id"],
+                   role=row["role"], content=row["content"], created_at=row["created_at"],
+                   num_tokens=len(token_ids), finish_reason=row["finish_reason"], stopped=bool(row["stopped"]),
+                   model=row["model"],
+                   stats=None if row["stats"] is None else msgspec.json.decode(row["stats"], type=ReplyStats),
+                   token_ids=token_ids if with_tokens else None)

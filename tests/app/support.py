@@ -1,0 +1,143 @@
+"""Real `localchat serve` processes for the app tests, and small helpers to talk to them.
+
+Each server gets its own LOCALCHAT_HOME (its own token, database, state and lock files); their `cache` folder
+is the test session's, so the embedded model is converted once per session at most.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+SESSION_HOME = Path(os.environ["LOCALCHAT_HOME"])
+READY_TIMEOUT_S = 240  # a first start in a fresh session converts the GGUF file
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_home(root: Path) -> Path:
+    """A LOCALCHAT_HOME of its own that shares the session's model cache."""
+    root.mkdir(parents=True, exist_ok=True)
+    (SESSION_HOME / "cache").mkdir(parents=True, exist_ok=True)
+    if not (root / "cache").exists():
+        (root / "cache").symlink_to(SESSION_HOME / "cache")
+    return root
+
+
+class Server:
+    """One `localchat serve` process."""
+
+    def __init__(self, home: Path, port: int | None = None, args: list[str] = (), env: dict[str, str] | None = None):
+        self.home, self.port, self.args = home, port or free_port(), list(args)
+        # OpenMP threads that sleep instead of spinning at barriers: on 2 cores shared with the test client (and
+        # other test runs), spinning torch threads made one batch step take seconds instead of milliseconds
+        self.env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "LOCALCHAT_HOME": str(home), **(env or {})}
+        self.process: subprocess.Popen | None = None
+        self.log = home / f"serve-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def token(self) -> str:
+        return (self.home / "config" / "token").read_text().strip()
+
+    @property
+    def db(self) -> Path:
+        return self.home / "data" / "localchat.db"
+
+    def command(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "localchat.app.cli", *args]
+
+    def start(self) -> "Server":
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(self.command("serve", "--port", str(self.port), *self.args),
+                                            env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        return self.wait_ready()
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> "Server":
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"localchat serve exited ({self.process.returncode}): {self.log.read_text()}")
+            try:
+                health = httpx.get(f"{self.url}/health", timeout=2).json()
+                if health["status"] == "ready":
+                    return self
+                if health["status"] == "error":
+                    raise RuntimeError(health["error"])
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"localchat serve not ready in {timeout} s: {self.log.read_text()}")
+
+    def client(self, **kwargs) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.token}"},
+                            timeout=httpx.Timeout(120.0), **kwargs)
+
+    def run_cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(self.command(*args), env=self.env, capture_output=True, text=True, timeout=timeout)
+
+    def metrics(self) -> dict[str, float]:
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        return {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+                if line and not line.startswith("#")}
+
+    def wait_idle(self, timeout: float = 30.0) -> dict[str, float]:
+        """Metrics once no request runs and no KV block is held."""
+        deadline = time.monotonic() + timeout
+        while True:
+            metrics = self.metrics()
+            idle = (metrics["localchat_kv_blocks_used"] == 0 and metrics["localchat_requests_running"] == 0
+                    and metrics["localchat_requests_waiting"] == 0)
+            if idle or time.monotonic() > deadline:
+                return metrics
+            time.sleep(0.1)
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+            self.process.wait(timeout=60)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def sse_events(response: httpx.Response) -> Iterator[tuple[str | None, str]]:
+    """(event, data) of each server-sent event of a streaming response."""
+    event = None
+    for line in response.iter_lines():
+        if line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            yield event, line[5:].strip()
+            event = None
+
+
+def stream_api(client: httpx.Client, path: str, body: dict) -> list[dict]:
+    """POST an /api stream and return its events (decoded)."""
+    with client.stream("POST", path, json=body) as response:
+        assert response.status_code == 200, response.read()
+        events = []
+        for event, data in sse_events(response):
+            payload = json.loads(data)
+            assert payload["type"] == event
+            events.append(payload)
+    return events

@@ -1,0 +1,206 @@
+"""Conversations through /api on a real `localchat serve`: token-exact turns, branches, regenerate, edit,
+stop, export."""
+
+import json
+import threading
+import time
+
+import pytest
+
+from support import sse_events, stream_api
+
+# A long system prompt, so that a turn's new tokens are a small share of its prompt.
+SYSTEM = " ".join(f"Rule {i}: be kind, be brief, and answer in plain English." for i in range(24))
+SHORT = {"max_tokens": 8, "temperature": 0.0}
+HEADER = 4  # SmolLM2's generation prompt <|im_start|>assistant\n is 4 tokens
+
+
+def send(api, conversation_id, content, parent_id=None, n=1, settings=SHORT):
+    return stream_api(api, f"/api/conversations/{conversation_id}/messages",
+                      {"content": content, "parent_id": parent_id, "n": n, "settings": settings})
+
+
+def replies(events):
+    return [e["message"] for e in events if e["type"] == "done"]
+
+
+@pytest.fixture
+def conversation(api):
+    response = api.post("/api/conversations", json={"system_prompt": SYSTEM, "settings": SHORT})
+    assert response.status_code == 201
+    return response.json()
+
+
+def test_six_turns_reuse_the_cached_prefix(api, conversation):
+    cid, parent, shares = conversation["id"], None, []
+    questions = ["Hi, who are you?", "What is a cat?", "And a dog?", "Which is bigger?", "Why?", "Thanks, bye."]
+    for turn, question in enumerate(questions, 1):
+        events = send(api, cid, question, parent)
+        user, start = events[0], events[1]
+        assert (user["type"], start["type"]) == ("user", "start")
+        assert start["parent_id"] == user["message"]["id"]
+        (reply,) = replies(events)
+        assert reply["id"] == start["message_ids"][0] and reply["finish_reason"] in ("stop", "length")
+        deltas = "".join(e["text"] for e in events if e["type"] == "delta")
+        assert deltas == reply["content"] and reply["content"]
+        stats = reply["stats"]
+        assert 0 < stats["completion_tokens"] <= SHORT["max_tokens"]
+        # header + generated ids + the template's closing: "\n" after <|im_end|>, or "<|im_end|>\n"
+        closing = 1 if reply["finish_reason"] == "stop" else 2
+        assert reply["num_tokens"] == HEADER + stats["completion_tokens"] + closing
+        shares.append(stats["cached_tokens"] / stats["prompt_tokens"])
+        if turn >= 2:
+            assert shares[-1] >= 0.9, shares
+        parent = reply["id"]
+    print("cached share per turn:", [round(s, 3) for s in shares])
+
+    # the prompt is the branch's stored token ids, token for token
+    tree = api.get(f"/api/conversations/{cid}", params={"token_ids": "true"}).json()
+    messages = {m["id"]: m for m in tree["messages"]}
+    assert len(messages) == 12
+    last = messages[parent]
+    path, at = [], last
+    while at:
+        path.insert(0, at)
+        at = messages.get(at["parent_id"])
+    assert [m["role"] for m in path] == ["user", "assistant"] * 6
+    branch_tokens = sum(len(m["token_ids"]) for m in path[:-1])  # everything before the last reply
+    assert last["stats"]["prompt_tokens"] == system_tokens(api) + branch_tokens + HEADER
+    assert all(m["token_ids"][:HEADER] == path[1]["token_ids"][:HEADER] for m in path[1::2])
+
+    listed = api.get("/api/conversations").json()
+    assert listed[0]["id"] == cid and listed[0]["title"] == "Hi, who are you?"
+    assert listed[0]["message_count"] == 12
+
+
+def system_tokens(api) -> int:
+    """The system segment's length: a one-turn conversation's prompt minus its user segment and header."""
+    cid = api.post("/api/conversations", json={"system_prompt": SYSTEM}).json()["id"]
+    events = send(api, cid, "Hi", settings={"max_tokens": 1})
+    user_tokens = events[0]["message"]["num_tokens"]
+    prompt = replies(events)[0]["stats"]["prompt_tokens"]
+    api.delete(f"/api/conversations/{cid}")
+    return prompt - user_tokens - HEADER
+
+
+def test_n_branches_regenerate_edit(api, conversation):
+    cid = conversation["id"]
+    events = send(api, cid, "Give me a name for a cat.", n=2, settings={"max_tokens": 8, "temperature": 1.0,
+                                                                        "seed": 5})
+    user = events[0]["message"]
+    start = events[1]
+    assert len(start["message_ids"]) == 2
+    # every delta names its branch; each branch ends with its own done event
+    for event in events:
+        if event["type"] == "delta":
+            assert event["message_id"] == start["message_ids"][event["index"]]
+    first, second = replies(events)
+    assert {first["id"], second["id"]} == set(start["message_ids"])
+    assert first["parent_id"] == second["parent_id"] == user["id"]
+    by_branch = {}
+    for event in events:
+        if event["type"] == "delta":
+            by_branch[event["message_id"]] = by_branch.get(event["message_id"], "") + event["text"]
+    assert by_branch == {first["id"]: first["content"], second["id"]: second["content"]}
+
+    # continue the second branch: its prompt holds that branch's tokens, found in the cache
+    follow = replies(send(api, cid, "Another one?", parent_id=second["id"]))[0]
+    assert follow["stats"]["cached_tokens"] / follow["stats"]["prompt_tokens"] >= 0.9
+
+    # regenerate: n more siblings of a reply
+    regenerated = replies(stream_api(api, f"/api/conversations/{cid}/messages/{first['id']}/regenerate",
+                                     {"n": 2, "settings": {"max_tokens": 6, "temperature": 1.0, "seed": 9}}))
+    assert len(regenerated) == 2 and all(m["parent_id"] == user["id"] for m in regenerated)
+    assert all(m["stats"]["cached_tokens"] > 0 for m in regenerated)  # the same prompt as the first replies
+
+    # edit: a new user message beside the original, then its reply
+    edited = stream_api(api, f"/api/conversations/{cid}/messages/{user['id']}/edit", {"content": "Name a dog."})
+    new_user = edited[0]["message"]
+    assert new_user["parent_id"] == user["parent_id"] and new_user["content"] == "Name a dog."
+    assert replies(edited)[0]["parent_id"] == new_user["id"]
+
+    tree = api.get(f"/api/conversations/{cid}").json()["messages"]
+    children = {}
+    for message in tree:
+        children.setdefault(message["parent_id"], []).append(message["id"])
+    assert children[None] == [user["id"], new_user["id"]]  # two user branches at the root
+    assert len(children[user["id"]]) == 4  # 2 replies + 2 regenerated
+    assert "token_ids" not in tree[0]
+
+
+def test_stop_keeps_the_partial_reply(api, server, conversation):
+    cid = conversation["id"]
+    long = {"max_tokens": 400, "temperature": 1.0, "seed": 1}
+    events, started = [], threading.Event()
+
+    def listen():
+        with api.stream("POST", f"/api/conversations/{cid}/messages",
+                        json={"content": "Write a very long story about the sea.", "settings": long}) as response:
+            for event, data in sse_events(response):
+                events.append(json.loads(data))
+                if event == "delta":
+                    started.set()
+
+    listener = threading.Thread(target=listen)
+    listener.start()
+    assert started.wait(120)
+    stopped = api.post(f"/api/conversations/{cid}/stop", json={}).json()["stopped"]
+    listener.join(60)
+    (reply,) = replies(events)
+    assert stopped == [reply["id"]]
+    assert reply["stopped"] is True and reply["finish_reason"] == "abort"
+    assert reply["content"] and reply["stats"]["completion_tokens"] < 400
+    saved = api.get(f"/api/conversations/{cid}").json()["messages"]
+    assert [m for m in saved if m["id"] == reply["id"]][0]["content"] == reply["content"]
+    assert server.wait_idle()["localchat_kv_blocks_used"] == 0
+    # a stopped reply can be continued: its tokens end with the template's end of turn
+    follow = replies(send(api, cid, "Go on.", parent_id=reply["id"], settings={"max_tokens": 3}))[0]
+    assert follow["finish_reason"] in ("stop", "length")
+
+
+def test_rename_settings_system_prompt_delete(api):
+    cid = api.post("/api/conversations", json={"title": "Mine"}).json()["id"]
+    assert api.patch(f"/api/conversations/{cid}", json={"title": "Renamed"}).json()["title"] == "Renamed"
+    first = replies(send(api, cid, "Hello there"))[0]
+    without_system = first["stats"]["prompt_tokens"]
+    changed = api.patch(f"/api/conversations/{cid}", json={"system_prompt": "You are terse.",
+                                                          "settings": {"max_tokens": 2, "temperature": 0.0}}).json()
+    assert changed["system_prompt"] == "You are terse." and changed["settings"]["max_tokens"] == 2
+    # the conversation's settings apply when a request brings none; the new system prompt replaces the default
+    again = replies(stream_api(api, f"/api/conversations/{cid}/messages/{first['id']}/regenerate", {}))[0]
+    assert again["stats"]["completion_tokens"] <= 2
+    assert again["stats"]["prompt_tokens"] < without_system  # "You are terse." is shorter than SmolLM's default
+    assert api.get("/api/conversations").json()[0]["id"] == cid  # newest activity first
+    assert api.delete(f"/api/conversations/{cid}").status_code == 204
+    assert api.get(f"/api/conversations/{cid}").status_code == 404
+
+
+def test_export_markdown_and_json(api):
+    cid = api.post("/api/conversations", json={"title": "Export me", "system_prompt": "Be nice."}).json()["id"]
+    first = replies(send(api, cid, "Say one word."))[0]
+    second = replies(stream_api(api, f"/api/conversations/{cid}/messages/{first['id']}/regenerate",
+                                {"settings": {"max_tokens": 4, "temperature": 1.0, "seed": 2}}))[0]
+    markdown = api.get(f"/api/conversations/{cid}/export", params={"format": "markdown", "leaf": first["id"]})
+    assert markdown.headers["content-type"].startswith("text/markdown")
+    assert 'filename="Export-me.md"' in markdown.headers["content-disposition"]
+    text = markdown.text
+    assert text.startswith("# Export me") and "Be nice." in text and "Say one word." in text
+    assert first["content"] in text
+    newest = api.get(f"/api/conversations/{cid}/export").text  # default: the branch of the newest message
+    assert second["content"] in newest
+    exported = api.get(f"/api/conversations/{cid}/export", params={"format": "json"}).json()
+    assert exported["conversation"]["title"] == "Export me"
+    assert {m["id"] for m in exported["messages"]} == {first["parent_id"], first["id"], second["id"]}
+    hits = api.get("/api/search", params={"q": "word"}).json()
+    assert any(hit["message_id"] == first["parent_id"] for hit in hits)
+
+
+def test_timestamps_order_the_list(api):
+    a = api.post("/api/conversations", json={"title": "a"}).json()
+    time.sleep(0.01)
+    b = api.post("/api/conversations", json={"title": "b"}).json()
+    ids = [c["id"] for c in api.get("/api/conversations").json()]
+    assert ids.index(b["id"]) < ids.index(a["id"])
+    api.patch(f"/api/conversations/{a['id']}", json={"title": "a2"})
+    ids = [c["id"] for c in api.get("/api/conversations").json()]
+    assert ids.index(a["id"]) < ids.index(b["id"])
