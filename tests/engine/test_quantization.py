@@ -1,0 +1,58 @@
+"""The GGUF's own 4-bit weights: read without loss, and the bfloat16 engine that runs them stays close."""
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from localchat.engine import LLM, SamplingParams
+from localchat.engine.loader import embedded_gguf_path
+from localchat.engine.quantization import Int4Linear, unpack_q4_1
+
+
+@pytest.fixture(scope="module")
+def q4_tensor():
+    reader = gguf.GGUFReader(embedded_gguf_path())
+    return next(t for t in reader.tensors if t.name == "blk.3.ffn_down.weight")
+
+
+def test_q4_1_blocks_unpack_to_exactly_the_dequantized_weights(q4_tensor):
+    assert q4_tensor.tensor_type == gguf.GGMLQuantizationType.Q4_1
+    q, d, m = unpack_q4_1(np.asarray(q4_tensor.data))
+    rows, cols = q.shape
+    weights = q.reshape(rows, -1, 32) * d.astype(np.float32)[..., None] + m.astype(np.float32)[..., None]
+    assert np.array_equal(weights.reshape(rows, cols), gguf.quants.dequantize(q4_tensor.data, q4_tensor.tensor_type))
+
+
+@pytest.mark.parametrize("rows", [1, 5, 40])
+def test_int4_linear_computes_the_same_product(q4_tensor, rows):
+    q, d, m = (torch.from_numpy(np.ascontiguousarray(a)) for a in unpack_q4_1(np.asarray(q4_tensor.data)))
+    layer = Int4Linear(q, d, m, max_int4_rows=8)  # 1 and 5 rows: the int4 kernel; 40: the dense copy
+    weight = torch.from_numpy(gguf.quants.dequantize(q4_tensor.data, q4_tensor.tensor_type))
+    x = torch.randn(rows, weight.shape[1], generator=torch.Generator().manual_seed(rows))
+    expected = x @ weight.T
+    got = layer(x.bfloat16()).float()
+    assert got.shape == expected.shape
+    assert (got - expected).norm() / expected.norm() < 1e-2  # bfloat16 activations and scales
+
+
+def test_bfloat16_engine_runs_int4_layers_and_agrees_with_float32(hf_smollm2):
+    llm = LLM(dtype="bfloat16")
+    layer = llm.engine.runner.model.layers[0]
+    assert isinstance(layer.mlp.gate_up_proj, Int4Linear) and isinstance(layer.self_attn.qkv_proj, Int4Linear)
+    seen, sample = [], llm.engine.sampler
+
+    def recording_sampler(logits, rows):
+        seen.extend((list(row.token_ids), logits[i].clone()) for i, row in enumerate(rows))
+        return sample(logits, rows)
+
+    llm.engine.sampler = recording_sampler
+    questions = ["Explain why the sky is blue.", "Write a poem about the sea.", "How do I sort a list in Python?"]
+    llm.chat([[{"role": "user", "content": q}] for q in questions], SamplingParams(temperature=0, max_tokens=48))
+    model, _ = hf_smollm2
+    agree = 0
+    with torch.no_grad():
+        for tokens, ours in seen:  # the float32 reference, fed the bfloat16 engine's own tokens
+            theirs = model(torch.tensor([tokens])).logits[0, -1]
+            agree += int(ours.argmax() == theirs.argmax())
+    assert agree / len(seen) >= 0.9, f"top-1 agreement with float32: {agree}/{len(seen)}"
