@@ -15,7 +15,6 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import httpx
@@ -64,6 +63,9 @@ class Loading:
     error: str | None = None
     ready: bool = False
 
+    def report(self, stage: str, fraction: float | None) -> None:
+        self.stage, self.fraction = stage, fraction
+
     def progress(self) -> LoadProgress:
         elapsed = round(time.monotonic() - self.started, 2)
         return LoadProgress(stage=self.stage, fraction=self.fraction, elapsed_s=elapsed)
@@ -105,8 +107,7 @@ class EmbeddedBackend(Backend):
         from localchat.engine import AsyncLLM
 
         try:
-            with _observe_loading(self.loading):
-                llm = AsyncLLM(self.model_arg, **self.engine_args)
+            llm = AsyncLLM(self.model_arg, on_progress=self.loading.report, **self.engine_args)
             self.loading.stage, self.loading.fraction = "warming up", None
             asyncio.run(_warm_up(llm))
             self.template = ChatTemplate(llm.tokenizer)
@@ -171,38 +172,6 @@ async def _warm_up(llm) -> None:
     prompt = llm.engine.apply_chat_template([{"role": "user", "content": "Hello"}])
     async for _ in llm.generate(prompt, SamplingParams(max_tokens=2, temperature=0), request_id="warm-up"):
         pass
-
-
-@contextmanager
-def _observe_loading(loading: Loading):
-    """Report the engine's loading stages. The engine has no progress callback, so this wraps the two loader
-    functions that LLMEngine calls (resolve_model, load_weights) while one engine is built."""
-    from localchat.engine import llm_engine
-
-    resolve_model, load_weights = llm_engine.resolve_model, llm_engine.load_weights
-
-    def resolving(model):
-        loading.stage = "preparing the model files (a first start converts the GGUF file)"
-        return resolve_model(model)
-
-    def loading_weights(source, dtype):
-        from safetensors import safe_open
-
-        total = 0
-        for file in source.weight_files:
-            with safe_open(file, framework="pt") as f:
-                total += len(list(f.keys()))
-        loading.stage, loading.fraction = "loading weights", 0.0
-        for i, item in enumerate(load_weights(source, dtype), 1):
-            loading.fraction = min(1.0, i / max(total, 1))
-            yield item
-        loading.stage, loading.fraction = "allocating the KV cache", None
-
-    llm_engine.resolve_model, llm_engine.load_weights = resolving, loading_weights
-    try:
-        yield
-    finally:
-        llm_engine.resolve_model, llm_engine.load_weights = resolve_model, load_weights
 
 
 class _StreamChoice(msgspec.Struct):

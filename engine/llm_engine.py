@@ -1,13 +1,14 @@
 """The engine loop: requests in, one batched step at a time, reply deltas out."""
 
 import itertools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
 
 from localchat.engine.detokenizer import IncrementalDetokenizer
 from localchat.engine.kv_cache_manager import KVCacheManager
-from localchat.engine.loader import load_weights, resolve_model
+from localchat.engine.loader import count_weights, load_weights, resolve_model
 from localchat.engine.model_runner import ModelRunner
 from localchat.engine.outputs import CompletionOutput, RequestOutput, TokenLogprob
 from localchat.engine.sampler import Sampler
@@ -49,9 +50,13 @@ class LLMEngine:
     def __init__(self, model: str | None = None, dtype: str | torch.dtype | None = None, device: str | None = None,
                  block_size: int = 16, num_kv_blocks: int | None = None, enable_prefix_caching: bool = True,
                  max_model_len: int | None = None, max_num_seqs: int = 128, max_num_batched_tokens: int = 2048,
-                 attention_backend: str | None = None):
+                 attention_backend: str | None = None,
+                 on_progress: Callable[[str, float | None], None] | None = None):
+        """on_progress(stage, fraction or None) hears how loading goes, for a UI to show."""
+        progress = on_progress or (lambda stage, fraction: None)
         if block_size < 1 or max_num_seqs < 1 or max_num_batched_tokens < 1:
             raise ValueError("block_size, max_num_seqs and max_num_batched_tokens must be at least 1")
+        progress("preparing the model files (a first start converts the GGUF file)", None)
         source = resolve_model(model)
         self.model_name = source.name
         self.tokenizer = source.tokenizer
@@ -66,7 +71,8 @@ class LLMEngine:
         if num_kv_blocks < 1:
             raise ValueError(f"num_kv_blocks must be at least 1, got {num_kv_blocks}")
         self.max_model_len = min(max_model_len or limit, num_kv_blocks * block_size)
-        self.runner = ModelRunner(config, load_weights(source, self.dtype), self.dtype, self.device,
+        weights = _reporting(load_weights(source, self.dtype), count_weights(source), progress)
+        self.runner = ModelRunner(config, weights, self.dtype, self.device,
                                   block_size, num_kv_blocks, self.max_model_len, attention_backend, source.q4_file)
         self.kv = KVCacheManager(num_kv_blocks, block_size, enable_prefix_caching,
                                  salt=hash((source.name, str(self.dtype))))
@@ -237,6 +243,13 @@ class LLMEngine:
             del self.requests[request.request_id]
         return RequestOutput(request.request_id, request.prompt_token_ids, request.seqs[0].num_cached_tokens,
                              outputs, finished)
+
+
+def _reporting(weights: Iterator, total: int, progress: Callable[[str, float | None], None]) -> Iterator:
+    for i, item in enumerate(weights):
+        progress("loading weights", i / max(total, 1))
+        yield item
+    progress("allocating the KV cache", None)
 
 
 def _dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:

@@ -82,6 +82,15 @@ def resolve_model(model: str | None) -> ModelSource:
     return _from_folder(Path(snapshot), model)
 
 
+def count_weights(source: ModelSource) -> int:
+    """How many tensors load_weights will yield (read from the files' headers)."""
+    total = 0
+    for file in source.weight_files:
+        with safe_open(file, framework="pt") as f:
+            total += sum(1 for name in f.keys() if not name.endswith("rotary_emb.inv_freq"))
+    return total
+
+
 def load_weights(source: ModelSource, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield every (Hugging Face parameter name, tensor cast to `dtype`) of `source`."""
     for file in source.weight_files:

@@ -194,3 +194,13 @@ def test_a_prompt_longer_than_the_token_budget_prefills_in_chunks(prompts):
     (out,) = small.generate(prompts[2], GREEDY)
     (whole,) = LLM(dtype="float32").generate(prompts[2], GREEDY)
     assert out.outputs[0].token_ids == whole.outputs[0].token_ids
+
+
+def test_loading_reports_its_progress():
+    seen = []
+    LLM(dtype="float32", num_kv_blocks=8, on_progress=lambda stage, fraction: seen.append((stage, fraction)))
+    stages = list(dict.fromkeys(stage for stage, _ in seen))
+    assert stages[0].startswith("preparing the model files")
+    assert stages[1:] == ["loading weights", "allocating the KV cache"]
+    fractions = [f for stage, f in seen if stage == "loading weights"]
+    assert fractions == sorted(fractions) and fractions[0] == 0 and fractions[-1] > 0.99
