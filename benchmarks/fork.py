@@ -31,10 +31,11 @@ def run(llm: LLM, requests: list[tuple[list[int], SamplingParams]], one_after_an
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quantization", default=None, help="q4_1: the GGUF's 4-bit weights for small steps")
     parser.add_argument("--dtype", default=None)
     args = parser.parse_args()
     threads = set_threads()
-    llm = LLM(dtype=args.dtype)
+    llm = LLM(dtype=args.dtype, quantization=args.quantization)
     (prompt,) = synthetic_chats(llm.tokenizer, 1, PROMPT, PROMPT, seed=3)
     prompt = (prompt * 2)[:PROMPT]
     common = dict(temperature=0.8, max_tokens=NEW, ignore_eos=True)

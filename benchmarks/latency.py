@@ -44,15 +44,16 @@ def hf_latency(model, prompt: list[int]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quantization", default=None, help="q4_1: the GGUF's 4-bit weights for small steps")
     parser.add_argument("--dtype", default=None, help="engine dtype (default: the engine's CPU default)")
     parser.add_argument("--skip-peer", action="store_true")
     args = parser.parse_args()
     threads = set_threads()
-    llm = LLM(dtype=args.dtype)
+    llm = LLM(dtype=args.dtype, quantization=args.quantization)
     (prompt,) = synthetic_chats(llm.tokenizer, 1, PROMPT_TOKENS, PROMPT_TOKENS, seed=1)
     prompt = (prompt * 2)[:PROMPT_TOKENS]
     engine_latency(llm, prompt[:64])  # warm up
-    rows = [{"system": f"localchat ({llm.engine.dtype})", **engine_latency(llm, prompt)}]
+    rows = [{"system": f"localchat ({llm.engine.dtype}, {args.quantization or 'dense'})", **engine_latency(llm, prompt)}]
     if not args.skip_peer:
         model, _ = hf_model(torch.float32)
         hf_latency(model, prompt[:64])

@@ -75,15 +75,16 @@ def hf_ttft(model, prompts_per_turn: list[list[list[int]]]) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quantization", default=None, help="q4_1: the GGUF's 4-bit weights for small steps")
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--skip-peer", action="store_true")
     args = parser.parse_args()
     threads = set_threads()
-    llm = LLM(dtype=args.dtype)
+    llm = LLM(dtype=args.dtype, quantization=args.quantization)
     tokenizer = llm.tokenizer
     turns = [conversation_turns(tokenizer, seed=c) for c in range(CONVERSATIONS)]
     cached_rows, prompts_per_turn = run_engine(llm, turns)
-    cold = LLM(dtype=args.dtype, enable_prefix_caching=False)
+    cold = LLM(dtype=args.dtype, quantization=args.quantization, enable_prefix_caching=False)
     cold_rows, _ = run_engine(cold, turns)
     rows = []
     for a, b in zip(cached_rows, cold_rows):

@@ -51,6 +51,7 @@ def run_engine(llm: LLM, prompts, lengths) -> dict:
         if len(engine.scheduler.running) >= len(prompts) // 2 and steps % 8 == 0:
             waste.append(kv_waste(engine))
     seconds = time.perf_counter() - start
+    waste = waste or [(float("nan"), float("nan"))]
     return {"seconds": seconds, "output_tokens": generated, "tok_s": generated / seconds,
             "kv_waste": statistics.mean(w for w, _ in waste), "contiguous_waste": statistics.mean(c for _, c in waste),
             "preemptions": engine.stats()["num_preemptions"]}
@@ -84,6 +85,7 @@ def run_sequential(model, prompts, lengths) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quantization", default=None, help="q4_1: the GGUF's 4-bit weights for small steps")
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--sequential-sample", type=int, default=6,
@@ -91,11 +93,11 @@ def main() -> None:
     parser.add_argument("--skip-peer", action="store_true")
     args = parser.parse_args()
     threads = set_threads()
-    llm = LLM(dtype=args.dtype)
+    llm = LLM(dtype=args.dtype, quantization=args.quantization)
     prompts, lengths = workload(llm.tokenizer, args.requests)
     run_engine(llm, prompts[:4], [8] * 4)  # warm up
     engine = run_engine(llm, prompts, lengths)
-    rows = [{"system": f"localchat ({llm.engine.dtype})", **engine}]
+    rows = [{"system": f"localchat ({llm.engine.dtype}, {args.quantization or 'dense'})", **engine}]
     summary = {"threads": threads, "requests": len(prompts), "mean_prompt": statistics.mean(map(len, prompts)),
                "mean_output": statistics.mean(lengths)}
     if not args.skip_peer:

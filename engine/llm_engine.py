@@ -1,6 +1,7 @@
 """The engine loop: requests in, one batched step at a time, reply deltas out."""
 
 import itertools
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -50,10 +51,14 @@ class LLMEngine:
     def __init__(self, model: str | None = None, dtype: str | torch.dtype | None = None, device: str | None = None,
                  block_size: int = 16, num_kv_blocks: int | None = None, enable_prefix_caching: bool = True,
                  max_model_len: int | None = None, max_num_seqs: int = 128, max_num_batched_tokens: int = 2048,
-                 attention_backend: str | None = None,
+                 attention_backend: str | None = None, quantization: str | None = None,
                  on_progress: Callable[[str, float | None], None] | None = None):
-        """on_progress(stage, fraction or None) hears how loading goes, for a UI to show."""
+        """quantization="q4_1" runs a Q4_1 GGUF's own 4-bit weights for small steps on CPU (faster decoding,
+        close to but not equal to the dense weights' outputs); None keeps dense weights only (exact).
+        on_progress(stage, fraction or None) hears how loading goes, for a UI to show."""
         progress = on_progress or (lambda stage, fraction: None)
+        if quantization not in (None, "q4_1"):
+            raise ValueError(f"unknown quantization {quantization!r}; use None or 'q4_1'")
         if block_size < 1 or max_num_seqs < 1 or max_num_batched_tokens < 1:
             raise ValueError("block_size, max_num_seqs and max_num_batched_tokens must be at least 1")
         progress("preparing the model files (a first start converts the GGUF file)", None)
@@ -64,6 +69,9 @@ class LLMEngine:
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = _dtype(dtype, self.device)
         limit = config.max_position_embeddings
+        window = getattr(config, "sliding_window", None)
+        if window and (config.model_type == "mistral" or getattr(config, "use_sliding_window", False)):
+            limit = min(limit, window)  # no sliding-window attention: stay within the window, where it is exact
         if max_model_len is not None and not 1 < max_model_len <= limit:
             raise ValueError(f"max_model_len must be in [2, {limit}] for {source.name}, got {max_model_len}")
         if num_kv_blocks is None:
@@ -73,15 +81,13 @@ class LLMEngine:
         self.max_model_len = min(max_model_len or limit, num_kv_blocks * block_size)
         weights = _reporting(load_weights(source, self.dtype), count_weights(source), progress)
         self.runner = ModelRunner(config, weights, self.dtype, self.device,
-                                  block_size, num_kv_blocks, self.max_model_len, attention_backend, source.q4_file)
+                                  block_size, num_kv_blocks, self.max_model_len, attention_backend,
+                                  _q4_file(source, quantization, self.device))
         self.kv = KVCacheManager(num_kv_blocks, block_size, enable_prefix_caching,
                                  salt=hash((source.name, str(self.dtype))))
         self.scheduler = Scheduler(self.kv, max_num_seqs, max_num_batched_tokens)
         self.sampler = Sampler()
-        eos = config.eos_token_id
-        self.eos_token_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        if self.tokenizer.eos_token_id is not None:
-            self.eos_token_ids.add(self.tokenizer.eos_token_id)
+        self.eos_token_ids = _eos_token_ids(source)
         self.requests: dict[str, Request] = {}
         self._request_ids = itertools.count()
         self.counters = {"prompt_tokens": 0, "cached_prompt_tokens": 0, "generated_tokens": 0}
@@ -243,6 +249,26 @@ class LLMEngine:
             del self.requests[request.request_id]
         return RequestOutput(request.request_id, request.prompt_token_ids, request.seqs[0].num_cached_tokens,
                              outputs, finished)
+
+
+def _eos_token_ids(source) -> set[int]:
+    """End-of-reply tokens: the tokenizer's, the config's and generation_config.json's (chat models list theirs there)."""
+    found = [source.tokenizer.eos_token_id, source.config.eos_token_id]
+    generation_config = source.weight_files[0].parent / "generation_config.json"
+    if generation_config.is_file():
+        found.append(json.loads(generation_config.read_text()).get("eos_token_id"))
+    ids = set()
+    for eos in found:
+        ids.update(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    return ids
+
+
+def _q4_file(source, quantization: str | None, device: torch.device):
+    if quantization is None:
+        return None
+    if source.q4_file is None or device.type != "cpu":
+        raise ValueError("quantization='q4_1' needs a Q4_1 GGUF model and the CPU (torch's int4 CPU kernel)")
+    return source.q4_file
 
 
 def _reporting(weights: Iterator, total: int, progress: Callable[[str, float | None], None]) -> Iterator:

@@ -5,8 +5,9 @@ torch's kernel computes w = (q - 8) * scale + zero per group of 32, so scale = d
 represent the same weights; only the scale and zero are rounded to bfloat16.
 
 Decoding one or a few sequences reads every weight once per token, so 4-bit weights (an eighth of float32's
-bytes) make it memory-light; a batch of many rows is compute-bound and runs faster on a dense bfloat16 copy
-of the same weights (AMX), so the layer keeps both and picks by row count."""
+bytes) make it memory-light; a step of many rows (a prefill, a large batch) is compute-bound and runs faster
+on a dense copy of the same weights in the model's dtype, so the layer keeps both and picks by row count.
+The int4 kernel takes bfloat16 activations: its results are close to the dense path's, not equal."""
 
 import numpy as np
 import torch
@@ -27,9 +28,9 @@ def unpack_q4_1(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 class Int4Linear(nn.Module):
-    """A linear layer (no bias) over Q4_1 weights: int4 kernel for few rows, dense bfloat16 for many."""
+    """A linear layer (no bias) over Q4_1 weights: int4 kernel for few rows, dense for many."""
 
-    def __init__(self, q: torch.Tensor, d: torch.Tensor, m: torch.Tensor, max_int4_rows: int):
+    def __init__(self, q: torch.Tensor, d: torch.Tensor, m: torch.Tensor, max_int4_rows: int, dtype: torch.dtype):
         super().__init__()
         rows, cols = q.shape
         self.max_int4_rows = max_int4_rows
@@ -37,9 +38,10 @@ class Int4Linear(nn.Module):
         d32, m32 = d.float(), m.float()
         self.scales_and_zeros = torch.stack([d32, m32 + 8 * d32], dim=-1).transpose(0, 1).contiguous().bfloat16()
         dense = q.float().view(rows, cols // GROUP, GROUP) * d32[..., None] + m32[..., None]
-        self.dense = dense.view(rows, cols).bfloat16()
+        self.dense = dense.view(rows, cols).to(dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] <= self.max_int4_rows:
-            return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, GROUP, self.scales_and_zeros)
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.bfloat16(), self.packed, GROUP, self.scales_and_zeros)
+            return y.to(x.dtype)
         return nn.functional.linear(x, self.dense)

@@ -174,7 +174,7 @@ class LlamaForCausalLM(nn.Module):
             param = torch.nn.Parameter(tensor.to(device=device, dtype=dtype), requires_grad=False)
             setattr(self.get_submodule(module), attr, param)
 
-    def use_q4_weights(self, blocks: dict[str, torch.Tensor], max_int4_rows: int) -> None:
+    def use_q4_weights(self, blocks: dict[str, torch.Tensor], max_int4_rows: int, dtype: torch.dtype) -> None:
         """Run each linear layer whose weights the GGUF stores as Q4_1 (blocks from ModelSource.q4_file) on
         those 4-bit weights: see quantization.Int4Linear."""
         for name, module in list(self.named_modules()):
@@ -184,4 +184,4 @@ class LlamaForCausalLM(nn.Module):
             sources = [f"model.{parent}.{piece}.weight" for piece in UNFUSED.get(attr, (attr,))]
             if all(f"{source}.q" in blocks for source in sources):
                 q, d, m = (torch.cat([blocks[f"{source}.{part}"] for source in sources]) for part in "qdm")
-                setattr(self.get_submodule(parent), attr, Int4Linear(q, d, m, max_int4_rows))
+                setattr(self.get_submodule(parent), attr, Int4Linear(q, d, m, max_int4_rows, dtype))

@@ -59,3 +59,14 @@ def test_prefill_and_decode_logits_match_transformers(arch, tokenizer, tmp_path)
             theirs = reference(torch.tensor([tokens])).logits[0, -1]
             torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
     assert llm.stats()["kv_blocks_used"] == 0
+
+
+def test_generation_config_eos_and_sliding_window_limit(tokenizer, tmp_path):
+    torch.manual_seed(0)
+    config = MistralConfig(**{**COMMON, "max_position_embeddings": 512}, num_key_value_heads=2, sliding_window=96)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": [7, 9]}')
+    llm = LLM(str(tmp_path), dtype="float32")
+    assert {7, 9} <= llm.engine.eos_token_ids
+    assert llm.engine.max_model_len == 96  # no sliding-window attention: the engine stays inside the window

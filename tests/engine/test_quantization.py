@@ -1,4 +1,4 @@
-"""The GGUF's own 4-bit weights: read without loss, and the bfloat16 engine that runs them stays close."""
+"""The GGUF's own 4-bit weights: read without loss, and the engine that runs them stays close to float32."""
 
 import gguf
 import numpy as np
@@ -27,7 +27,7 @@ def test_q4_1_blocks_unpack_to_exactly_the_dequantized_weights(q4_tensor):
 @pytest.mark.parametrize("rows", [1, 5, 40])
 def test_int4_linear_computes_the_same_product(q4_tensor, rows):
     q, d, m = (torch.from_numpy(np.ascontiguousarray(a)) for a in unpack_q4_1(np.asarray(q4_tensor.data)))
-    layer = Int4Linear(q, d, m, max_int4_rows=8)  # 1 and 5 rows: the int4 kernel; 40: the dense copy
+    layer = Int4Linear(q, d, m, max_int4_rows=8, dtype=torch.bfloat16)  # 1 and 5 rows: the int4 kernel; 40: dense
     weight = torch.from_numpy(gguf.quants.dequantize(q4_tensor.data, q4_tensor.tensor_type))
     x = torch.randn(rows, weight.shape[1], generator=torch.Generator().manual_seed(rows))
     expected = x @ weight.T
@@ -36,8 +36,9 @@ def test_int4_linear_computes_the_same_product(q4_tensor, rows):
     assert (got - expected).norm() / expected.norm() < 1e-2  # bfloat16 activations and scales
 
 
-def test_bfloat16_engine_runs_int4_layers_and_agrees_with_float32(hf_smollm2):
-    llm = LLM(dtype="bfloat16")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_q4_1_engine_runs_int4_layers_and_agrees_with_float32(hf_smollm2, dtype):
+    llm = LLM(dtype=dtype, quantization="q4_1")
     layer = llm.engine.runner.model.layers[0]
     assert isinstance(layer.mlp.gate_up_proj, Int4Linear) and isinstance(layer.self_attn.qkv_proj, Int4Linear)
     seen, sample = [], llm.engine.sampler
@@ -55,4 +56,5 @@ def test_bfloat16_engine_runs_int4_layers_and_agrees_with_float32(hf_smollm2):
         for tokens, ours in seen:  # the float32 reference, fed the bfloat16 engine's own tokens
             theirs = model(torch.tensor([tokens])).logits[0, -1]
             agree += int(ours.argmax() == theirs.argmax())
+    print(f"q4_1 engine ({dtype}): top-1 agreement with float32 transformers {agree}/{len(seen)}")
     assert agree / len(seen) >= 0.9, f"top-1 agreement with float32: {agree}/{len(seen)}"
