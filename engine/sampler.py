@@ -20,8 +20,8 @@ class Sampler:
     """Penalties, then greedy or temperature / top-k / top-p / min-p sampling, for a batch.
 
     Each row has `params`, `generator` (a torch.Generator or None), `prompt_token_ids` and
-    `output_token_ids`. A row with a generator draws exactly one exponential per vocabulary
-    entry from it per step, so its tokens do not depend on the rest of the batch.
+    `output_token_ids`. A row with a generator draws exactly one number from it per step, so its
+    tokens do not depend on the rest of the batch.
     """
 
     def __call__(self, logits: torch.Tensor, rows: Sequence[Any]) -> SamplerOutput:
@@ -60,7 +60,7 @@ def apply_penalties(logits: torch.Tensor, rows: Sequence[Any]) -> torch.Tensor:
 
 
 def _sample(logits: torch.Tensor, rows: Sequence[Any]) -> torch.Tensor:
-    """Temperature, top-k, top-p and min-p, then one draw per row: argmax(probs / Exp(1))."""
+    """Temperature, top-k, top-p and min-p, then one uniform draw per row, inverted through the row's CDF."""
     params: list[SamplingParams] = [row.params for row in rows]
     device = logits.device
     logits = logits / _column([p.temperature for p in params], device)
@@ -71,15 +71,14 @@ def _sample(logits: torch.Tensor, rows: Sequence[Any]) -> torch.Tensor:
         min_p = _column([p.min_p for p in params], device)
         probs = probs.masked_fill(probs < min_p * probs.amax(dim=-1, keepdim=True), 0.0)
 
-    seeded = [i for i, row in enumerate(rows) if row.generator is not None]
-    q = torch.empty_like(probs)
-    if len(seeded) < len(rows):
-        q.exponential_()
-    for i in seeded:
-        q[i].exponential_(generator=rows[i].generator)
-    # A zero draw would make 0 / 0 = nan, which argmax would pick.
-    q.clamp_min_(torch.finfo(q.dtype).tiny)
-    return (probs / q).argmax(dim=-1)
+    u = torch.rand(len(rows), 1, device=device)
+    for i, row in enumerate(rows):
+        if row.generator is not None:  # one number from the row's own generator: batch-independent
+            u[i] = torch.rand(1, generator=row.generator, device=device)
+    cdf = probs.cumsum(dim=-1)
+    # right=True: the first token whose cumulative mass exceeds the draw, never one of zero probability
+    tokens = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1)
+    return tokens.clamp_max_(probs.shape[-1] - 1)
 
 
 def _top_k_top_p(logits: torch.Tensor, params: Sequence[SamplingParams]) -> torch.Tensor:
