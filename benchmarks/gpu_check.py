@@ -30,14 +30,12 @@ def random_batch(seqs: list[tuple[int, int]], block_size: int, num_blocks: int, 
                  ) -> AttentionMetadata:
     """Metadata of a step over seqs, (new tokens, context length) each, on blocks drawn at random."""
     free = torch.randperm(num_blocks).tolist()
-    tables, slots = [], []
-    for new, context in seqs:
+    tables = []
+    for _, context in seqs:
         n = -(-context // block_size)
         table, free = free[:n], free[n:]
         tables.append(table)
-        slots.extend(table[p // block_size] * block_size + p % block_size for p in range(context - new, context))
-    return AttentionMetadata.build([n for n, _ in seqs], [c for _, c in seqs], tables,
-                                   torch.tensor(slots, device=device), block_size, device)
+    return AttentionMetadata.build([n for n, _ in seqs], [c for _, c in seqs], tables, block_size, device)
 
 
 def cuda_seconds(fn, warmup: int = 5, iters: int = 20) -> float:

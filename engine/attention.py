@@ -13,6 +13,7 @@ import torch.nn.functional as F
 class AttentionMetadata:
     """Where a step's tokens go in the cache and what each sequence attends to (shared by all layers)."""
 
+    positions: torch.Tensor  # [num_tokens] position of each new token in its sequence
     slot_mapping: torch.Tensor  # [num_tokens] cache slot of each new token
     query_start_loc: list[int]  # [num_seqs + 1] where each sequence's new tokens start in the batch
     seq_lens: list[int]  # [num_seqs] context length of each sequence after this step
@@ -30,8 +31,13 @@ class AttentionMetadata:
     prefill_masks: list[torch.Tensor | None]  # [new, context] causal masks over a cached prefix; None: plain causal
 
     @classmethod
-    def build(cls, query_lens: list[int], seq_lens: list[int], block_tables: list[list[int]],
-              slot_mapping: torch.Tensor, block_size: int, device: torch.device) -> "AttentionMetadata":
+    def build(cls, query_lens: list[int], seq_lens: list[int], block_tables: list[list[int]], block_size: int,
+              device: torch.device) -> "AttentionMetadata":
+        """A step where sequence i computes its last query_lens[i] of seq_lens[i] tokens into block_tables[i]."""
+        positions = [p for new, context in zip(query_lens, seq_lens) for p in range(context - new, context)]
+        slots = [table[p // block_size] * block_size + p % block_size
+                 for new, context, table in zip(query_lens, seq_lens, block_tables)
+                 for p in range(context - new, context)]
         starts = [0]
         for n in query_lens:
             starts.append(starts[-1] + n)
@@ -55,7 +61,8 @@ class AttentionMetadata:
                 rows = torch.arange(context - new, context, device=device)
                 masks.append(torch.arange(context, device=device)[None, :] <= rows[:, None])
         return cls(
-            slot_mapping=slot_mapping,
+            positions=torch.tensor(positions, dtype=torch.int64, device=device),
+            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
             query_start_loc=starts,
             seq_lens=seq_lens,
             block_tables=tables,

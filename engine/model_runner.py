@@ -45,30 +45,17 @@ class ModelRunner:
             self.kv_cache[:, :, torch.tensor(batch.cleared, device=self.device)] = 0
         if batch.copies:
             self.backend.copy_blocks(self.kv_cache, batch.copies)
-        seqs, num_new_tokens = batch.seqs, batch.num_new_tokens
-        input_ids, positions, slots = [], [], []
-        bs = self.block_size
-        for seq, n in zip(seqs, num_new_tokens):
-            start = seq.num_computed_tokens
-            input_ids.extend(seq.token_ids[start : start + n])
-            table = seq.block_table
-            for pos in range(start, start + n):
-                positions.append(pos)
-                slots.append(table[pos // bs] * bs + pos % bs)
-        device = self.device
+        seqs, num_new_tokens, device = batch.seqs, batch.num_new_tokens, self.device
+        input_ids = [t for seq, n in zip(seqs, num_new_tokens)
+                     for t in seq.token_ids[seq.num_computed_tokens : seq.num_computed_tokens + n]]
         meta = AttentionMetadata.build(
             query_lens=num_new_tokens,
             seq_lens=[seq.num_computed_tokens + n for seq, n in zip(seqs, num_new_tokens)],
             block_tables=[seq.block_table for seq in seqs],
-            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
-            block_size=bs,
+            block_size=self.block_size,
             device=device,
         )
-        hidden = self.model(
-            torch.tensor(input_ids, dtype=torch.int64, device=device),
-            torch.tensor(positions, dtype=torch.int64, device=device),
-            meta,
-        )
+        hidden = self.model(torch.tensor(input_ids, dtype=torch.int64, device=device), meta)
         last_tokens = torch.tensor([meta.query_start_loc[i + 1] - 1 for i in sample_rows], dtype=torch.int64,
                                    device=device)
         return self.model.compute_logits(hidden[last_tokens])

@@ -134,10 +134,10 @@ class LlamaForCausalLM(nn.Module):
         self.tie_word_embeddings = getattr(config, "tie_word_embeddings", False)
         self.lm_head = None if self.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """Hidden states [num_tokens, hidden] of one flat batch of new tokens."""
         x = self.embed_tokens(input_ids)
-        rope = self.rotary(positions, x.dtype)
+        rope = self.rotary(meta.positions, x.dtype)
         for layer in self.layers:
             x = layer(rope, x, meta)
         return self.norm(x)

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,3 +142,19 @@ def stream_api(client: httpx.Client, path: str, body: dict) -> list[dict]:
             assert payload["type"] == event
             events.append(payload)
     return events
+
+
+def stream_in_background(api: httpx.Client, path: str, body: dict) -> tuple[threading.Thread, list[dict], threading.Event]:
+    """Read an /api event stream on a thread: (the thread, the events so far, set at the first delta)."""
+    events, writing = [], threading.Event()
+
+    def listen():
+        with api.stream("POST", path, json=body) as response:
+            for event, data in sse_events(response):
+                events.append(json.loads(data))
+                if event == "delta":
+                    writing.set()
+
+    listener = threading.Thread(target=listen)
+    listener.start()
+    return listener, events, writing

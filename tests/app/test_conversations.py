@@ -1,13 +1,11 @@
 """Conversations through /api on a real `localchat serve`: token-exact turns, branches, regenerate, edit,
 stop, export."""
 
-import json
-import threading
 import time
 
 import pytest
 
-from support import sse_events, stream_api
+from support import stream_api, stream_in_background
 
 # A long system prompt, so that a turn's new tokens are a small share of its prompt.
 SYSTEM = " ".join(f"Rule {i}: be kind, be brief, and answer in plain English." for i in range(24))
@@ -131,18 +129,8 @@ def test_n_branches_regenerate_edit(api, conversation):
 def test_stop_keeps_the_partial_reply(api, server, conversation):
     cid = conversation["id"]
     long = {"max_tokens": 400, "temperature": 1.0, "seed": 1}
-    events, started = [], threading.Event()
-
-    def listen():
-        with api.stream("POST", f"/api/conversations/{cid}/messages",
-                        json={"content": "Write a very long story about the sea.", "settings": long}) as response:
-            for event, data in sse_events(response):
-                events.append(json.loads(data))
-                if event == "delta":
-                    started.set()
-
-    listener = threading.Thread(target=listen)
-    listener.start()
+    listener, events, started = stream_in_background(
+        api, f"/api/conversations/{cid}/messages", {"content": "Write a very long story about the sea.", "settings": long})
     assert started.wait(120)
     stopped = api.post(f"/api/conversations/{cid}/stop", json={}).json()["stopped"]
     listener.join(60)

@@ -6,10 +6,9 @@ import json
 import signal
 import socket
 import sqlite3
-import threading
 
 import pytest
-from support import Server, free_port, make_home, sse_events, stream_api
+from support import Server, free_port, make_home, sse_events, stream_api, stream_in_background
 
 
 @pytest.fixture(scope="module")
@@ -93,19 +92,9 @@ def test_kill_restart_and_stop(home):
             assert len(saved) == 3
 
             # `localchat stop` with a reply in flight: it ends with a finish reason and is stored as stopped
-            events, writing = [], threading.Event()
-
-            def listen():
-                with api.stream("POST", f"/api/conversations/{cid}/messages",
-                                json={"content": "Another long story, please.",
-                                      "settings": {"max_tokens": 500}}) as response:
-                    for event, data in sse_events(response):
-                        events.append(json.loads(data))
-                        if event == "delta":
-                            writing.set()
-
-            listener = threading.Thread(target=listen)
-            listener.start()
+            listener, events, writing = stream_in_background(
+                api, f"/api/conversations/{cid}/messages",
+                {"content": "Another long story, please.", "settings": {"max_tokens": 500}})
             assert writing.wait(120)
             stopped = server.run_cli("stop")
             listener.join(60)

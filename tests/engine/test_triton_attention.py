@@ -45,14 +45,12 @@ def random_batch(seqs: list[tuple[int, int]], block_size: int, num_blocks: int, 
                  ) -> tuple[AttentionMetadata, list[list[int]]]:
     """Metadata of a step over seqs, each with its own blocks, drawn at random (non-contiguous) from the pool."""
     free = torch.randperm(num_blocks, generator=gen).tolist()
-    tables, slots = [], []
-    for new, context in seqs:
+    tables = []
+    for _, context in seqs:
         n = -(-context // block_size)
         table, free = free[:n], free[n:]
         tables.append(table)
-        slots.extend(table[p // block_size] * block_size + p % block_size for p in range(context - new, context))
-    meta = AttentionMetadata.build([n for n, _ in seqs], [c for _, c in seqs], tables,
-                                   torch.tensor(slots, dtype=torch.int64, device=DEVICE), block_size, DEVICE)
+    meta = AttentionMetadata.build([n for n, _ in seqs], [c for _, c in seqs], tables, block_size, DEVICE)
     return meta, tables
 
 
