@@ -47,10 +47,13 @@ class ConversationController(Controller):
     @patch("/{conversation_id:str}")
     async def update(self, conversation_id: Id, data: JSONBody[ConversationUpdate], store: StoreDep,
                      conversations: ConversationsDep) -> Conversation:
-        """Rename, or set the system prompt or the sampling settings."""
+        """Rename, set the system prompt or the sampling settings, or the branch to show (active_leaf)."""
         before = store.get_conversation(conversation_id)
         if data.title is not UNSET and not data.title.strip():
             raise ValidationException("the title is empty")
+        if data.active_leaf is not UNSET:
+            store.get_message(conversation_id, data.active_leaf)
+            store.set_active_leaf(conversation_id, data.active_leaf)
         store.update_conversation(conversation_id, title=None if data.title is UNSET else data.title,
                                   system_prompt=None if data.system_prompt is UNSET else data.system_prompt,
                                   settings=None if data.settings is UNSET else data.settings)
@@ -106,7 +109,8 @@ class ConversationController(Controller):
     async def export(self, conversation_id: Id, store: StoreDep,
                      format: FromQuery[Literal["markdown", "json"]] = "markdown",
                      leaf: FromQuery[str | None] = None) -> Response:
-        """Markdown: the branch that ends at `leaf` (default: the newest message). JSON: the whole tree."""
+        """Markdown: the branch that ends at `leaf` (default: the active branch, else the newest message).
+        JSON: the whole tree."""
         conversation = store.get_conversation(conversation_id)
         name = re.sub(r"[^A-Za-z0-9._-]+", "-", conversation.title).strip("-")[:60] or conversation.id
         if format == "json":
@@ -115,7 +119,8 @@ class ConversationController(Controller):
                             headers={"Content-Disposition": f'attachment; filename="{name}.json"'})
         messages = store.messages(conversation_id)
         if leaf is None and messages:
-            leaf = messages[-1].id
+            ids = {m.id for m in messages}
+            leaf = conversation.active_leaf if conversation.active_leaf in ids else messages[-1].id
         path = store.path(conversation_id, leaf) if leaf else []
         return Response(export_markdown(conversation, path), media_type="text/markdown; charset=utf-8",
                         headers={"Content-Disposition": f'attachment; filename="{name}.md"'})

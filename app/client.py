@@ -95,7 +95,7 @@ class EngineClient:
         return await self._call("GET", f"/api/conversations/{conversation_id}", kind=ConversationTree, **params)
 
     async def update_conversation(self, conversation_id: str, **fields) -> Conversation:
-        """title=..., system_prompt=..., settings=SamplingSettings(...)"""
+        """title=..., system_prompt=..., settings=SamplingSettings(...), active_leaf=message id"""
         return await self._call("PATCH", f"/api/conversations/{conversation_id}", ConversationUpdate(**fields),
                                 kind=Conversation)
 

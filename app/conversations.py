@@ -132,6 +132,7 @@ class Conversations:
         replies = Replies(self, conversation, path, parent, params, uuid.uuid4().hex)
         replies.stream = await self.backend.open(prompt, params, replies.request_id)
         self.running.add(replies.request_id, conversation.id, replies.message_ids)
+        self.store.set_active_leaf(conversation.id, replies.message_ids[0])  # the newest branch is shown
         return replies
 
     async def stop(self, conversation_id: str, message_id: str | None = None) -> list[str]:

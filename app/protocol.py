@@ -211,6 +211,7 @@ class Conversation(Struct, kw_only=True):
     created_at: float
     updated_at: float  # last activity
     message_count: int = 0
+    active_leaf: str | None = None  # the message that ends the branch last shown (a UI sets it)
 
 
 class ConversationCreate(Struct, kw_only=True):
@@ -223,6 +224,7 @@ class ConversationUpdate(Struct, kw_only=True):
     title: str | UnsetType = UNSET
     system_prompt: str | UnsetType = UNSET
     settings: SamplingSettings | UnsetType = UNSET
+    active_leaf: str | UnsetType = UNSET  # a message of this conversation
 
 
 class ReplyStats(Struct, kw_only=True):

@@ -58,6 +58,8 @@ MIGRATIONS = [
     END;
     INSERT INTO message_search (message_search) VALUES ('rebuild');
     """,
+    # the branch the user last looked at: a message id (no foreign key: a reply is stored when it ends)
+    "ALTER TABLE conversations ADD COLUMN active_leaf TEXT",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -123,7 +125,8 @@ class Store:
         now = time.time()
         conversation = Conversation(id=new_id("c"), title=title, system_prompt=system_prompt, settings=settings,
                                     created_at=now, updated_at=now)
-        self.db.execute("INSERT INTO conversations VALUES (?, ?, ?, ?, ?, ?)",
+        self.db.execute("INSERT INTO conversations (id, title, system_prompt, settings, created_at, updated_at) "
+                        "VALUES (?, ?, ?, ?, ?, ?)",
                         (conversation.id, title, system_prompt, msgspec.json.encode(settings).decode(), now, now))
         return conversation
 
@@ -152,6 +155,12 @@ class Store:
         assignments = ", ".join(f"{k} = ?" for k in fields)
         cursor = self.db.execute(f"UPDATE conversations SET {assignments}, updated_at = ? WHERE id = ?",
                                  (*fields.values(), time.time(), conversation_id))
+        if cursor.rowcount == 0:
+            raise StoreError(f"no conversation {conversation_id!r}")
+
+    def set_active_leaf(self, conversation_id: str, message_id: str) -> None:
+        """The branch shown when the conversation is opened again; not an activity (updated_at stays)."""
+        cursor = self.db.execute("UPDATE conversations SET active_leaf = ? WHERE id = ?", (message_id, conversation_id))
         if cursor.rowcount == 0:
             raise StoreError(f"no conversation {conversation_id!r}")
 
@@ -243,7 +252,7 @@ def _conversation(row: sqlite3.Row) -> Conversation:
     return Conversation(id=row["id"], title=row["title"], system_prompt=row["system_prompt"],
                         settings=msgspec.json.decode(row["settings"], type=SamplingSettings),
                         created_at=row["created_at"], updated_at=row["updated_at"],
-                        message_count=row["message_count"])
+                        message_count=row["message_count"], active_leaf=row["active_leaf"])
 
 
 def _message(row: sqlite3.Row, with_tokens: bool) -> Message:

@@ -174,8 +174,17 @@ def test_export_markdown_and_json(api):
     text = markdown.text
     assert text.startswith("# Export me") and "Be nice." in text and "Say one word." in text
     assert first["content"] in text
-    newest = api.get(f"/api/conversations/{cid}/export").text  # default: the branch of the newest message
+    # the newest reply's branch is the active one: a UI reopening the chat shows it, and export defaults to it
+    assert api.get(f"/api/conversations/{cid}").json()["conversation"]["active_leaf"] == second["id"]
+    newest = api.get(f"/api/conversations/{cid}/export").text
     assert second["content"] in newest
+    # a UI switching back to the first reply makes that branch the active one (updated_at is not activity)
+    before = api.get(f"/api/conversations/{cid}").json()["conversation"]
+    switched = api.patch(f"/api/conversations/{cid}", json={"active_leaf": first["id"]}).json()
+    assert switched["active_leaf"] == first["id"] and switched["updated_at"] == before["updated_at"]
+    assert first["content"] in api.get(f"/api/conversations/{cid}/export").text.split("Say one word.")[1]
+    missing = api.patch(f"/api/conversations/{cid}", json={"active_leaf": "m-nope"})
+    assert missing.status_code == 404 and "m-nope" in missing.json()["error"]["message"]
     exported = api.get(f"/api/conversations/{cid}/export", params={"format": "json"}).json()
     assert exported["conversation"]["title"] == "Export me"
     assert {m["id"] for m in exported["messages"]} == {first["parent_id"], first["id"], second["id"]}
