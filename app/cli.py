@@ -35,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")  # platformdirs' fallback is fine
     try:
         if args.command is None:
-            return chat_in_terminal(args.model)
+            from localchat.tui.app import main as run_tui
+
+            return run_tui(["--model", args.model] if args.model else [])
         return COMMANDS[args.command](args)
     except (KeyboardInterrupt, EOFError):
         print(file=sys.stderr)
@@ -132,34 +134,6 @@ def _show_progress(report) -> None:
 
 
 COMMANDS = {"serve": serve, "stop": stop, "status": status, "token": token, "web": web}
-
-
-def chat_in_terminal(model: str | None) -> int:
-    """A plain streaming chat on stdin/stdout (the terminal UI replaces it). Each turn's prompt is the whole
-    conversation; the engine's prefix cache finds the earlier turns' KV blocks."""
-    from localchat.engine import SamplingParams
-    from localchat.engine.llm_engine import LLMEngine
-
-    print("loading the model...", file=sys.stderr)
-    engine = LLMEngine(model)
-    print(f"{engine.model_name} ready. Type a message; Ctrl+D quits.", file=sys.stderr)
-    messages: list[dict] = []
-    while True:
-        message = input("> ").strip()
-        if not message:
-            continue
-        messages.append({"role": "user", "content": message})
-        request_id = engine.add_request(engine.apply_chat_template(messages),
-                                        SamplingParams(temperature=0.7, top_p=0.9, max_tokens=512))
-        reply = ""
-        while engine.has_unfinished_requests():
-            for delta in engine.step():
-                if delta.request_id == request_id:
-                    for part in delta.outputs:
-                        print(part.text, end="", flush=True)
-                        reply += part.text
-        print()
-        messages.append({"role": "assistant", "content": reply})
 
 
 if __name__ == "__main__":
