@@ -7,38 +7,50 @@ from importlib.metadata import version
 
 from localchat.app.settings import DEFAULT_HOST, DEFAULT_PORT, ENGINE_API_KEY_ENV
 
+MODEL_HELP = "a model from `localchat models`: a GGUF file, a safetensors folder or a cached HF model id"
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="localchat", description="A local chat app with its own LLM engine.")
+    parser = argparse.ArgumentParser(prog="localchat", description="A local chat app with its own LLM engine. "
+                                     "Without a command it opens the terminal UI.")
     parser.add_argument("--version", action="version", version=f"localchat {version('localchat')}")
-    parser.add_argument("--model", default=None, help="a GGUF file, a safetensors folder or a cached HF model id")
+    parser.add_argument("--model", default=None, help=MODEL_HELP)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    tui = commands.add_parser("tui", help="the terminal UI (the default command)")
+    tui.add_argument("--model", default=None, help=MODEL_HELP + " for an engine it starts")
     serve = commands.add_parser("serve", help="run the engine process (the HTTP API) in the foreground",
                                 description="Run the engine process: the OpenAI-compatible API under /v1, the "
-                                            "conversations under /api, /health and /metrics.")
+                                            "conversations under /api, the web UI at /, /health and /metrics.")
     serve.add_argument("--host", default=DEFAULT_HOST,
                        help=f"address to listen on (default {DEFAULT_HOST}; anything else exposes your chats)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
-    serve.add_argument("--model", default=None, help="the embedded engine's model (default: SmolLM2-135M-Instruct)")
+    serve.add_argument("--model", default=None, help=MODEL_HELP)
     serve.add_argument("--engine-url", default=None,
                        help="use this OpenAI-compatible server (vLLM, SGLang) instead of the embedded engine; "
                             f"its API key comes from ${ENGINE_API_KEY_ENV}")
     serve.add_argument("--engine-model", default=None, help="the model name on --engine-url (default: its first)")
     serve.add_argument("--kv-blocks", type=int, default=None, help="KV cache size in 16-token blocks")
     serve.add_argument("--max-model-len", type=int, default=None, help="longest prompt + reply, in tokens")
+    web = commands.add_parser("web", help="open the web UI in a browser through a one-time login URL")
+    web.add_argument("--print", action="store_true", help="only print the one-time URL")
+    chat = commands.add_parser("chat", help="ask one question and print the reply (nothing is stored)",
+                               description="One reply, streamed to stdout. A running engine process answers it; "
+                                           "otherwise the model runs in this process and exits with it.")
+    chat.add_argument("message", nargs="?", default="-", help="the question ('-' or nothing: read stdin)")
+    chat.add_argument("--model", default=None, help=MODEL_HELP)
+    chat.add_argument("--system", default=None, help="a system prompt")
+    chat.add_argument("--max-tokens", type=int, default=512)
+    chat.add_argument("--temperature", type=float, default=0.7)
+    chat.add_argument("--top-p", type=float, default=0.95)
+    chat.add_argument("--seed", type=int, default=None)
     commands.add_parser("stop", help="stop the running engine process")
     commands.add_parser("status", help="show whether the engine process runs, where, and its model")
     commands.add_parser("token", help="print the API token (Authorization: Bearer TOKEN)")
-    web = commands.add_parser("web", help="open the web UI in a browser through a one-time login URL")
-    web.add_argument("--print", action="store_true", help="only print the one-time URL")
+    commands.add_parser("models", help="list the embedded model and the models found on this machine")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")  # platformdirs' fallback is fine
     try:
-        if args.command is None:
-            from localchat.tui.app import main as run_tui
-
-            return run_tui(["--model", args.model] if args.model else [])
-        return COMMANDS[args.command](args)
+        return COMMANDS[args.command or "tui"](args)
     except (KeyboardInterrupt, EOFError):
         print(file=sys.stderr)
         return 130 if args.command else 0
@@ -46,6 +58,43 @@ def main(argv: list[str] | None = None) -> int:
         message = str(error) or type(error).__name__
         print(f"localchat: {message}", file=sys.stderr)
         return 1
+
+
+def tui(args) -> int:
+    from localchat.tui.app import main as run_tui
+
+    return run_tui(["--model", args.model] if args.model else [])
+
+
+def chat(args) -> int:
+    from localchat.app.one_shot import reply
+
+    message = sys.stdin.read() if args.message == "-" else args.message
+    if not message.strip():
+        raise ValueError("the message is empty")
+    messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
+        {"role": "user", "content": message}]
+    sampling = {"max_tokens": args.max_tokens, "temperature": args.temperature, "top_p": args.top_p,
+                "seed": args.seed}
+    for text in reply(messages, args.model, sampling):
+        print(text, end="", flush=True)
+    print()
+    return 0
+
+
+def models(args) -> int:
+    from localchat.engine.model_catalog import find_models, hf_cache_dir, model_dirs
+
+    rows = [(m.name, m.architecture or "?", f"{m.size_bytes / 1e6:,.0f} MB", m.format, m.source,
+             "" if m.supported else "not supported") for m in find_models()]
+    header = ("MODEL", "ARCHITECTURE", "SIZE", "FORMAT", "FOUND IN", "")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    searched = ", ".join(str(p) for p in [hf_cache_dir(), *model_dirs()])
+    print(f"\nsearched: {searched} (more folders: $LOCALCHAT_MODEL_DIRS); use one with --model NAME",
+          file=sys.stderr)
+    return 0
 
 
 def serve(args) -> int:
@@ -133,7 +182,8 @@ def _show_progress(report) -> None:
               end="", file=sys.stderr, flush=True)
 
 
-COMMANDS = {"serve": serve, "stop": stop, "status": status, "token": token, "web": web}
+COMMANDS = {"tui": tui, "serve": serve, "web": web, "chat": chat, "stop": stop, "status": status, "token": token,
+            "models": models}
 
 
 if __name__ == "__main__":

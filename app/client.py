@@ -55,7 +55,7 @@ class EngineClient:
         response = await self.http.request(method, path, content=None if body is None else msgspec.json.encode(body),
                                            params=params or None,
                                            headers={"Content-Type": "application/json"} if body is not None else None)
-        _raise_for_status(response.status_code, response.content)
+        raise_for_status(response.status_code, response.content)
         if kind is None:
             return response.content
         return msgspec.json.decode(response.content, type=kind)
@@ -64,7 +64,7 @@ class EngineClient:
         async with self.http.stream("POST", path, content=msgspec.json.encode(body),
                                     headers={"Content-Type": "application/json"}) as response:
             if response.status_code >= 400:
-                _raise_for_status(response.status_code, await response.aread())
+                raise_for_status(response.status_code, await response.aread())
             async for line in response.aiter_lines():
                 if line.startswith("data:"):
                     yield msgspec.json.decode(line[5:].strip(), type=StreamEvent)
@@ -132,7 +132,7 @@ class EngineClient:
         return await self._call("GET", "/api/search", kind=list[SearchHit], q=query, limit=limit)
 
 
-def _raise_for_status(status: int, body: bytes) -> None:
+def raise_for_status(status: int, body: bytes) -> None:
     if status < 400:
         return
     try:

@@ -1,11 +1,11 @@
 """How the engine process is configured, and where its files live."""
 
-import importlib.util
 import ipaddress
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from localchat.engine.dirs import user_dir
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8741
@@ -57,22 +57,6 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def _engine_user_dir():
-    """localchat.engine.dirs.user_dir, loaded without running localchat.engine's __init__ (which imports torch
-    and transformers, ~3 s), so that `localchat token|status|stop` and the UI clients start at once."""
-    if "localchat.engine" in sys.modules:
-        from localchat.engine.dirs import user_dir
-
-        return user_dir
-    package = importlib.util.find_spec("localchat.engine")
-    spec = importlib.util.spec_from_file_location("localchat_engine_dirs",
-                                                  Path(package.submodule_search_locations[0]) / "dirs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.user_dir
-
-
-user_dir = _engine_user_dir()
 
 
 def db_path() -> Path:

