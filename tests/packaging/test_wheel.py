@@ -1,0 +1,17 @@
+"""packaging/check_wheel.py from the test suite, so that CI builds, installs and uses the wheel."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_wheel_installs_into_a_fresh_venv_and_works():
+    result = subprocess.run([sys.executable, ROOT / "packaging" / "check_wheel.py"], capture_output=True, text=True,
+                            timeout=1200)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.rstrip().endswith("packaging check passed")
+    for check in ("localchat --version: localchat ", "localchat chat 'Say hello'", "localchat serve answers /health",
+                  "the wheel holds only the localchat package", "licence in the metadata: MIT"):
+        assert f"ok   {check}" in result.stdout, check
