@@ -1,0 +1,23 @@
+"""Fixtures of the terminal UI tests: one real `localchat serve` (embedded model) for the session, an
+EngineClient per test, and the app driven by Textual's pilot."""
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import pytest_asyncio
+from support import Server, make_home
+
+from localchat.app.client import EngineClient
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory) -> Iterator[Server]:
+    process = Server(make_home(tmp_path_factory.mktemp("tui-serve-home")), args=["--kv-blocks", "512"]).start()
+    yield process
+    process.stop()
+
+
+@pytest_asyncio.fixture
+async def client(server) -> AsyncIterator[EngineClient]:
+    async with EngineClient(server.url, server.token) as engine_client:
+        yield engine_client

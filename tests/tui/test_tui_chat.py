@@ -1,0 +1,170 @@
+"""The terminal UI against a real engine process on the embedded model: writing, stopping, regenerating,
+editing, forking N replies, switching branches."""
+
+import pytest
+from tui_pilot import chat_screen, note_text, reply_written, stats_text, switcher_text, wait_until
+
+from localchat.app.protocol import SamplingSettings
+from localchat.tui.app import LocalChatApp
+from localchat.tui.screens.fork_picker import ForkPicker
+from localchat.tui.screens.prompt import PromptScreen
+from localchat.tui.widgets.chat_list import ChatList
+
+SIZE = (120, 40)
+GREEDY = SamplingSettings(temperature=0.0, max_tokens=24)
+VARIED = SamplingSettings(temperature=1.2, max_tokens=10)  # so that sibling replies differ
+
+
+def app_for(client, tmp_path) -> LocalChatApp:
+    return LocalChatApp(client=client, config_file=tmp_path / "tui.toml")
+
+
+async def type_and_send(pilot, text: str, key: str = "enter") -> None:
+    await pilot.press(*text, key)
+
+
+def ids(screen) -> set[str]:
+    return {view.message.id for view in screen.view.views}
+
+
+@pytest.mark.asyncio
+async def test_a_reply_streams_as_markdown_and_is_stored(client, tmp_path):
+    conversation = await client.create_conversation(settings=GREEDY)
+    async with app_for(client, tmp_path).run_test(size=SIZE) as pilot:
+        screen = await chat_screen(pilot, conversation.id)
+        await type_and_send(pilot, "Tell me about cats.")
+        partial = await wait_until(pilot, lambda: [v for v in screen.view.views if v.has_class("-streaming")
+                                                   and v.body.source], what="a reply being written")
+        seen_while_streaming = partial[0].body.source
+        reply = await reply_written(pilot, screen)
+
+        tree = await client.conversation(conversation.id)
+        user, stored = tree.messages
+        assert [v.message.role for v in screen.view.views] == ["user", "assistant"]
+        assert user.content == "Tell me about cats." and stored.parent_id == user.id
+        assert reply.body.source == stored.content != ""
+        assert stored.content.startswith(seen_while_streaming)  # shown as it was written, then completed
+        assert "tok/s" in stats_text(reply) and f"prompt {stored.stats.prompt_tokens}" in stats_text(reply)
+        assert not reply.has_class("-streaming") and note_text(reply) in ("", "cut at max tokens")
+        chats = screen.query_one(ChatList)
+        await wait_until(pilot, lambda: chats.children and chats.children[0].conversation.id == conversation.id
+                         and chats.children[0].conversation.title == "Tell me about cats.",
+                         what="the chat named by its first message, at the top of the list")
+        assert screen.sub_title == "Tell me about cats."
+
+
+@pytest.mark.asyncio
+async def test_escape_stops_a_reply_and_keeps_it_marked_stopped(client, tmp_path):
+    conversation = await client.create_conversation(settings=SamplingSettings(temperature=0.0, max_tokens=400))
+    async with app_for(client, tmp_path).run_test(size=SIZE) as pilot:
+        screen = await chat_screen(pilot, conversation.id)
+        await type_and_send(pilot, "Write a very long story about a dragon.")
+        await wait_until(pilot, lambda: any(len(v.body.source) > 20 for v in screen.view.views
+                                            if v.has_class("-streaming")), what="some text")
+        await pilot.press("escape")
+        reply = await reply_written(pilot, screen)
+
+        stored = (await client.conversation(conversation.id)).messages[-1]
+        assert stored.stopped and stored.finish_reason == "abort"
+        assert 0 < stored.stats.completion_tokens < 400
+        assert note_text(reply) == "stopped" and reply.body.source == stored.content
+
+
+@pytest.mark.asyncio
+async def test_regenerate_adds_a_sibling_and_left_shows_the_old_reply(client, tmp_path):
+    conversation = await client.create_conversation(settings=VARIED)
+    async with app_for(client, tmp_path).run_test(size=SIZE) as pilot:
+        screen = await chat_screen(pilot, conversation.id)
+        await type_and_send(pilot, "Say something.")
+        first = await reply_written(pilot, screen)
+        old = first.message
+        await pilot.press("shift+tab")  # from the message box to the last message
+        assert screen.focused is first
+        await pilot.press("r")
+        second = await reply_written(pilot, screen, old={old.id})
+        assert switcher_text(second) == "‹ 2/2 ›"
+        assert switcher_text(screen.view.views[0]) == ""  # the user message has no siblings
+
+        second.focus()
+        await pilot.press("left")
+        back = await wait_until(pilot, lambda: screen.view.views[-1].message.id == old.id and screen.view.views[-1])
+        assert switcher_text(back) == "‹ 1/2 ›" and back.body.source == old.content
+        await wait_until(pilot, lambda: screen.workers is not None and not any(
+            w.group == "branch" and w.is_running for w in screen.workers))
+        tree = await client.conversation(conversation.id)
+        replies = [m for m in tree.messages if m.role == "assistant"]
+        assert [m.id for m in replies] == [old.id, second.message.id]
+        assert tree.conversation.active_leaf == old.id
+
+
+@pytest.mark.asyncio
+async def test_edit_and_resend_makes_a_sibling_branch(client, tmp_path):
+    conversation = await client.create_conversation(settings=GREEDY)
+    async with app_for(client, tmp_path).run_test(size=SIZE) as pilot:
+        screen = await chat_screen(pilot, conversation.id)
+        await type_and_send(pilot, "What is two plus two?")
+        first = await reply_written(pilot, screen)
+        await pilot.press("shift+tab", "shift+tab")  # the user message
+        original = screen.focused.message
+        assert original.role == "user"
+        await pilot.press("e")
+        prompt = await wait_until(pilot, lambda: isinstance(pilot.app.screen, PromptScreen) and pilot.app.screen)
+        prompt.query_one("#prompt-text").text = "What is three plus three?"
+        await pilot.press("ctrl+s")
+        reply = await reply_written(pilot, screen, old={first.message.id})
+
+        user = screen.view.views[0]
+        assert user.body.source == "What is three plus three?" and switcher_text(user) == "‹ 2/2 ›"
+        tree = await client.conversation(conversation.id)
+        roots = [m for m in tree.messages if m.parent_id is None]
+        assert [m.content for m in roots] == ["What is two plus two?", "What is three plus three?"]
+        assert reply.message.parent_id == roots[1].id and tree.conversation.active_leaf == reply.message.id
+
+
+@pytest.mark.asyncio
+async def test_fork_three_replies_and_pick_the_second(client, tmp_path):
+    conversation = await client.create_conversation(settings=VARIED)
+    async with app_for(client, tmp_path).run_test(size=SIZE) as pilot:
+        screen = await chat_screen(pilot, conversation.id)
+        await type_and_send(pilot, "Name a colour.", key="ctrl+g")
+        picker = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ForkPicker) and pilot.app.screen)
+        assert len(picker.cards) == 3
+        await wait_until(pilot, lambda: not picker.streaming, what="three replies")
+        tree = await client.conversation(conversation.id)
+        replies = [m for m in tree.messages if m.role == "assistant"]
+        assert [card.message.id for card in picker.cards] == [m.id for m in replies]
+        assert [card.body.source for card in picker.cards] == [m.content for m in replies]
+        assert all("tok/s" in stats_text(card) or "tokens" in stats_text(card) for card in picker.cards)
+
+        await pilot.press("2")
+        shown = await wait_until(pilot, lambda: not isinstance(pilot.app.screen, ForkPicker)
+                                 and screen.view.views[-1].message.id == replies[1].id and screen.view.views[-1])
+        assert switcher_text(shown) == "‹ 2/3 ›" and shown.body.source == replies[1].content
+        await wait_until(pilot, lambda: not any(w.is_running for w in screen.workers if w.group == "branch"))
+        assert (await client.conversation(conversation.id)).conversation.active_leaf == replies[1].id
+
+
+@pytest.mark.asyncio
+async def test_switching_branch_then_continuing_reuses_the_cached_prefix(client, tmp_path):
+    conversation = await client.create_conversation(
+        system_prompt="You are a helpful assistant who answers in one short sentence.", settings=VARIED)
+    async for _ in client.send(conversation.id, "Hello!", n=2):
+        pass
+    first, second = [m for m in (await client.conversation(conversation.id)).messages if m.role == "assistant"]
+    async with app_for(client, tmp_path).run_test(size=SIZE) as pilot:
+        screen = await chat_screen(pilot, conversation.id)
+        assert screen.view.views[-1].message.id == first.id  # the engine made the first reply the active one
+        await pilot.press("shift+tab", "right")
+        await wait_until(pilot, lambda: screen.view.views[-1].message.id == second.id)
+        assert switcher_text(screen.view.views[-1]) == "‹ 2/2 ›"
+
+        await pilot.press("tab")  # back to the message box
+        await type_and_send(pilot, "Thanks. And why?")
+        reply = await reply_written(pilot, screen, old={first.id, second.id})
+
+        tree = await client.conversation(conversation.id)
+        stored = {m.id: m for m in tree.messages}[reply.message.id]
+        question = {m.id: m for m in tree.messages}[stored.parent_id]
+        assert question.parent_id == second.id  # continued the branch on screen
+        assert stored.stats.cached_tokens > 0  # its prompt's prefix came from the KV cache
+        assert f"prompt {stored.stats.prompt_tokens} ({stored.stats.cached_tokens} cached)" in stats_text(reply)

@@ -1,0 +1,58 @@
+"""Helpers for driving the terminal UI in tests: waiting for a condition instead of sleeping, reading what a
+widget shows."""
+
+import time
+from collections.abc import Callable
+
+from textual.pilot import Pilot
+from textual.widgets import Static
+
+from localchat.tui.screens.chat import ChatScreen
+from localchat.tui.widgets.message_view import MessageView
+
+
+async def wait_until(pilot: Pilot, condition: Callable[[], object], timeout: float = 60.0, what: str = ""):
+    """Let the app run until condition() is truthy; returns its value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        await pilot.pause(0.02)
+    raise TimeoutError(f"timed out waiting for {what or condition}")
+
+
+def shown(widget: Static) -> str:
+    """The text a Static shows."""
+    return str(widget.visual) if widget.display else ""
+
+
+def switcher_text(view: MessageView) -> str:
+    return shown(view.query_one(".branch-switcher", Static))
+
+
+def stats_text(view: MessageView) -> str:
+    return shown(view.query_one(".message-stats", Static))
+
+
+def note_text(view: MessageView) -> str:
+    return shown(view.query_one(".message-note", Static))
+
+
+async def chat_screen(pilot: Pilot, conversation_id: str | None = None) -> ChatScreen:
+    """The chat screen, once it shows `conversation_id` (or has loaded)."""
+    def ready():
+        screen = pilot.app.screen
+        return isinstance(screen, ChatScreen) and (conversation_id is None or (
+            screen.conversation is not None and screen.conversation.id == conversation_id))
+    await wait_until(pilot, ready, what=f"the chat {conversation_id}")
+    return pilot.app.screen
+
+
+async def reply_written(pilot: Pilot, screen: ChatScreen, old: set[str] = frozenset(),
+                        timeout: float = 90.0) -> MessageView:
+    """The last message, once it is a finished reply that is not one of the `old` messages."""
+    def done():
+        views = screen.view.views
+        return (screen.generating_in is None and views and views[-1].message.role == "assistant"
+                and views[-1].message.id not in old and views[-1].message.stats is not None and views[-1])
+    return await wait_until(pilot, done, timeout, "the reply")

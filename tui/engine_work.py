@@ -1,0 +1,23 @@
+"""@engine_work: Textual's @work for a method that talks to the engine; an engine error is shown to the user
+(a notification, or the engine-error screen when the engine is gone) instead of ending the app."""
+
+import functools
+
+import httpx
+from textual import work
+
+from localchat.app.client import EngineError
+
+
+def engine_work(**options):
+    def decorate(method):
+        @functools.wraps(method)
+        async def reporting(self, *args, **kwargs):
+            try:
+                return await method(self, *args, **kwargs)
+            except (httpx.HTTPError, EngineError) as error:
+                self.app.report_engine_error(error)
+
+        return work(reporting, **options)
+
+    return decorate

@@ -1,0 +1,384 @@
+"""The main screen: the chat list, the branch on screen, and the message box; every chat action lives here."""
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input
+
+from localchat.app.client import EngineClient
+from localchat.app.protocol import (
+    Conversation, DeltaEvent, DoneEvent, ErrorEvent, Message, SearchHit, StartEvent, StreamEvent, UserEvent,
+)
+from localchat.tui.branches import Branches
+from localchat.tui.engine_work import engine_work
+from localchat.tui.screens.branch_tree import BranchTreeScreen
+from localchat.tui.screens.confirm import ConfirmScreen
+from localchat.tui.screens.export import ExportChoice, ExportScreen
+from localchat.tui.screens.fork_picker import ForkPicker
+from localchat.tui.screens.prompt import PromptScreen
+from localchat.tui.screens.search import SearchScreen
+from localchat.tui.screens.settings import ChatSettings, SettingsScreen
+from localchat.tui.widgets.chat_list import ChatList
+from localchat.tui.widgets.conversation_view import ConversationView
+from localchat.tui.widgets.message_view import ChatMessage
+
+DEFAULT_FORK_N = 3
+
+
+class ChatScreen(Screen):
+    BINDINGS = [
+        Binding("ctrl+n", "new_chat", "New chat", id="new_chat"),
+        Binding("f2", "rename", "Rename", id="rename"),
+        Binding("f8", "delete_chat", "Delete chat", id="delete_chat"),
+        Binding("ctrl+f", "search", "Search", id="search"),
+        Binding("ctrl+s", "settings", "Settings", id="settings"),
+        Binding("ctrl+t", "branch_tree", "Branches", id="branch_tree"),
+        Binding("ctrl+g", "fork", "Fork N", id="fork"),
+        Binding("ctrl+o", "export", "Export", id="export"),
+        Binding("escape", "stop", "Stop", id="stop"),
+        Binding("ctrl+b", "toggle_sidebar", "Sidebar", id="toggle_sidebar"),
+        Binding("f1", "help", "Help", id="help"),
+    ]
+
+    def __init__(self, client: EngineClient):
+        super().__init__()
+        self.client = client
+        self.conversation: Conversation | None = None
+        self.branches = Branches()
+        self.leaf: str | None = None  # the end of the branch on screen
+        self.fork_n: dict[str, int] = {}  # per chat
+        self.generating_in: str | None = None  # the chat whose replies are being written
+        self.picker: ForkPicker | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header(icon="◆")
+        with Horizontal():
+            with Vertical(id="sidebar"):
+                yield ChatList(id="chats")
+            with Vertical(id="main"):
+                yield ConversationView(id="conversation")
+                yield Input(placeholder="Message (enter sends, ctrl+g asks for N replies, f1 keys)", id="composer")
+        yield Footer()
+
+    @property
+    def view(self) -> ConversationView:
+        return self.query_one(ConversationView)
+
+    @property
+    def composer(self) -> Input:
+        return self.query_one("#composer", Input)
+
+    def on_mount(self) -> None:
+        self.composer.focus()
+        self.load_chats(open_newest=True)
+
+    # --- chats ---
+
+    @engine_work(group="chats")
+    async def load_chats(self, open_newest: bool = False) -> None:
+        conversations = await self.client.list_conversations()
+        await self.query_one(ChatList).show(conversations, self.conversation and self.conversation.id)
+        if self.conversation is not None:  # its title and settings as stored (the first message names a chat)
+            self.conversation = next((c for c in conversations if c.id == self.conversation.id), self.conversation)
+            self.sub_title = self.conversation.title
+        if open_newest and conversations:
+            await self.open(conversations[0].id)
+
+    async def open(self, conversation_id: str, leaf: str | None = None) -> None:
+        tree = await self.client.conversation(conversation_id)
+        self.conversation, self.branches = tree.conversation, Branches.of(tree)
+        self.sub_title = self.conversation.title
+        await self.show_branch(leaf or self.branches.shown_leaf(self.conversation.active_leaf))
+        if leaf is not None:
+            await self.client.update_conversation(conversation_id, active_leaf=leaf)
+
+    async def show_branch(self, leaf: str | None) -> None:
+        self.leaf = leaf
+        await self.view.show(self.branches, self.branches.path(leaf))
+
+    @engine_work(group="chats")
+    async def on_chat_list_opened(self, event: ChatList.Opened) -> None:
+        await self.open(event.conversation.id)
+        self.composer.focus()
+
+    def action_new_chat(self) -> None:
+        """An empty chat; it is created with its first message."""
+        self.conversation, self.branches, self.sub_title = None, Branches(), ""
+        self.run_worker(self.show_branch(None))
+        self.query_one(ChatList).index = None
+        self.composer.focus()
+
+    def action_rename(self) -> None:
+        if self.conversation is not None:
+            self.app.push_screen(PromptScreen("Rename the chat", self.conversation.title), self.rename)
+
+    @engine_work()
+    async def rename(self, title: str | None) -> None:
+        if title:
+            self.conversation = await self.client.rename(self.conversation.id, title.strip())
+            self.sub_title = self.conversation.title
+            self.load_chats()
+
+    def action_delete_chat(self) -> None:
+        if self.conversation is not None:
+            self.app.push_screen(ConfirmScreen(f"Delete “{self.conversation.title}” and all its branches?",
+                                               yes="Delete"), self.delete_chat)
+
+    @engine_work()
+    async def delete_chat(self, confirmed: bool) -> None:
+        if confirmed:
+            await self.client.delete_conversation(self.conversation.id)
+            self.notify(f"Deleted “{self.conversation.title}”")
+            self.action_new_chat()
+            self.load_chats()
+
+    def action_search(self) -> None:
+        self.app.push_screen(SearchScreen(self.client), self.open_hit)
+
+    @engine_work(group="chats")
+    async def open_hit(self, hit: SearchHit | None) -> None:
+        if hit is not None:
+            tree = await self.client.conversation(hit.conversation_id)
+            await self.open(hit.conversation_id, leaf=Branches.of(tree).newest_leaf(hit.message_id))
+            await self.query_one(ChatList).show(await self.client.list_conversations(), hit.conversation_id)
+            if (view := self.view.view_of(hit.message_id)) is not None:
+                view.focus()
+
+    def action_toggle_sidebar(self) -> None:
+        self.query_one("#sidebar").toggle_class("-hidden")
+
+    def action_help(self) -> None:
+        from localchat.tui.screens.help import HelpScreen
+
+        self.app.push_screen(HelpScreen(self.app.help_groups(), self.app.keymap, str(self.app.config_path)))
+
+    # --- the branch on screen ---
+
+    @property
+    def target(self) -> ChatMessage | None:
+        """The message a key acts on: the focused one, else the last one on screen."""
+        if isinstance(self.focused, ChatMessage):
+            return self.focused
+        views = self.view.views
+        return views[-1] if views else None
+
+    def action_focus_message(self, delta: int) -> None:
+        views, target = self.view.views, self.target
+        at = views.index(target) + delta if target in views else len(views) - 1
+        if 0 <= at < len(views):
+            views[at].focus()
+            views[at].scroll_visible()
+        elif at >= len(views):
+            self.composer.focus()
+
+    def on_branch_switcher_switched(self, event) -> None:
+        view = next(view for view in event.switcher.ancestors if isinstance(view, ChatMessage))
+        self.switch_branch(view.message.id, event.delta)
+
+    def action_switch_branch(self, delta: int) -> None:
+        if self.target is not None:
+            self.switch_branch(self.target.message.id, delta)
+
+    @engine_work(group="branch")
+    async def switch_branch(self, message_id: str, delta: int) -> None:
+        siblings = self.branches.siblings(message_id)
+        at = siblings.index(message_id) + delta
+        if not 0 <= at < len(siblings) or self.generating_in is not None:
+            return
+        await self.show_branch(self.branches.newest_leaf(siblings[at]))
+        self.view.view_of(siblings[at]).focus()
+        await self.client.update_conversation(self.conversation.id, active_leaf=self.leaf)
+
+    def action_branch_tree(self) -> None:
+        if self.conversation is not None:
+            path = [message.id for message in self.branches.path(self.leaf)]
+            self.app.push_screen(BranchTreeScreen(self.conversation.title, self.branches, path), self.pick_branch)
+
+    @engine_work(group="branch")
+    async def pick_branch(self, message_id: str | None) -> None:
+        if message_id is not None:
+            await self.show_branch(self.branches.newest_leaf(message_id))
+            self.view.view_of(message_id).focus()
+            await self.client.update_conversation(self.conversation.id, active_leaf=self.leaf)
+
+    def action_copy_message(self) -> None:
+        if self.target is not None:
+            self.app.copy_to_clipboard(self.target.message.content)
+            self.notify("Copied the message")
+
+    def action_copy_code(self) -> None:
+        """The message's code blocks, one per press (the first, then the next, ...)."""
+        if self.target is None:
+            return
+        blocks = self.target.code_blocks
+        if not blocks:
+            self.notify("This message has no code block", severity="warning")
+            return
+        index = self.target.next_code_block % len(blocks)
+        self.target.next_code_block = index + 1
+        self.app.copy_to_clipboard(blocks[index])
+        self.notify(f"Copied code block {index + 1} of {len(blocks)}")
+
+    def action_export(self) -> None:
+        if self.conversation is not None:
+            self.app.push_screen(ExportScreen(self.conversation.title), self.export)
+
+    @engine_work()
+    async def export(self, choice: ExportChoice | None) -> None:
+        if choice is None:
+            return
+        text = await self.client.export(self.conversation.id, choice.format,
+                                        leaf=self.leaf if choice.format == "markdown" else None)
+        try:
+            choice.path.write_text(text)
+        except OSError as error:
+            self.notify(f"Could not write {choice.path}: {error.strerror}", severity="error")
+        else:
+            self.notify(f"Exported to {choice.path}", title="Export")
+
+    def action_settings(self) -> None:
+        self.edit_settings()
+
+    @engine_work()
+    async def edit_settings(self) -> None:
+        conversation = self.conversation or await self.create_chat()
+        choice = await self.app.push_screen_wait(SettingsScreen(conversation, self.n_of(conversation.id)))
+        if choice is not None:
+            await self.save_settings(conversation.id, choice)
+
+    async def save_settings(self, conversation_id: str, choice: ChatSettings) -> None:
+        self.conversation = await self.client.update_conversation(
+            conversation_id, system_prompt=choice.system_prompt, settings=choice.sampling)
+        self.fork_n[conversation_id] = choice.fork_n
+        self.notify("Settings saved")
+
+    def n_of(self, conversation_id: str) -> int:
+        return self.fork_n.get(conversation_id, DEFAULT_FORK_N)
+
+    async def create_chat(self) -> Conversation:
+        self.conversation = await self.client.create_conversation()
+        self.branches, self.leaf = Branches(), None
+        await self.query_one(ChatList).show(await self.client.list_conversations(), self.conversation.id)
+        return self.conversation
+
+    # --- writing replies ---
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.send(n=1)
+
+    def action_fork(self) -> None:
+        """N replies: to the text in the message box, else beside the focused (or last) reply."""
+        if self.composer.value.strip() or self.target is None:
+            self.send(n=self.n_of(self.conversation.id) if self.conversation else DEFAULT_FORK_N)
+        else:
+            self.regenerate(self.n_of(self.conversation.id))
+
+    def send(self, n: int) -> None:
+        text = self.composer.value.strip()
+        if text and self.can_generate():
+            self.composer.value = ""
+            self.write_replies(lambda conversation_id: self.client.send(conversation_id, text, self.leaf, n=n))
+
+    def action_regenerate(self) -> None:
+        self.regenerate(1)
+
+    def regenerate(self, n: int) -> None:
+        if self.target is not None and self.can_generate():
+            message_id = self.target.message.id
+            self.write_replies(lambda conversation_id: self.client.regenerate(conversation_id, message_id, n=n))
+
+    def action_edit(self) -> None:
+        target = self.target
+        if target is None or not self.can_generate():
+            return
+        if target.message.role != "user":
+            self.notify("Only your messages can be edited; r writes a new reply", severity="warning")
+            return
+        message_id = target.message.id
+
+        def resend(content: str | None) -> None:
+            if content and content.strip() != target.message.content:
+                self.write_replies(lambda conversation_id: self.client.edit(conversation_id, message_id, content))
+
+        self.app.push_screen(PromptScreen("Edit and resend (a new branch)", target.message.content, multiline=True,
+                                          action="Send"), resend)
+
+    def can_generate(self) -> bool:
+        if self.generating_in is not None:
+            self.notify("A reply is being written; esc stops it", severity="warning")
+            return False
+        return True
+
+    def action_stop(self) -> None:
+        if self.generating_in is not None:
+            self.stop_generation()
+
+    @engine_work()
+    async def stop_generation(self) -> None:
+        await self.client.stop(self.generating_in)
+
+    @engine_work(group="generation")
+    async def write_replies(self, start) -> None:
+        """Stream the events of start(conversation id) (a send, regenerate or edit) into the screen."""
+        conversation = self.conversation or await self.create_chat()
+        self.generating_in = conversation.id
+        try:
+            async for event in start(conversation.id):
+                if self.conversation is not None and self.conversation.id == conversation.id:
+                    await self.show_event(event)
+        finally:
+            self.generating_in = None
+            self.load_chats()
+
+    async def show_event(self, event: StreamEvent) -> None:
+        match event:
+            case UserEvent(message=message):
+                self.branches.add(message)
+                await self.show_branch(message.id)
+            case StartEvent(parent_id=parent_id, message_ids=ids):
+                replies = [Message(id=i, conversation_id=self.conversation.id, parent_id=parent_id,
+                                   role="assistant", content="", created_at=time.time()) for i in ids]
+                for reply in replies:
+                    self.branches.add(reply)
+                if len(replies) == 1:
+                    await self.show_branch(ids[0])
+                else:
+                    await self.show_branch(parent_id)
+                    self.picker = ForkPicker(replies, stop=self.stop_generation)
+                    await self.app.push_screen(self.picker, self.pick_reply)
+                for i in ids:
+                    self.writer(i).start_stream()
+            case DeltaEvent(message_id=message_id, text=text):
+                if (writer := self.writer(message_id)) is not None:
+                    await writer.write(text)
+            case DoneEvent(message=message):
+                self.branches.add(message)
+                if self.picker is not None and self.picker.card_of(message.id) is not None:
+                    await self.picker.finish(message)
+                elif (writer := self.writer(message.id)) is not None:
+                    await writer.finish(message)
+                    self.view.show_positions(self.branches)
+            case ErrorEvent(message=message):
+                self.notify(message, title="The engine failed", severity="error")
+
+    def writer(self, message_id: str):
+        """Where a reply being written is shown: its card in the N-reply picker, else its message on screen."""
+        if self.picker is not None and (card := self.picker.card_of(message_id)) is not None:
+            return card
+        return self.view.view_of(message_id)
+
+    @engine_work(group="branch")
+    async def pick_reply(self, message_id: str | None) -> None:
+        """The picker closed: continue from the chosen reply (or the first, which the engine made active)."""
+        replies = self.picker.replies
+        self.picker = None
+        chosen = message_id or replies[0].id
+        await self.show_branch(self.branches.newest_leaf(chosen))
+        self.composer.focus()
+        if message_id is not None:
+            await self.client.update_conversation(self.conversation.id, active_leaf=message_id)

@@ -1,0 +1,65 @@
+"""Where to export a chat, and as what: Markdown (the branch on screen) or JSON (the whole tree)."""
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, RadioButton, RadioSet
+
+EXTENSIONS = {"markdown": ".md", "json": ".json"}
+
+
+@dataclass
+class ExportChoice:
+    format: str  # "markdown" or "json"
+    path: Path
+
+
+def default_path(title: str, format: str) -> Path:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", title).strip("-")[:60] or "chat"
+    return Path.cwd() / f"{name}{EXTENSIONS[format]}"
+
+
+class ExportScreen(ModalScreen[ExportChoice | None]):
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="cancel")]
+
+    def __init__(self, title: str):
+        super().__init__()
+        self.chat_title = title
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label("Export the chat", classes="dialog-title")
+            with RadioSet(id="format"):
+                yield RadioButton("Markdown (this branch)", value=True, id="markdown")
+                yield RadioButton("JSON (every branch)", id="json")
+            yield Input(str(default_path(self.chat_title, "markdown")), id="path")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Cancel", id="cancel")
+                yield Button("Export", id="export", variant="primary")
+
+    @property
+    def format(self) -> str:
+        return self.query_one(RadioSet).pressed_button.id
+
+    def on_radio_set_changed(self) -> None:
+        path = self.query_one("#path", Input)
+        path.value = str(Path(path.value).with_suffix(EXTENSIONS[self.format]))
+
+    def on_input_submitted(self) -> None:
+        self.export()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "export":
+            self.export()
+        else:
+            self.dismiss(None)
+
+    def export(self) -> None:
+        path = self.query_one("#path", Input).value.strip()
+        if path:
+            self.dismiss(ExportChoice(self.format, Path(path).expanduser()))

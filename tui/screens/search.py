@@ -1,0 +1,60 @@
+"""Search every chat's messages (the engine's FTS5 index); choosing a hit opens its branch."""
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, OptionList
+from textual.widgets.option_list import Option
+
+from localchat.app.client import EngineClient, EngineError
+from localchat.app.protocol import SearchHit
+from localchat.tui.engine_work import engine_work
+
+
+def hit_label(hit: SearchHit) -> Content:
+    who = "You" if hit.role == "user" else "Assistant"
+    return Content.assemble((hit.conversation_title, "bold"), f"  {who}: ", " ".join(hit.snippet.split()))
+
+
+class SearchScreen(ModalScreen[SearchHit | None]):
+    BINDINGS = [Binding("escape", "dismiss(None)", "Close", id="cancel")]
+
+    def __init__(self, client: EngineClient):
+        super().__init__()
+        self.client = client
+        self.hits: list[SearchHit] = []
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="search"):
+            yield Label("Search messages", classes="dialog-title")
+            yield Input(placeholder="words to find (FTS5: \"a phrase\", prefix*, a OR b)", id="query")
+            yield OptionList(id="hits")
+            yield Label("", id="search-status")
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.search(event.value.strip())
+
+    def on_input_submitted(self) -> None:
+        hits = self.query_one(OptionList)
+        if self.hits:
+            hits.focus()
+            hits.highlighted = 0
+
+    @engine_work(exclusive=True)
+    async def search(self, query: str) -> None:
+        status = self.query_one("#search-status", Label)
+        try:
+            self.hits = await self.client.search(query) if query else []
+        except EngineError as error:
+            self.hits = []
+            status.update(f"not a query: {error}")
+        else:
+            status.update(f"{len(self.hits)} found" if query else "")
+        options = self.query_one(OptionList)
+        options.clear_options()
+        options.add_options(Option(hit_label(hit)) for hit in self.hits)
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(self.hits[event.option_index])
