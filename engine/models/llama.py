@@ -128,7 +128,9 @@ class LlamaForCausalLM(nn.Module):
         self.config = config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.rotary = RotaryEmbedding(config, head_dim, max_positions, rope_device)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        # an explicit weight skips Embedding's normal_ init, which on the meta device imports torch._dynamo (~1 s)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size,
+                                         _weight=torch.empty(config.vocab_size, config.hidden_size))
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.tie_word_embeddings = getattr(config, "tie_word_embeddings", False)
