@@ -1,0 +1,50 @@
+"""Fixtures of the browser tests: one real `localchat serve` (embedded engine) and one headless Chromium for the
+session; each test gets a fresh browser context (no cookie) and signs in through a one-time login URL."""
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+from support import Server, make_home
+
+from webui_page import ChatPage, launch_chromium
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory) -> Iterator[Server]:
+    process = Server(make_home(tmp_path_factory.mktemp("webui-home")), args=["--kv-blocks", "512"]).start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def api(server) -> Iterator[httpx.Client]:
+    with server.client() as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        browser = launch_chromium(playwright)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser) -> Iterator[Page]:
+    """A page of its own browser context: no login cookie yet."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda error: errors.append(error))
+    yield page
+    context.close()
+    assert not errors, f"uncaught errors in the page: {errors}"
+
+
+@pytest.fixture
+def chat(page, server, api) -> ChatPage:
+    """The signed-in web UI."""
+    return ChatPage(page, server, api).sign_in()

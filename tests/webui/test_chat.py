@@ -1,0 +1,160 @@
+"""Chatting in the browser against a real engine: streaming, stop, the branches of a tree, reload."""
+
+import json
+import re
+
+from playwright.sync_api import expect
+
+from webui_page import REPLY_TIMEOUT_MS, wait_until
+
+
+def children(messages: list[dict], parent_id: str | None) -> list[dict]:
+    return [m for m in messages if m["parent_id"] == parent_id]
+
+
+def test_a_reply_streams_and_only_it_re_renders(chat):
+    chat.create_chat(max_tokens=24)
+    chat.send("Tell me about the sea.")
+    streaming = chat.page.locator("#thread .message.assistant.streaming")
+    expect(streaming).to_have_count(1, timeout=REPLY_TIMEOUT_MS)
+    # from the first delta on, watch every DOM change in the thread until the reply is done
+    chat.page.evaluate("""() => new Promise(resolve => {
+        const watch = () => {
+            const reply = document.querySelector('#thread .message.assistant.streaming');
+            if (!reply || !reply.querySelector('.content').textContent) return requestAnimationFrame(watch);
+            window.changes = {inside: 0, outside: 0};
+            new MutationObserver(records => records.forEach(r =>
+                reply.contains(r.target) ? window.changes.inside++ : window.changes.outside++))
+                .observe(document.getElementById('thread'), {subtree: true, childList: true, characterData: true,
+                                                              attributes: true});
+            resolve();
+        };
+        watch();
+    })""")
+    chat.wait_replies()
+    changes = chat.page.evaluate("window.changes")
+    assert changes["inside"] > 0 and changes["outside"] == 0, changes
+
+    user, reply = chat.stored()["messages"]
+    assert chat.shown_ids() == [user["id"], reply["id"]]
+    shown = chat.message(reply["id"])
+    expect(shown.locator(".content")).to_have_text(re.compile(re.escape(reply["content"].split("\n")[0].strip())))
+    stats = reply["stats"]
+    expect(shown.locator(".stats")).to_contain_text(f"{stats['time_to_first_token_s']:.2f} s to first token")
+    expect(shown.locator(".stats")).to_contain_text(f"{stats['tokens_per_s']:.1f} tokens/s")
+    expect(shown.locator(".stats")).to_contain_text(
+        f"{stats['cached_tokens']}/{stats['prompt_tokens']} prompt tokens cached")
+    # the first message named the chat, and the sidebar shows it
+    expect(chat.page.locator("#chats li.current .title")).to_have_text("Tell me about the sea.")
+
+
+def test_escape_stops_a_reply_and_keeps_what_it_wrote(chat):
+    chat.create_chat(max_tokens=400)
+    chat.send("Write a long story about a dragon who learns to cook.")
+    reply = chat.page.locator("#thread .message.assistant")
+    expect(reply.locator(".content")).not_to_have_text("", timeout=REPLY_TIMEOUT_MS)
+    chat.page.keyboard.press("Escape")
+    chat.wait_replies()
+    expect(reply).to_have_class(re.compile(r"\bstopped\b"))
+    expect(reply.locator(".stats")).to_contain_text("stopped")
+    stored = [m for m in chat.stored()["messages"] if m["role"] == "assistant"]
+    assert len(stored) == 1 and stored[0]["stopped"] and stored[0]["finish_reason"] == "abort"
+    assert stored[0]["stats"]["completion_tokens"] < 400
+
+
+def test_branches_regenerate_edit_fork_and_reload(chat):
+    chat.create_chat(temperature=0.9, max_tokens=8)
+    page = chat.page
+    chat.send("Name a fruit.")
+    chat.wait_replies()
+    first_user, first_reply = chat.stored()["messages"]
+
+    # regenerate: a sibling reply, shown, with the switcher at 2/2
+    chat.message(first_reply["id"]).locator("button.regenerate").click()
+    chat.wait_replies()
+    replies = children(chat.stored()["messages"], first_user["id"])
+    assert len(replies) == 2
+    second_reply = replies[1]
+    assert chat.shown_ids() == [first_user["id"], second_reply["id"]]
+    expect(chat.message(second_reply["id"]).locator(".switcher .position")).to_have_text("2/2")
+
+    # the switcher goes back to the first reply, and the server remembers that branch
+    chat.message(second_reply["id"]).locator("button.previous").click()
+    expect(chat.message(first_reply["id"]).locator(".switcher .position")).to_have_text("1/2")
+    assert chat.shown_ids() == [first_user["id"], first_reply["id"]]
+    wait_until(lambda: chat.stored()["conversation"]["active_leaf"] == first_reply["id"])
+
+    # edit-and-resend: a new user message beside the first, with its own reply
+    chat.message(first_user["id"]).locator("button.edit").click()
+    page.fill(".editor textarea", "Name a vegetable.")
+    page.click(".editor .send-edit")
+    chat.wait_replies()
+    roots = children(chat.stored()["messages"], None)
+    assert [m["content"] for m in roots] == ["Name a fruit.", "Name a vegetable."]
+    edited = roots[1]
+    edited_reply = children(chat.stored()["messages"], edited["id"])[0]
+    assert chat.shown_ids() == [edited["id"], edited_reply["id"]]
+    expect(chat.message(edited["id"]).locator(".switcher .position")).to_have_text("2/2")
+    expect(chat.message(edited["id"]).locator(".content")).to_have_text("Name a vegetable.")
+
+    # fork three replies: side by side as cards while they stream; pick the second one
+    chat.send("Why that one?", replies=3)
+    expect(chat.cards).to_have_count(3, timeout=REPLY_TIMEOUT_MS)
+    chat.wait_replies()
+    question = children(chat.stored()["messages"], edited_reply["id"])[0]
+    forked = [m["id"] for m in children(chat.stored()["messages"], question["id"])]
+    assert len(forked) == 3
+    cards = chat.cards.evaluate_all("cards => cards.map(c => c.dataset.id)")
+    assert sorted(cards) == sorted(forked)
+    picked = cards[1]
+    chat.cards.nth(1).locator("button.pick").click()
+    expect(chat.cards).to_have_count(0)
+    assert chat.shown_ids() == [edited["id"], edited_reply["id"], question["id"], picked]
+    picked_position = f"{forked.index(picked) + 1}/3"  # siblings in the order they were saved
+    expect(chat.message(picked).locator(".switcher .position")).to_have_text(picked_position)
+    wait_until(lambda: chat.stored()["conversation"]["active_leaf"] == picked)
+
+    # continue the picked branch
+    chat.send("Thanks.", replies=1)
+    chat.wait_replies()
+    messages = chat.stored()["messages"]
+    thanks = next(m for m in messages if m["content"] == "Thanks.")
+    assert thanks["parent_id"] == picked
+    path = chat.shown_ids()
+    assert path[:5] == [edited["id"], edited_reply["id"], question["id"], picked, thanks["id"]] and len(path) == 6
+    assert chat.stored()["conversation"]["active_leaf"] == path[-1]
+
+    # the branch tree shows every message and highlights the shown branch
+    page.click("#toggle-branches")
+    tree = page.locator("#branches")
+    expect(tree.locator(".node")).to_have_count(len(messages))
+    assert tree.locator(".node.active").evaluate_all("nodes => nodes.map(n => n.dataset.id)") == path
+
+    # reload: the same tree and the same branch
+    page.reload()
+    expect(chat.messages).to_have_count(len(path))
+    assert chat.shown_ids() == path
+    expect(chat.message(edited["id"]).locator(".switcher .position")).to_have_text("2/2")
+    expect(chat.message(picked).locator(".switcher .position")).to_have_text(picked_position)
+
+    # export: the shown branch as Markdown, the whole tree as JSON
+    with page.expect_download() as download:
+        page.click("#export-markdown")
+    markdown = open(download.value.path(), encoding="utf-8").read()
+    stored = {m["id"]: m for m in chat.stored()["messages"]}
+    position = 0
+    for message_id in path:  # each message of the branch, in order
+        position = markdown.index(stored[message_id]["content"], position)
+    title, body = markdown.split("\n", 1)
+    assert title == "# Name a fruit." and "Name a fruit." not in body  # the other branch is left out
+    with page.expect_download() as download:
+        page.click("#export-json")
+    exported = json.loads(open(download.value.path(), encoding="utf-8").read())
+    assert {m["id"] for m in exported["messages"]} == set(stored)
+
+    # clicking a message of another branch in the tree shows that branch, down its newest replies
+    page.click("#toggle-branches")
+    tree.locator(f'.node[data-id="{first_user["id"]}"] button').click()
+    expect(chat.message(first_user["id"])).to_be_visible()
+    assert chat.shown_ids() == [first_user["id"], second_reply["id"]]
+    wait_until(lambda: chat.stored()["conversation"]["active_leaf"] == second_reply["id"])

@@ -1,0 +1,59 @@
+// The engine process's /api, as the signed-in page calls it (the login cookie goes along by itself).
+import { readEvents } from "./sse.js";
+
+export class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+async function send(method, path, body) {
+  const init = { method, headers: {} };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const response = await fetch(path, init);
+  if (!response.ok) {
+    let message = response.statusText;
+    try {
+      message = (await response.json()).error.message;
+    } catch { /* not an error body */ }
+    throw new ApiError(response.status, message);
+  }
+  return response;
+}
+
+async function json(method, path, body) {
+  const response = await send(method, path, body);
+  return response.status === 204 ? null : response.json();
+}
+
+const conversation = (id) => `/api/conversations/${encodeURIComponent(id)}`;
+const message = (id, messageId) => `${conversation(id)}/messages/${encodeURIComponent(messageId)}`;
+
+export const listConversations = () => json("GET", "/api/conversations");
+export const createConversation = () => json("POST", "/api/conversations", {});
+export const getConversation = (id) => json("GET", conversation(id));
+export const updateConversation = (id, fields) => json("PATCH", conversation(id), fields);
+export const deleteConversation = (id) => json("DELETE", conversation(id));
+export const stopReplies = (id) => json("POST", `${conversation(id)}/stop`, {});
+export const search = (q) => json("GET", `/api/search?q=${encodeURIComponent(q)}`);
+
+export function exportUrl(id, format, leaf) {
+  const query = new URLSearchParams({ format });
+  if (leaf) query.set("leaf", leaf);
+  return `${conversation(id)}/export?${query}`;
+}
+
+/** The events (user, start, delta, done, error) of a send, edit or regenerate. */
+async function* stream(path, body) {
+  yield* readEvents(await send("POST", path, body));
+}
+
+export const sendMessage = (id, content, parentId, n) =>
+  stream(`${conversation(id)}/messages`, { content, parent_id: parentId, n });
+export const editMessage = (id, messageId, content, n) =>
+  stream(`${message(id, messageId)}/edit`, { content, n });
+export const regenerate = (id, messageId, n) => stream(`${message(id, messageId)}/regenerate`, { n });

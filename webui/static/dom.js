@@ -1,0 +1,27 @@
+// Building DOM without HTML strings: text is always a text node, attributes are set one by one.
+
+/**
+ * h("button", { class: "x", onclick: f, "aria-label": "Stop" }, "text", child) -> element.
+ * Strings among the children become text nodes; null/false children are skipped.
+ */
+export function h(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else if (key in node && typeof value !== "string") node[key] = value;
+    else node.setAttribute(key, value === true ? "" : value);
+  }
+  node.append(...children.filter((child) => child !== null && child !== undefined && child !== false));
+  return node;
+}
+
+/** Copies text, and says so on the button for a moment. */
+export async function copyText(button, text) {
+  await navigator.clipboard.writeText(text);
+  const label = button.textContent;
+  button.textContent = "Copied";
+  setTimeout(() => { button.textContent = label; }, 1200);
+}

@@ -1,0 +1,33 @@
+// Keyboard shortcuts, and the help dialog that lists them (from the same table).
+import { h } from "./dom.js";
+
+/** [keys shown, what it does, matches(event), action name]; an action name is a method of the app. */
+const SHORTCUTS = [
+  ["Enter", "Send the message", null, null],
+  ["Shift+Enter", "New line", null, null],
+  ["Esc", "Stop the reply being written", (e) => e.key === "Escape", "stop"],
+  ["Alt+N", "New chat", (e) => e.altKey && e.code === "KeyN", "newChat"],
+  ["Alt+R", "Regenerate the last reply", (e) => e.altKey && e.code === "KeyR", "regenerateLast"],
+  ["Alt+B", "Show or hide the branch tree", (e) => e.altKey && e.code === "KeyB", "toggleBranches"],
+  ["Ctrl+K", "Search messages", (e) => (e.ctrlKey || e.metaKey) && e.code === "KeyK", "focusSearch"],
+  ["Ctrl+/", "This help", (e) => (e.ctrlKey || e.metaKey) && e.code === "Slash", "showHelp"],
+];
+
+export function installShortcuts(app) {
+  document.addEventListener("keydown", (event) => {
+    if (event.defaultPrevented || document.querySelector("dialog[open]")) return;
+    const shortcut = SHORTCUTS.find(([, , matches]) => matches?.(event));
+    if (shortcut) {
+      event.preventDefault();
+      app[shortcut[3]]();
+    }
+  });
+}
+
+export function fillHelp(dialog) {
+  dialog.append(h("form", { method: "dialog" },
+    h("h2", { text: "Keyboard shortcuts" }),
+    h("table", {}, h("tbody", {}, ...SHORTCUTS.map(([keys, what]) =>
+      h("tr", {}, h("td", {}, h("kbd", { text: keys })), h("td", { text: what }))))),
+    h("div", { class: "dialog-buttons" }, h("button", { class: "primary", text: "Close" }))));
+}

@@ -1,0 +1,122 @@
+// One message on screen: who wrote it, its ‹ n/m › branch switcher, its actions, its text and its stats.
+import { copyText, h } from "./dom.js";
+import { renderMarkdown } from "./markdown.js";
+
+/** "0.21 s to first token · 35.2 tokens/s · 41/57 prompt tokens cached · stopped" */
+export function statsLine(message) {
+  const parts = [];
+  const stats = message.stats;
+  if (stats) {
+    if (stats.time_to_first_token_s != null) parts.push(`${stats.time_to_first_token_s.toFixed(2)} s to first token`);
+    if (stats.tokens_per_s != null) parts.push(`${stats.tokens_per_s.toFixed(1)} tokens/s`);
+    parts.push(`${stats.completion_tokens} tokens`);
+    parts.push(`${stats.cached_tokens}/${stats.prompt_tokens} prompt tokens cached`);
+  }
+  if (message.stopped) parts.push("stopped");
+  else if (message.finish_reason === "length") parts.push("cut at max tokens");
+  return parts.join(" · ");
+}
+
+/**
+ * The view of one message. `actions`: onSwitch(id, step), onEdit(id, text), onRegenerate(id), onPick(id).
+ * `card`: shown as one of n forked replies side by side, with a button to continue from it.
+ */
+export class MessageView {
+  constructor(message, actions, { card = false } = {}) {
+    this.message = message;
+    this.actions = actions;
+    this.card = card;
+    this.pending = false;
+    const assistant = message.role === "assistant";
+    this.position = h("span", { class: "position" });
+    this.switcher = h("nav", { class: "switcher", "aria-label": "Branches" },
+      h("button", { type: "button", class: "previous", title: "Previous branch", "aria-label": "Previous branch",
+        text: "‹", onclick: () => actions.onSwitch(this.message.id, -1) }),
+      this.position,
+      h("button", { type: "button", class: "next", title: "Next branch", "aria-label": "Next branch", text: "›",
+        onclick: () => actions.onSwitch(this.message.id, 1) }));
+    this.content = h("div", { class: "content" });
+    this.stats = h("footer", { class: "stats" });
+    const buttons = [h("button", { type: "button", class: "copy-message", text: "Copy",
+      onclick: (event) => copyText(event.currentTarget, this.message.content) })];
+    if (card) {
+      buttons.push(h("button", { type: "button", class: "pick", text: "Continue with this",
+        onclick: () => actions.onPick(this.message.id) }));
+    } else if (assistant) {
+      buttons.push(h("button", { type: "button", class: "regenerate", text: "Regenerate",
+        onclick: () => actions.onRegenerate(this.message.id) }));
+    } else {
+      buttons.push(h("button", { type: "button", class: "edit", text: "Edit", onclick: () => this.startEditing() }));
+    }
+    this.buttons = h("span", { class: "actions" }, ...buttons);
+    this.element = h("article", { class: `message ${message.role}${card ? " card" : ""}` },
+      h("header", {}, h("span", { class: "role", text: assistant ? "Assistant" : "You" }),
+        card ? null : this.switcher, this.buttons),
+      this.content, this.stats);
+    this.element.dataset.id = message.id;
+    this.show(message);
+  }
+
+  /** A new state of the message (the stored one replaces the streaming placeholder). */
+  show(message) {
+    this.message = message;
+    this.element.classList.toggle("streaming", Boolean(message.streaming));
+    this.element.classList.toggle("stopped", Boolean(message.stopped));
+    this.buttons.querySelectorAll("button:not(.copy-message)").forEach((b) => { b.disabled = Boolean(message.streaming); });
+    this.renderText();
+    this.stats.textContent = statsLine(message);
+  }
+
+  /** Re-render the text at the next frame at most once: a streaming reply gets many deltas per frame. */
+  textChanged() {
+    if (this.pending) return;
+    this.pending = true;
+    requestAnimationFrame(() => {
+      this.pending = false;
+      this.renderText();
+    });
+  }
+
+  renderText() {
+    if (this.editor) return;
+    const { role, content } = this.message;
+    this.content.replaceChildren(role === "assistant" ? renderMarkdown(content) : h("p", { class: "plain", text: content }));
+  }
+
+  /** The ‹ n/m › switcher, shown when the message has siblings. */
+  showPosition(index, count) {
+    this.switcher.hidden = count < 2;
+    this.position.textContent = `${index + 1}/${count}`;
+    this.switcher.querySelector(".previous").disabled = index === 0;
+    this.switcher.querySelector(".next").disabled = index === count - 1;
+  }
+
+  startEditing() {
+    const input = h("textarea", { class: "edit-input", "aria-label": "Edited message", rows: 3 });
+    input.value = this.message.content;
+    const finish = () => {
+      this.editor = null;
+      this.renderText();
+    };
+    const resend = () => {
+      const text = input.value;
+      finish();
+      if (text.trim()) this.actions.onEdit(this.message.id, text);
+    };
+    input.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !event.shiftKey) {
+        event.preventDefault();
+        resend();
+      } else if (event.key === "Escape") {
+        event.stopPropagation();
+        finish();
+      }
+    });
+    this.editor = h("div", { class: "editor" }, input,
+      h("div", { class: "editor-buttons" },
+        h("button", { type: "button", class: "send-edit", text: "Send as a new branch", onclick: resend }),
+        h("button", { type: "button", class: "cancel-edit", text: "Cancel", onclick: finish })));
+    this.content.replaceChildren(this.editor);
+    input.focus();
+  }
+}

@@ -1,0 +1,77 @@
+// The chat list (newest first) with rename and delete, and search results over every chat's messages.
+import { h } from "./dom.js";
+
+/** `actions`: onOpen(conversationId, messageId?), onRename(id, title), onDelete(id), onSearch(query). */
+export class Sidebar {
+  constructor(list, searchInput, actions) {
+    this.list = list;
+    this.searchInput = searchInput;
+    this.actions = actions;
+    let timer = null;
+    searchInput.addEventListener("input", () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => actions.onSearch(searchInput.value.trim()), 150);
+    });
+    searchInput.addEventListener("keydown", (event) => {
+      if (event.key === "Escape" && searchInput.value) {
+        event.stopPropagation();
+        searchInput.value = "";
+        actions.onSearch("");
+      }
+    });
+  }
+
+  get searching() {
+    return this.searchInput.value.trim() !== "";
+  }
+
+  showChats(conversations, currentId) {
+    this.list.setAttribute("aria-label", "Chats");
+    this.list.replaceChildren(...conversations.map((c) => this.chatItem(c, c.id === currentId)));
+    if (!conversations.length) this.list.append(h("li", { class: "empty", text: "No chats yet" }));
+  }
+
+  showResults(hits) {
+    this.list.setAttribute("aria-label", "Search results");
+    this.list.replaceChildren(...hits.map((hit) => h("li", { class: "hit" },
+      h("button", { type: "button", onclick: () => this.actions.onOpen(hit.conversation_id, hit.message_id) },
+        h("span", { class: "title", text: hit.conversation_title }),
+        h("span", { class: "snippet", text: `${hit.role === "user" ? "You" : "Assistant"}: ${hit.snippet}` })))));
+    if (!hits.length) this.list.append(h("li", { class: "empty", text: "No messages match" }));
+  }
+
+  chatItem(conversation, current) {
+    const title = h("button", { type: "button", class: "title", text: conversation.title, title: conversation.title,
+      onclick: () => this.actions.onOpen(conversation.id) });
+    const item = h("li", { class: `chat${current ? " current" : ""}` }, title,
+      h("button", { type: "button", class: "rename", title: "Rename", "aria-label": "Rename", text: "✎",
+        onclick: () => this.rename(item, conversation) }),
+      h("button", { type: "button", class: "delete", title: "Delete", "aria-label": "Delete", text: "×",
+        onclick: () => this.actions.onDelete(conversation.id) }));
+    item.dataset.id = conversation.id;
+    if (current) item.setAttribute("aria-current", "true");
+    return item;
+  }
+
+  rename(item, conversation) {
+    const input = h("input", { class: "rename-input", "aria-label": "Chat title", value: conversation.title });
+    let done = false;
+    const finish = (save) => {
+      if (done) return;
+      done = true;
+      const title = input.value.trim();
+      if (save && title && title !== conversation.title) this.actions.onRename(conversation.id, title);
+      else item.replaceWith(this.chatItem(conversation, item.classList.contains("current")));
+    };
+    input.addEventListener("keydown", (event) => {
+      if (event.key === "Enter") finish(true);
+      if (event.key === "Escape") {
+        event.stopPropagation();
+        finish(false);
+      }
+    });
+    input.addEventListener("blur", () => finish(true));
+    item.replaceChildren(input);
+    input.select();
+  }
+}

@@ -1,0 +1,62 @@
+// A conversation's messages as a tree: parents, ordered children, branches root..leaf.
+
+export class Tree {
+  constructor(messages = []) {
+    this.byId = new Map();
+    this.children = new Map();  // parent id (null for the roots) -> child ids, in the order written
+    for (const message of messages) this.add(message);
+  }
+
+  /** Adds a message, or replaces it (a streamed reply once saved: siblings are then in the order saved). */
+  add(message) {
+    const key = message.parent_id ?? null;
+    if (!this.children.has(key)) this.children.set(key, []);
+    const siblings = this.children.get(key);
+    if (!this.byId.has(message.id)) siblings.push(message.id);
+    this.byId.set(message.id, message);
+    const written = (id) => this.byId.get(id).created_at ?? Infinity;  // one being written comes last
+    siblings.sort((a, b) => written(a) - written(b));
+  }
+
+  get(id) {
+    return this.byId.get(id);
+  }
+
+  has(id) {
+    return this.byId.has(id);
+  }
+
+  childrenOf(id) {
+    return this.children.get(id ?? null) ?? [];
+  }
+
+  /** The message and its siblings (the other replies to its parent), in the order written. */
+  siblings(id) {
+    return this.childrenOf(this.get(id).parent_id);
+  }
+
+  /** The messages from the root down to `leaf`. */
+  path(leaf) {
+    const path = [];
+    for (let m = this.get(leaf); m; m = this.get(m.parent_id)) path.push(m);
+    return path.reverse();
+  }
+
+  /** From `id` down through the newest child at each step to a leaf. */
+  descend(id) {
+    let children = this.childrenOf(id);
+    while (children.length) {
+      id = children[children.length - 1];
+      children = this.childrenOf(id);
+    }
+    return id;
+  }
+
+  /** The leaf to show on opening: the remembered one (followed down), else the newest message's branch. */
+  openingLeaf(activeLeaf) {
+    if (activeLeaf && this.has(activeLeaf)) return this.descend(activeLeaf);
+    let newest = null;
+    for (const m of this.byId.values()) if (!newest || m.created_at >= newest.created_at) newest = m;
+    return newest ? this.descend(newest.id) : null;
+  }
+}
