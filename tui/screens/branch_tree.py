@@ -1,10 +1,10 @@
 """The chat as an outline of its branches; the branch on screen is highlighted, choosing a message shows its
 branch."""
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Label, Tree
 from textual.widgets.tree import TreeNode
@@ -34,8 +34,10 @@ class BranchTreeScreen(ModalScreen[str | None]):
             message = self.branches.messages[message_id]
             who = "You" if message.role == "user" else "Assistant"
             text = " ".join(message.content.split())
-            markup = "[$accent]● [b]$who:[/b] $text[/]" if message_id in self.shown else "○ [b]$who:[/b] $text"
-            label = Content.from_markup(markup, who=who, text=text[:PREVIEW] + ("…" if len(text) > PREVIEW else ""))
+            on_path = message_id in self.shown
+            label = Text.assemble("● " if on_path else "○ ", (f"{who}: ", "bold"),
+                                  text[:PREVIEW] + ("…" if len(text) > PREVIEW else ""),
+                                  style=f"bold {self.app.current_theme.accent}" if on_path else "")
             child = node.add(label, data=message_id, expand=True)
             self.add_children(child, message_id)
             if not self.branches.children.get(message_id):

@@ -20,7 +20,7 @@ class ExportChoice:
 
 
 def default_path(title: str, format: str) -> Path:
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", title).strip("-")[:60] or "chat"
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", title).strip(".-")[:60] or "chat"
     return Path.cwd() / f"{name}{EXTENSIONS[format]}"
 
 
@@ -41,6 +41,9 @@ class ExportScreen(ModalScreen[ExportChoice | None]):
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Cancel", id="cancel")
                 yield Button("Export", id="export", variant="primary")
+
+    def on_mount(self) -> None:
+        self.query_one("#path", Input).focus()
 
     @property
     def format(self) -> str:

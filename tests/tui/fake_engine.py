@@ -1,0 +1,109 @@
+"""A stand-in for EngineClient with fixed data, for snapshots and for tests that need no model: the same
+methods, returning fixed Structs (fixed ids, timestamps and stats) so that every screenshot is the same."""
+
+from collections.abc import AsyncIterator
+
+import msgspec
+
+from localchat.app.protocol import (
+    Conversation, ConversationTree, DeltaEvent, DoneEvent, Health, Message, ReplyStats, SamplingSettings,
+    SearchHit, StartEvent, StopResult, StreamEvent,
+)
+
+T0 = 1_700_000_000.0
+
+
+def stats(prompt: int, cached: int, completion: int) -> ReplyStats:
+    return ReplyStats(prompt_tokens=prompt, cached_tokens=cached, completion_tokens=completion,
+                      time_to_first_token_s=0.12, tokens_per_s=42.5, duration_s=1.5)
+
+
+def message(id: str, parent: str | None, role: str, content: str, at: float, reply_stats=None,
+            conversation: str = "c_sort") -> Message:
+    return Message(id=id, conversation_id=conversation, parent_id=parent, role=role, content=content,
+                   created_at=T0 + at, finish_reason="stop" if role == "assistant" else None, model="SmolLM2",
+                   stats=reply_stats)
+
+
+SORT_CODE = "Use `sorted()`:\n\n```python\nnumbers = [3, 1, 2]\nprint(sorted(numbers))  # [1, 2, 3]\n```"
+REVERSE_CODE = "Pass `reverse=True`:\n\n```python\nprint(sorted(numbers, reverse=True))\n```"
+
+MESSAGES = [
+    message("m_u1", None, "user", "How do I sort a list in Python?", 1),
+    message("m_a1", "m_u1", "assistant", "Call `list.sort()` to sort it in place.", 2, stats(41, 0, 12)),
+    message("m_a2", "m_u1", "assistant", SORT_CODE, 3, stats(41, 32, 30)),
+    message("m_u2", "m_a2", "user", "And in reverse?", 4),
+    message("m_a3", "m_u2", "assistant", REVERSE_CODE, 5, stats(88, 80, 18)),
+]
+
+FORKED = ["A **red** apple.", "A *green* leaf: calm and fresh.", "Blue, like the sea."]
+
+
+def conversation(id: str, title: str, at: float, count: int, active_leaf: str | None = None) -> Conversation:
+    return Conversation(id=id, title=title, system_prompt="Be brief.",
+                        settings=SamplingSettings(temperature=0.7, max_tokens=64), created_at=T0 + at,
+                        updated_at=T0 + at, message_count=count, active_leaf=active_leaf)
+
+
+class FakeEngine:
+    def __init__(self):
+        self.conversations = {
+            "c_sort": conversation("c_sort", "Sorting in Python", 10, len(MESSAGES), "m_a3"),
+            "c_cats": conversation("c_cats", "Cats and their habits", 5, 0),
+            "c_rust": conversation("c_rust", "Borrow checker questions", 1, 0),
+        }
+        self.messages = {"c_sort": list(MESSAGES), "c_cats": [], "c_rust": []}
+        self.fail_with: Exception | None = None  # raised by every call, to play a lost engine
+
+    def _check(self) -> None:
+        if self.fail_with is not None:
+            raise self.fail_with
+
+    async def close(self) -> None:
+        pass
+
+    async def health(self) -> Health:
+        self._check()
+        return Health(status="ready", model="SmolLM2", backend="embedded", pid=1, version="0")
+
+    async def list_conversations(self) -> list[Conversation]:
+        self._check()
+        return sorted(self.conversations.values(), key=lambda c: -c.updated_at)
+
+    async def conversation(self, conversation_id: str, token_ids: bool = False) -> ConversationTree:
+        self._check()
+        return ConversationTree(self.conversations[conversation_id], list(self.messages[conversation_id]))
+
+    async def update_conversation(self, conversation_id: str, **fields) -> Conversation:
+        self._check()
+        updated = msgspec.structs.replace(self.conversations[conversation_id], **fields)
+        self.conversations[conversation_id] = updated
+        return updated
+
+    async def delete_conversation(self, conversation_id: str) -> None:
+        self._check()
+        del self.conversations[conversation_id], self.messages[conversation_id]
+
+    async def search(self, query: str, limit: int = 50) -> list[SearchHit]:
+        self._check()
+        return []
+
+    async def stop(self, conversation_id: str, message_id: str | None = None) -> StopResult:
+        return StopResult(stopped=[])
+
+    def regenerate(self, conversation_id: str, message_id: str, n: int = 1, settings=None) -> AsyncIterator[StreamEvent]:
+        parent = next(m for m in self.messages[conversation_id] if m.id == message_id)
+        parent_id = parent.parent_id if parent.role == "assistant" else parent.id
+        return self._replies(conversation_id, parent_id, n)
+
+    async def _replies(self, conversation_id: str, parent_id: str, n: int) -> AsyncIterator[StreamEvent]:
+        ids = [f"m_f{i}" for i in range(1, n + 1)]
+        yield StartEvent(parent_id=parent_id, message_ids=ids)
+        for i, id in enumerate(ids):
+            for word in FORKED[i % len(FORKED)].split(" "):
+                yield DeltaEvent(message_id=id, index=i, text=word + " ")
+        for i, id in enumerate(ids):
+            reply = message(id, parent_id, "assistant", FORKED[i % len(FORKED)], 20 + i, stats(88, 80, 8 + i),
+                            conversation_id)
+            self.messages[conversation_id].append(reply)
+            yield DoneEvent(message=reply)

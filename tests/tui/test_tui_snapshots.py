@@ -1,0 +1,40 @@
+"""Screenshots of the main screen with a branched chat and of the N-reply picker, from fixed data."""
+
+from fake_engine import FakeEngine
+from textual.pilot import Pilot
+from tui_pilot import wait_until
+
+from localchat.tui.app import LocalChatApp
+from localchat.tui.screens.chat import ChatScreen
+from localchat.tui.screens.fork_picker import ForkPicker
+
+SIZE = (120, 36)
+
+
+def app(tmp_path) -> LocalChatApp:
+    return LocalChatApp(client=FakeEngine(), config_file=tmp_path / "tui.toml")
+
+
+async def branched_chat_shown(pilot: Pilot) -> ChatScreen:
+    screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen) and pilot.app.screen)
+    await wait_until(pilot, lambda: len(screen.view.views) == 4 and len(screen.query("ChatItem")) == 3)
+    screen.view.views[1].focus()  # the reply with a sibling: its switcher reads ‹ 2/2 ›
+    await pilot.pause()
+    return screen
+
+
+def test_main_screen_with_a_branched_chat(snap_compare, tmp_path):
+    assert snap_compare(app(tmp_path), terminal_size=SIZE, run_before=branched_chat_shown)
+
+
+def test_n_reply_picker(snap_compare, tmp_path):
+    async def three_replies(pilot: Pilot) -> None:
+        screen = await branched_chat_shown(pilot)
+        screen.view.views[-1].focus()
+        await pilot.press("f")  # N (3) replies beside the last one
+        picker = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ForkPicker) and pilot.app.screen)
+        await wait_until(pilot, lambda: not picker.streaming)
+        picker.cards[1].focus()
+        await pilot.pause()
+
+    assert snap_compare(app(tmp_path), terminal_size=SIZE, run_before=three_replies)
