@@ -7,7 +7,10 @@ represent the same weights; only the scale and zero are rounded to bfloat16.
 Decoding one or a few sequences reads every weight once per token, so 4-bit weights (an eighth of float32's
 bytes) make it memory-light; a step of many rows (a prefill, a large batch) is compute-bound and runs faster
 on a dense copy of the same weights in the model's dtype, so the layer keeps both and picks by row count.
-The int4 kernel takes bfloat16 activations: its results are close to the dense path's, not equal."""
+The int4 kernel takes bfloat16 activations: its results are close to the dense path's, not equal.
+
+The logits head (a GGUF keeps the token embedding in Q8_0) is the largest single matrix of a small model:
+for few rows it runs on per-row int8 weights through torch's int8 weight-only kernel."""
 
 import numpy as np
 import torch
@@ -45,3 +48,21 @@ class Int4Linear(nn.Module):
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.bfloat16(), self.packed, GROUP, self.scales_and_zeros)
             return y.to(x.dtype)
         return nn.functional.linear(x, self.dense)
+
+
+class Int8Head(nn.Module):
+    """The logits head: per-row symmetric int8 weights for few rows, the dense weight for many."""
+
+    def __init__(self, weight: torch.Tensor, max_int8_rows: int):
+        super().__init__()
+        self.max_int8_rows = max_int8_rows
+        self.weight = weight
+        scales = weight.float().abs().amax(dim=1).clamp(min=1e-12) / 127
+        self.int8 = (weight.float() / scales[:, None]).round().clamp(-127, 127).to(torch.int8)
+        self.scales = scales.bfloat16()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """float32 logits."""
+        if x.shape[0] <= self.max_int8_rows:
+            return torch.ops.aten._weight_int8pack_mm(x.bfloat16(), self.int8, self.scales).float()
+        return nn.functional.linear(x, self.weight).float()

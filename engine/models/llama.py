@@ -8,7 +8,7 @@ from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from localchat.engine.attention import AttentionMetadata
-from localchat.engine.quantization import Int4Linear
+from localchat.engine.quantization import Int4Linear, Int8Head
 
 
 class RMSNorm(nn.Module):
@@ -135,6 +135,7 @@ class LlamaForCausalLM(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.tie_word_embeddings = getattr(config, "tie_word_embeddings", False)
         self.lm_head = None if self.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.int8_head: Int8Head | None = None  # with the GGUF's 4-bit weights (use_q4_weights)
 
     def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """Hidden states [num_tokens, hidden] of one flat batch of new tokens."""
@@ -145,8 +146,13 @@ class LlamaForCausalLM(nn.Module):
         return self.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return torch.nn.functional.linear(hidden, weight).float()
+        if self.int8_head is not None:
+            return self.int8_head(hidden)
+        return torch.nn.functional.linear(hidden, self.head_weight).float()
+
+    @property
+    def head_weight(self) -> torch.Tensor:
+        return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype, device: torch.device) -> None:
@@ -178,7 +184,8 @@ class LlamaForCausalLM(nn.Module):
 
     def use_q4_weights(self, blocks: dict[str, torch.Tensor], max_int4_rows: int, dtype: torch.dtype) -> None:
         """Run each linear layer whose weights the GGUF stores as Q4_1 (blocks from ModelSource.q4_file) on
-        those 4-bit weights: see quantization.Int4Linear."""
+        those 4-bit weights, and the logits head on int8 weights: see quantization.py."""
+        self.int8_head = Int8Head(self.head_weight, max_int4_rows)
         for name, module in list(self.named_modules()):
             if not isinstance(module, nn.Linear) or module.bias is not None:
                 continue
