@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--engine-model", default=None, help="the model name on --engine-url (default: its first)")
     serve.add_argument("--kv-blocks", type=int, default=None, help="KV cache size in 16-token blocks")
     serve.add_argument("--max-model-len", type=int, default=None, help="longest prompt + reply, in tokens")
+    serve.add_argument("--quantization", choices=("auto", "q4_1", "none"), default=None,
+                       help="auto (default): a Q4_1 GGUF runs its own 4-bit weights on CPU (faster, close to but not "
+                            "equal to dense); none: dense weights only")
     web = commands.add_parser("web", help="open the web UI in a browser through a one-time login URL")
     web.add_argument("--print", action="store_true", help="only print the one-time URL")
     chat = commands.add_parser("chat", help="ask one question and print the reply (nothing is stored)",
@@ -105,7 +108,7 @@ def serve(args) -> int:
         raise ValueError("--model and --engine-url exclude each other")
     settings = Settings.from_env(host=args.host, port=args.port, model=args.model, engine_url=args.engine_url,
                                  engine_model=args.engine_model, kv_blocks=args.kv_blocks,
-                                 max_model_len=args.max_model_len)
+                                 max_model_len=args.max_model_len, quantization=args.quantization)
     if not is_loopback(settings.host):
         print(f"localchat: listening on {settings.host}: reachable from other machines (token required)",
               file=sys.stderr)

@@ -54,11 +54,12 @@ class LLMEngine:
                  attention_backend: str | None = None, quantization: str | None = None,
                  on_progress: Callable[[str, float | None], None] | None = None):
         """quantization="q4_1" runs a Q4_1 GGUF's own 4-bit weights for small steps on CPU (faster decoding,
-        close to but not equal to the dense weights' outputs); None keeps dense weights only (exact).
+        close to but not equal to the dense weights' outputs); None keeps dense weights only (exact); "auto"
+        is "q4_1" where it applies (a Q4_1 GGUF on the CPU), else None.
         on_progress(stage, fraction or None) hears how loading goes, for a UI to show."""
         progress = on_progress or (lambda stage, fraction: None)
-        if quantization not in (None, "q4_1"):
-            raise ValueError(f"unknown quantization {quantization!r}; use None or 'q4_1'")
+        if quantization not in (None, "q4_1", "auto"):
+            raise ValueError(f"unknown quantization {quantization!r}; use None, 'q4_1' or 'auto'")
         if block_size < 1 or max_num_seqs < 1 or max_num_batched_tokens < 1:
             raise ValueError("block_size, max_num_seqs and max_num_batched_tokens must be at least 1")
         progress("preparing the model files (a first start converts the GGUF file)", None)
@@ -264,7 +265,7 @@ def _eos_token_ids(source) -> set[int]:
 
 
 def _q4_file(source, quantization: str | None, device: torch.device):
-    if quantization is None:
+    if quantization is None or (quantization == "auto" and (source.q4_file is None or device.type != "cpu")):
         return None
     if source.q4_file is None or device.type != "cpu":
         raise ValueError("quantization='q4_1' needs a Q4_1 GGUF model and the CPU (torch's int4 CPU kernel)")

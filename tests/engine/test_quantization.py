@@ -7,7 +7,7 @@ import torch
 
 from localchat.engine import LLM, SamplingParams
 from localchat.engine.loader import embedded_gguf_path
-from localchat.engine.quantization import Int4Linear, unpack_q4_1
+from localchat.engine.quantization import Int4Linear, Int8Head, unpack_q4_1
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +36,25 @@ def test_int4_linear_computes_the_same_product(q4_tensor, rows):
     assert (got - expected).norm() / expected.norm() < 1e-2  # bfloat16 activations and scales
 
 
+@pytest.mark.parametrize("rows", [1, 40])
+def test_int8_head_computes_the_same_logits(rows):
+    generator = torch.Generator().manual_seed(rows)
+    weight = torch.randn(3000, 64, generator=generator) * 0.05
+    head = Int8Head(weight, max_int8_rows=8)  # 1 row: the int8 kernel; 40: dense
+    x = torch.randn(rows, 64, generator=generator)
+    expected = x @ weight.T
+    got = head(x)
+    assert got.dtype == torch.float32 and got.shape == expected.shape
+    assert (got - expected).norm() / expected.norm() < 2e-2  # int8 weights, bfloat16 activations
+    assert (got.argmax(-1) == expected.argmax(-1)).float().mean() > 0.9
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_q4_1_engine_runs_int4_layers_and_agrees_with_float32(hf_smollm2, dtype):
-    llm = LLM(dtype=dtype, quantization="q4_1")
+    llm = LLM(dtype=dtype, quantization="auto")  # a Q4_1 GGUF on the CPU: the same as "q4_1"
     layer = llm.engine.runner.model.layers[0]
     assert isinstance(layer.mlp.gate_up_proj, Int4Linear) and isinstance(layer.self_attn.qkv_proj, Int4Linear)
+    assert isinstance(llm.engine.runner.model.int8_head, Int8Head)
     seen, sample = [], llm.engine.sampler
 
     def recording_sampler(logits, rows):
