@@ -3,13 +3,13 @@ import { h } from "./dom.js";
 
 // [name, label, input attributes]; the names are SamplingSettings' fields
 const NUMBER_FIELDS = [
-  ["temperature", "Temperature", { min: 0, max: 5, step: 0.05 }],
-  ["top_p", "Top p", { min: 0, max: 1, step: 0.01 }],
+  ["temperature", "Temperature", { min: 0, max: 5, step: "any" }],
+  ["top_p", "Top p", { min: 0, max: 1, step: "any" }],
   ["top_k", "Top k (0: off)", { min: 0, step: 1 }],
-  ["min_p", "Min p", { min: 0, max: 1, step: 0.01 }],
-  ["repetition_penalty", "Repetition penalty", { min: 0.01, step: 0.05 }],
-  ["presence_penalty", "Presence penalty", { min: -2, max: 2, step: 0.1 }],
-  ["frequency_penalty", "Frequency penalty", { min: -2, max: 2, step: 0.1 }],
+  ["min_p", "Min p", { min: 0, max: 1, step: "any" }],
+  ["repetition_penalty", "Repetition penalty", { min: 0.01, step: "any" }],
+  ["presence_penalty", "Presence penalty", { min: -2, max: 2, step: "any" }],
+  ["frequency_penalty", "Frequency penalty", { min: -2, max: 2, step: "any" }],
   ["max_tokens", "Max tokens", { min: 1, step: 1 }],
   ["seed", "Seed (empty: random)", { min: 0, step: 1 }],
 ];
