@@ -15,6 +15,27 @@ from webui_page import FAST
 INJECTION = '<script>window.injected = 1</script><img src="x" onerror="window.injected = 2"> hello'
 
 
+def test_localchat_web_prints_a_login_url_that_works_once(browser, page, server):
+    result = server.run_cli("web", "--print")
+    assert result.returncode == 0, result.stderr
+    url = result.stdout.strip()
+    assert url.startswith(f"{server.url}/auth?code=")
+    page.goto(url)
+    expect(page.locator("#app")).to_be_visible()
+    assert page.url == server.url + "/"  # the code is gone from the address bar
+    cookie, = page.context.cookies()
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert page.evaluate("document.cookie") == ""  # the page's scripts cannot read the token
+
+    other = browser.new_context()
+    try:
+        response = other.new_page().goto(url)  # a second use of the same link
+        assert response.status == 403
+        assert other.cookies() == []
+    finally:
+        other.close()
+
+
 def test_without_the_login_url_the_page_gets_no_data(page, server, api):
     api.post("/api/conversations", json={"title": "a private chat"})
     page.goto(server.url + "/")

@@ -15,7 +15,7 @@ export class Tree {
     if (!this.byId.has(message.id)) siblings.push(message.id);
     this.byId.set(message.id, message);
     const written = (id) => this.byId.get(id).created_at ?? Infinity;  // one being written comes last
-    siblings.sort((a, b) => written(a) - written(b));
+    siblings.sort((a, b) => (written(a) > written(b)) - (written(a) < written(b)));
   }
 
   get(id) {
