@@ -31,9 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--engine-model", default=None, help="the model name on --engine-url (default: its first)")
     serve.add_argument("--kv-blocks", type=int, default=None, help="KV cache size in 16-token blocks")
     serve.add_argument("--max-model-len", type=int, default=None, help="longest prompt + reply, in tokens")
-    serve.add_argument("--quantization", choices=("auto", "q4_1", "none"), default=None,
-                       help="auto (default): a Q4_1 GGUF runs its own 4-bit weights on CPU (faster, close to but not "
-                            "equal to dense); none: dense weights only")
+    serve.add_argument("--quantization", choices=("none", "q4_1", "auto"), default=None,
+                       help="none (default): dense weights, outputs independent of batching and caching; q4_1 (auto: "
+                            "where it applies): a Q4_1 GGUF's own 4-bit weights for small steps on CPU, faster "
+                            "decoding but outputs that depend on the step's size")
     web = commands.add_parser("web", help="open the web UI in a browser through a one-time login URL")
     web.add_argument("--print", action="store_true", help="only print the one-time URL")
     chat = commands.add_parser("chat", help="ask one question and print the reply (nothing is stored)",

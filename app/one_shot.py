@@ -45,7 +45,7 @@ def _in_process(messages: list[dict], model: str | None, sampling: dict) -> Iter
     from localchat.engine.llm_engine import LLMEngine
 
     print("loading the model (no engine process is running)...", file=sys.stderr, flush=True)
-    engine = LLMEngine(model, quantization="auto")  # as `localchat serve` runs it
+    engine = LLMEngine(model)
     request_id = engine.add_request(engine.apply_chat_template(messages), SamplingParams(**sampling))
     while engine.has_unfinished_requests():
         for delta in engine.step():

@@ -23,7 +23,7 @@ class Settings:
     engine_api_key: str | None = None
     kv_blocks: int | None = None  # the embedded engine's KV cache size (None: the engine's default)
     max_model_len: int | None = None
-    quantization: str = "auto"  # the embedded engine's: "auto" (a Q4_1 GGUF's 4-bit weights on CPU), "q4_1", "none"
+    quantization: str = "none"  # the embedded engine's: "none" (dense, exact) or "q4_1" / "auto" (see cli.py)
 
     @classmethod
     def from_env(cls, **overrides) -> "Settings":
