@@ -37,22 +37,18 @@ export class MessageView {
         onclick: () => actions.onSwitch(this.message.id, 1) }));
     this.content = h("div", { class: "content" });
     this.stats = h("footer", { class: "stats" });
-    const buttons = [h("button", { type: "button", class: "copy-message", text: "Copy",
-      onclick: (event) => copyText(event.currentTarget, this.message.content) })];
-    if (card) {
-      buttons.push(h("button", { type: "button", class: "pick", text: "Continue with this",
-        onclick: () => actions.onPick(this.message.id) }));
-    } else if (assistant) {
-      buttons.push(h("button", { type: "button", class: "regenerate", text: "Regenerate",
-        onclick: () => actions.onRegenerate(this.message.id) }));
-    } else {
-      buttons.push(h("button", { type: "button", class: "edit", text: "Edit", onclick: () => this.startEditing() }));
-    }
-    this.buttons = h("span", { class: "actions" }, ...buttons);
+    const copy = h("button", { type: "button", class: "copy-message", text: "Copy",
+      onclick: (event) => copyText(event.currentTarget, this.message.content) });
+    const rewrite = card ? null : assistant
+      ? h("button", { type: "button", class: "regenerate", text: "Regenerate",
+        onclick: () => actions.onRegenerate(this.message.id) })
+      : h("button", { type: "button", class: "edit", text: "Edit", onclick: () => this.startEditing() });
+    const pick = card ? h("button", { type: "button", class: "pick", text: "Continue with this reply",
+      onclick: () => actions.onPick(this.message.id) }) : null;
     this.element = h("article", { class: `message ${message.role}${card ? " card" : ""}` },
       h("header", {}, h("span", { class: "role", text: assistant ? "Assistant" : "You" }),
-        card ? null : this.switcher, this.buttons),
-      this.content, this.stats);
+        card ? null : this.switcher, h("span", { class: "actions" }, copy, rewrite)),
+      this.content, this.stats, pick);
     this.element.dataset.id = message.id;
     this.show(message);
   }
@@ -62,7 +58,7 @@ export class MessageView {
     this.message = message;
     this.element.classList.toggle("streaming", Boolean(message.streaming));
     this.element.classList.toggle("stopped", Boolean(message.stopped));
-    this.buttons.querySelectorAll("button:not(.copy-message)").forEach((b) => { b.disabled = Boolean(message.streaming); });
+    this.element.querySelectorAll(".regenerate, .edit, .pick").forEach((b) => { b.disabled = Boolean(message.streaming); });
     this.renderText();
     this.stats.textContent = statsLine(message);
   }
