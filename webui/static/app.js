@@ -17,7 +17,7 @@ class App {
     this.tree = new Tree();
     this.leaf = null;  // the last message of the shown branch
     this.fork = null;  // {parentId, ids}: n replies shown side by side until one is picked
-    this.streaming = false;
+    this.streaming = null;  // the id of the chat whose replies are being written
     this.openings = 0;  // a chat opened later wins over one still loading
     this.thread = new ThreadView($("thread"), {
       onSwitch: (id, step) => this.switchSibling(id, step),
@@ -102,10 +102,15 @@ class App {
     }
   }
 
-  render() {
+  showTitle() {
     const c = this.conversation;
     $("chat-title").textContent = c ? c.title : "New chat";
     document.title = c ? `${c.title} · localchat` : "localchat";
+  }
+
+  render() {
+    const c = this.conversation;
+    this.showTitle();
     $("empty-chat").hidden = Boolean(this.leaf);
     for (const id of ["settings", "toggle-branches", "export-markdown", "export-json"]) $(id).hidden = !c;
     if (c) {
@@ -129,7 +134,7 @@ class App {
   async refreshChats() {
     this.conversations = await api.listConversations();
     this.conversation = this.conversations.find((c) => c.id === this.conversation?.id) ?? this.conversation;
-    $("chat-title").textContent = this.conversation?.title ?? "New chat";
+    this.showTitle();
     this.renderChats();
   }
 
@@ -191,14 +196,14 @@ class App {
   }
 
   stop() {
-    if (this.streaming) api.stopReplies(this.conversation.id).catch((e) => this.showError(e));
+    if (this.streaming) api.stopReplies(this.streaming).catch((e) => this.showError(e));
   }
 
   /** Show the events of a send, edit or regenerate as they come. */
   async stream(events) {
-    this.setStreaming(true);
-    this.showError(null);
     const conversationId = this.conversation.id;
+    this.setStreaming(conversationId);
+    this.showError(null);
     try {
       for await (const event of events) {
         if (this.conversation?.id !== conversationId) continue;  // another chat was opened meanwhile
@@ -207,7 +212,7 @@ class App {
     } catch (error) {
       this.showError(error);
     } finally {
-      this.setStreaming(false);
+      this.setStreaming(null);
       await this.refreshChats();
     }
   }
@@ -229,10 +234,13 @@ class App {
         this.fork = event.message_ids.length > 1 ? { parentId: event.parent_id, ids: event.message_ids } : null;
         this.render();
         break;
-      case "delta":
-        this.tree.get(event.message_id).content += event.text;
+      case "delta": {
+        const reply = this.tree.get(event.message_id);
+        if (!reply) break;  // the chat was opened again meanwhile: its reply shows once saved
+        reply.content += event.text;
         this.thread.textChanged(event.message_id);
         break;
+      }
       case "done":
         this.tree.add(event.message);
         this.thread.update(event.message);
@@ -246,11 +254,10 @@ class App {
     }
   }
 
-  setStreaming(streaming) {
-    this.streaming = streaming;
-    $("send").hidden = streaming;
-    $("stop").hidden = !streaming;
-    document.body.classList.toggle("streaming", streaming);
+  setStreaming(conversationId) {
+    this.streaming = conversationId;
+    $("send").hidden = Boolean(conversationId);
+    $("stop").hidden = !conversationId;
   }
 
   showError(error) {
