@@ -1,6 +1,8 @@
 import os
 import tempfile
 
+import httpx
+import pytest
 import torch
 
 # Every test run gets its own LOCALCHAT_HOME, so no test reads or writes the user's folders.
@@ -11,3 +13,10 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 # triton (transformers does, through torch._dynamo).
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture
+def api(server) -> httpx.Client:
+    """An authorized HTTP client of the `server` fixture of the test's folder (a real `localchat serve`)."""
+    with server.client() as client:
+        yield client

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -119,6 +120,17 @@ class Server:
                 self.process.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+@contextmanager
+def running_server(home: Path, kv_blocks: int) -> Iterator[Server]:
+    """A started `localchat serve` with a KV cache of kv_blocks blocks in its own home (sharing the model cache),
+    stopped at the end."""
+    server = Server(make_home(home), args=["--kv-blocks", str(kv_blocks)]).start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def sse_events(response: httpx.Response) -> Iterator[tuple[str | None, str]]:

@@ -2,20 +2,12 @@
 
 from collections.abc import Iterator
 
-import httpx
 import pytest
-from support import Server, make_home
+from support import Server, running_server
 
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory) -> Iterator[Server]:
     """The shared embedded-engine server of the app tests."""
-    process = Server(make_home(tmp_path_factory.mktemp("serve-home")), args=["--kv-blocks", "768"]).start()
-    yield process
-    process.stop()
-
-
-@pytest.fixture
-def api(server) -> Iterator[httpx.Client]:
-    with server.client() as client:
-        yield client
+    with running_server(tmp_path_factory.mktemp("serve-home"), kv_blocks=768) as process:
+        yield process

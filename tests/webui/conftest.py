@@ -3,25 +3,17 @@ session; each test gets a fresh browser context (no cookie) and signs in through
 
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
-from support import Server, make_home
+from support import Server, running_server
 
 from webui_page import ChatPage, launch_chromium
 
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory) -> Iterator[Server]:
-    process = Server(make_home(tmp_path_factory.mktemp("webui-home")), args=["--kv-blocks", "512"]).start()
-    yield process
-    process.stop()
-
-
-@pytest.fixture
-def api(server) -> Iterator[httpx.Client]:
-    with server.client() as client:
-        yield client
+    with running_server(tmp_path_factory.mktemp("webui-home"), kv_blocks=512) as process:
+        yield process
 
 
 @pytest.fixture(scope="session")
