@@ -1,14 +1,17 @@
 """The terminal UI against a real engine process on the embedded model: writing, stopping, regenerating,
 editing, forking N replies, switching branches."""
 
+import asyncio
+
 import pytest
 from tui_pilot import chat_screen, note_text, reply_written, stats_text, switcher_text, wait_until
 
-from localchat.app.protocol import SamplingSettings
+from localchat.app.protocol import SamplingSettings, StartEvent
 from localchat.tui.app import LocalChatApp
 from localchat.tui.screens.fork_picker import ForkPicker
 from localchat.tui.screens.prompt import PromptScreen
 from localchat.tui.widgets.chat_list import ChatList
+from localchat.tui.widgets.message_view import MessageView
 
 SIZE = (120, 40)
 GREEDY = SamplingSettings(temperature=0.0, max_tokens=24)
@@ -28,14 +31,20 @@ def ids(screen) -> set[str]:
 
 
 @pytest.mark.asyncio
-async def test_a_reply_streams_as_markdown_and_is_stored(client, tmp_path):
+async def test_a_reply_streams_as_markdown_and_is_stored(client, tmp_path, monkeypatch):
+    shown_while_streaming = []  # the reply's Markdown after each piece of text arrived
+    original_write = MessageView.write
+
+    async def write(view, text):
+        await original_write(view, text)
+        await asyncio.sleep(0.01)  # let the stream render
+        shown_while_streaming.append((view.has_class("-streaming"), view.body.source))
+
+    monkeypatch.setattr(MessageView, "write", write)
     conversation = await client.create_conversation(settings=GREEDY)
     async with app_for(client, tmp_path).run_test(size=SIZE) as pilot:
         screen = await chat_screen(pilot, conversation.id)
         await type_and_send(pilot, "Tell me about cats.")
-        partial = await wait_until(pilot, lambda: [v for v in screen.view.views if v.has_class("-streaming")
-                                                   and v.body.source], what="a reply being written")
-        seen_while_streaming = partial[0].body.source
         reply = await reply_written(pilot, screen)
 
         tree = await client.conversation(conversation.id)
@@ -43,14 +52,16 @@ async def test_a_reply_streams_as_markdown_and_is_stored(client, tmp_path):
         assert [v.message.role for v in screen.view.views] == ["user", "assistant"]
         assert user.content == "Tell me about cats." and stored.parent_id == user.id
         assert reply.body.source == stored.content != ""
-        assert stored.content.startswith(seen_while_streaming)  # shown as it was written, then completed
+        growing = [source for streaming, source in shown_while_streaming if streaming]
+        assert len(growing) > 3 and all(stored.content.startswith(source) for source in growing)
+        assert 0 < len(growing[0]) < len(growing[-1])  # shown as it was written
         assert "tok/s" in stats_text(reply) and f"prompt {stored.stats.prompt_tokens}" in stats_text(reply)
         assert not reply.has_class("-streaming") and note_text(reply) in ("", "cut at max tokens")
         chats = screen.query_one(ChatList)
         await wait_until(pilot, lambda: chats.children and chats.children[0].conversation.id == conversation.id
-                         and chats.children[0].conversation.title == "Tell me about cats.",
+                         and chats.children[0].conversation.title == "Tell me about cats."
+                         and screen.sub_title == "Tell me about cats.",
                          what="the chat named by its first message, at the top of the list")
-        assert screen.sub_title == "Tell me about cats."
 
 
 @pytest.mark.asyncio
@@ -131,40 +142,41 @@ async def test_fork_three_replies_and_pick_the_second(client, tmp_path):
         assert len(picker.cards) == 3
         await wait_until(pilot, lambda: not picker.streaming, what="three replies")
         tree = await client.conversation(conversation.id)
-        replies = [m for m in tree.messages if m.role == "assistant"]
-        assert [card.message.id for card in picker.cards] == [m.id for m in replies]
-        assert [card.body.source for card in picker.cards] == [m.content for m in replies]
+        stored = {m.id: m for m in tree.messages if m.role == "assistant"}  # in the order they finished
+        assert {card.message.id for card in picker.cards} == set(stored)
+        assert all(card.body.source == stored[card.message.id].content for card in picker.cards)
+        second = picker.cards[1].message  # the cards are in reply order
         assert all("tok/s" in stats_text(card) or "tokens" in stats_text(card) for card in picker.cards)
 
         await pilot.press("2")
         shown = await wait_until(pilot, lambda: not isinstance(pilot.app.screen, ForkPicker)
-                                 and screen.view.views[-1].message.id == replies[1].id and screen.view.views[-1])
-        assert switcher_text(shown) == "‹ 2/3 ›" and shown.body.source == replies[1].content
+                                 and screen.view.views[-1].message.id == second.id and screen.view.views[-1])
+        assert switcher_text(shown) == "‹ 2/3 ›" and shown.body.source == second.content
         await wait_until(pilot, lambda: not any(w.is_running for w in screen.workers if w.group == "branch"))
-        assert (await client.conversation(conversation.id)).conversation.active_leaf == replies[1].id
+        assert (await client.conversation(conversation.id)).conversation.active_leaf == second.id
 
 
 @pytest.mark.asyncio
 async def test_switching_branch_then_continuing_reuses_the_cached_prefix(client, tmp_path):
     conversation = await client.create_conversation(
         system_prompt="You are a helpful assistant who answers in one short sentence.", settings=VARIED)
-    async for _ in client.send(conversation.id, "Hello!", n=2):
-        pass
-    first, second = [m for m in (await client.conversation(conversation.id)).messages if m.role == "assistant"]
+    start = [event async for event in client.send(conversation.id, "Hello!", n=2) if isinstance(event, StartEvent)]
+    first, second = start[0].message_ids
+    siblings = [m.id for m in (await client.conversation(conversation.id)).messages if m.role == "assistant"]
     async with app_for(client, tmp_path).run_test(size=SIZE) as pilot:
         screen = await chat_screen(pilot, conversation.id)
-        assert screen.view.views[-1].message.id == first.id  # the engine made the first reply the active one
-        await pilot.press("shift+tab", "right")
-        await wait_until(pilot, lambda: screen.view.views[-1].message.id == second.id)
-        assert switcher_text(screen.view.views[-1]) == "‹ 2/2 ›"
+        assert screen.view.views[-1].message.id == first  # the engine made the first reply the active one
+        await pilot.press("shift+tab", "right" if siblings.index(second) > siblings.index(first) else "left")
+        await wait_until(pilot, lambda: screen.view.views[-1].message.id == second)
+        assert switcher_text(screen.view.views[-1]) == f"‹ {siblings.index(second) + 1}/2 ›"
 
         await pilot.press("tab")  # back to the message box
         await type_and_send(pilot, "Thanks. And why?")
-        reply = await reply_written(pilot, screen, old={first.id, second.id})
+        reply = await reply_written(pilot, screen, old={first, second})
 
         tree = await client.conversation(conversation.id)
         stored = {m.id: m for m in tree.messages}[reply.message.id]
         question = {m.id: m for m in tree.messages}[stored.parent_id]
-        assert question.parent_id == second.id  # continued the branch on screen
+        assert question.parent_id == second  # continued the branch on screen
         assert stored.stats.cached_tokens > 0  # its prompt's prefix came from the KV cache
         assert f"prompt {stored.stats.prompt_tokens} ({stored.stats.cached_tokens} cached)" in stats_text(reply)

@@ -137,12 +137,17 @@ async def test_a_lost_engine_shows_an_error_screen_with_retry(tmp_path):
 async def test_an_engine_that_cannot_start_is_explained(tmp_path, monkeypatch):
     from support import free_port, make_home
 
+    from localchat.app.lifecycle import stop_engine
+
     monkeypatch.setenv("LOCALCHAT_HOME", str(make_home(tmp_path / "home")))
     app = LocalChatApp(serve_args=["--model", str(tmp_path / "missing.gguf"), "--port", str(free_port())],
                        config_file=tmp_path / "tui.toml")
-    async with app.run_test(size=SIZE) as pilot:
-        text = await wait_until(pilot, lambda: error_shown(app), 120)
-        assert text.startswith("The engine could not start") and "missing.gguf" in text
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            text = await wait_until(pilot, lambda: error_shown(app), 120)
+            assert text.startswith("The engine could not start") and "missing.gguf" in text
+    finally:
+        stop_engine()  # it stays up to report its error: end it
 
 
 def test_the_tui_imports_no_engine_code():
