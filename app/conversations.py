@@ -164,6 +164,7 @@ class Replies:
         self.branches = [Branch(new_id("m")) for _ in range(params.n)]
         self.stream: AsyncIterator[Update] | None = None
         self.started = time.monotonic()
+        self.created_at = time.time()  # siblings are listed by created_at: replies in the order they were asked for
         self.prompt_tokens: int | None = None
         self.cached_tokens = 0
 
@@ -214,7 +215,8 @@ class Replies:
             tokens_per_s=round((num_tokens - 1) / decode_time, 2) if num_tokens > 1 and decode_time > 0 else None,
             duration_s=round(now - self.started, 4))
         message = Message(id=branch.message_id, conversation_id=self.conversation.id, parent_id=self.parent.id,
-                          role="assistant", content=branch.text, created_at=time.time(),
+                          role="assistant", content=branch.text,
+                          created_at=self.created_at + self.message_ids.index(branch.message_id) * 1e-6,
                           finish_reason=finish_reason, stopped=finish_reason == "abort",
                           model=self.conversations.backend.model_name, stats=stats)
         template = self.conversations.backend.template

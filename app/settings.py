@@ -8,7 +8,7 @@ from pathlib import Path
 from localchat.engine.dirs import user_dir
 
 DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8741
+DEFAULT_PORT = int(os.environ.get("LOCALCHAT_PORT") or 8741)  # where `localchat serve` listens unless --port
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 ENGINE_API_KEY_ENV = "LOCALCHAT_ENGINE_API_KEY"  # the bearer token of an --engine-url server
 

@@ -106,8 +106,9 @@ def test_n_branches_regenerate_edit(api, conversation):
     assert follow["stats"]["cached_tokens"] / follow["stats"]["prompt_tokens"] >= 0.9
 
     # regenerate: n more siblings of a reply
-    regenerated = replies(stream_api(api, f"/api/conversations/{cid}/messages/{first['id']}/regenerate",
-                                     {"n": 2, "settings": {"max_tokens": 6, "temperature": 1.0, "seed": 9}}))
+    regenerating = stream_api(api, f"/api/conversations/{cid}/messages/{first['id']}/regenerate",
+                              {"n": 2, "settings": {"max_tokens": 6, "temperature": 1.0, "seed": 9}})
+    regenerated = replies(regenerating)
     assert len(regenerated) == 2 and all(m["parent_id"] == user["id"] for m in regenerated)
     assert all(m["stats"]["cached_tokens"] > 0 for m in regenerated)  # the same prompt as the first replies
 
@@ -123,6 +124,8 @@ def test_n_branches_regenerate_edit(api, conversation):
         children.setdefault(message["parent_id"], []).append(message["id"])
     assert children[None] == [user["id"], new_user["id"]]  # two user branches at the root
     assert len(children[user["id"]]) == 4  # 2 replies + 2 regenerated
+    # siblings in the order they were asked for (reply 0 first), whichever finished first
+    assert children[user["id"]] == start["message_ids"] + regenerating[0]["message_ids"]
     assert "token_ids" not in tree[0]
 
 

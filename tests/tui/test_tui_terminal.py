@@ -10,7 +10,7 @@ import time
 
 import httpx
 import pytest
-from support import make_home
+from support import free_port, make_home
 
 TMUX = shutil.which("tmux") or "/usr/bin/tmux"
 
@@ -27,7 +27,8 @@ def wait_for(condition, timeout: float, what: str):
 @pytest.mark.skipif(not os.path.exists(TMUX), reason="needs tmux")
 def test_localchat_in_tmux_starts_the_engine_and_answers(tmp_path):
     home = make_home(tmp_path / "home")
-    env = {**os.environ, "LOCALCHAT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE", "TERM": "xterm-256color"}
+    env = {**os.environ, "LOCALCHAT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE", "TERM": "xterm-256color",
+           "LOCALCHAT_PORT": str(free_port())}  # the engine it starts does not need 8741 to be free
     tmux = [TMUX, "-L", f"localchat-test-{os.getpid()}"]
     command = f"{sys.executable} -m localchat.app.cli"  # Textual draws on stderr: keep it on the terminal
     subprocess.run([*tmux, "new-session", "-d", "-s", "chat", "-x", "120", "-y", "40", command], env=env, check=True)
