@@ -25,6 +25,7 @@ class AttentionMetadata:
     decode_tokens: torch.Tensor  # [num_decodes] their token rows in the batch
     decode_mask: torch.Tensor | None  # [num_decodes, 1, 1, max_context] True where a key is visible
     decode_blocks: torch.Tensor  # [num_decodes * max_context / block_size] their block tables, flat and padded
+    decode_span: tuple[int, int] | None  # one decode whose blocks are consecutive: (first block, context length)
     only_decodes: bool  # every sequence decodes: the decode rows are the whole batch, in order
     prefill_seqs: list[int]  # the other sequences, attended one by one
     prefill_seqs_tensor: torch.Tensor  # the same on the device, for kernels
@@ -45,8 +46,10 @@ class AttentionMetadata:
         tables = torch.tensor([t + [0] * (width - len(t)) for t in block_tables], dtype=torch.int64, device=device)
         decodes = [i for i, n in enumerate(query_lens) if n == 1]
         prefills = [i for i, n in enumerate(query_lens) if n > 1]
-        decode_mask, decode_blocks = None, []
-        if decodes:
+        decode_mask, decode_blocks, decode_span = None, [], None
+        if len(decodes) == 1 and _consecutive(block_tables[decodes[0]]):
+            decode_span = (block_tables[decodes[0]][0], seq_lens[decodes[0]])  # read in place: no gather, no mask
+        elif decodes:
             max_blocks = max(len(block_tables[i]) for i in decodes)
             keys = torch.arange(max_blocks * block_size, device=device)
             lens = torch.tensor([seq_lens[i] for i in decodes], device=device)
@@ -72,11 +75,29 @@ class AttentionMetadata:
             decode_tokens=torch.tensor([starts[i] for i in decodes], dtype=torch.int64, device=device),
             decode_mask=decode_mask,
             decode_blocks=torch.tensor(decode_blocks, dtype=torch.int64, device=device),
+            decode_span=decode_span,
             only_decodes=not prefills,
             prefill_seqs=prefills,
             prefill_seqs_tensor=torch.tensor(prefills, dtype=torch.int64, device=device),
             prefill_masks=masks,
         )
+
+
+def _decode_context(cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+    """The decodes' keys (or values) [decodes, kv_heads, context, head_dim]: a view of the cache when one
+    sequence's blocks are consecutive, else gathered (padded, masked by decode_mask)."""
+    block_size, kv_heads, head_dim = cache.shape[1:]
+    if meta.decode_span is not None:
+        first, context = meta.decode_span
+        blocks = cache[first : first - (-context // block_size)]
+        return blocks.view(-1, kv_heads, head_dim)[:context].transpose(0, 1)[None]
+    # index_select, not cache[blocks]: advanced indexing into the big cache is ~1000x slower on CPU
+    decodes = len(meta.decode_mask)
+    return cache.index_select(0, meta.decode_blocks).view(decodes, -1, kv_heads, head_dim).transpose(1, 2)
+
+
+def _consecutive(table: list[int]) -> bool:
+    return table[-1] - table[0] == len(table) - 1 and table == list(range(table[0], table[-1] + 1))
 
 
 class TorchPagedAttention:
@@ -95,11 +116,8 @@ class TorchPagedAttention:
                scale: float) -> torch.Tensor:
         """query [num_tokens, num_heads, head_dim] -> [num_tokens, num_heads, head_dim]."""
         kv_heads, head_dim = k_cache.shape[2:]
-        if meta.decode_mask is not None:
-            decodes = len(meta.decode_mask)
-            # index_select, not k_cache[blocks]: advanced indexing into the big cache is ~1000x slower on CPU
-            keys = k_cache.index_select(0, meta.decode_blocks).view(decodes, -1, kv_heads, head_dim).transpose(1, 2)
-            values = v_cache.index_select(0, meta.decode_blocks).view(decodes, -1, kv_heads, head_dim).transpose(1, 2)
+        if meta.decode_span is not None or meta.decode_mask is not None:
+            keys, values = (_decode_context(cache, meta) for cache in (k_cache, v_cache))
             q = (query if meta.only_decodes else query[meta.decode_tokens]).unsqueeze(2)  # [decodes, heads, 1, dim]
             o = F.scaled_dot_product_attention(q, keys, values, attn_mask=meta.decode_mask, scale=scale,
                                                enable_gqa=True).squeeze(2)
