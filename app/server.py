@@ -23,6 +23,7 @@ from localchat.app.protocol import ErrorBody, ErrorDetail, Health, LoginCode
 from localchat.app.security import COOKIE_NAME, LOGIN_CODE_TTL_S, LoginCodes, SecurityMiddleware, load_or_create_token
 from localchat.app.settings import Settings
 from localchat.app.store import Store, StoreError
+from localchat.webui import route_handlers as webui_routes
 
 VERSION = version("localchat")
 
@@ -97,10 +98,6 @@ class AuthController(Controller):
         return Redirect("/", cookies=[cookie], status_code=303)
 
 
-@get("/", media_type=MediaType.HTML, include_in_schema=False)
-async def placeholder_index() -> str:
-    return ("<!doctype html><title>localchat</title><p>The localchat engine is running. "
-            "The web UI is not part of this build yet; the API lives under /api and /v1.</p>")
 
 
 class Throughput:
@@ -146,15 +143,6 @@ EXCEPTION_HANDLERS = {
 }
 
 
-def _extra_routes() -> list:
-    """The web UI's routes when that package provides them, else a placeholder page."""
-    try:
-        from localchat.webui import route_handlers
-    except ImportError:
-        return [placeholder_index]
-    return list(route_handlers)
-
-
 def create_app(settings: Settings | None = None, *, backend: Backend | None = None, store: Store | None = None,
                token: str | None = None) -> Litestar:
     settings = settings or Settings()
@@ -185,7 +173,7 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
 
     return Litestar(
         route_handlers=[SystemController, AuthController, OpenAIController, ConversationController, SearchController,
-                        *_extra_routes()],
+                        *webui_routes],
         dependencies={"store": value(store), "backend": value(backend), "running": value(running),
                       "conversations": value(conversations), "codes": value(codes), "token": value(token),
                       "throughput": value(throughput), "settings": value(settings)},
