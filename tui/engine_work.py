@@ -5,6 +5,7 @@ import functools
 
 import httpx
 from textual import work
+from textual.css.query import NoMatches
 
 from localchat.app.client import EngineError
 
@@ -17,6 +18,10 @@ def engine_work(**options):
                 return await method(self, *args, **kwargs)
             except (httpx.HTTPError, EngineError) as error:
                 self.app.report_engine_error(error)
+            except NoMatches:
+                if self.is_attached and self.app.is_running:
+                    raise
+                # the screen was taken down (or the app is quitting) while the engine answered: nothing to show
 
         return work(reporting, **options)
 
