@@ -78,6 +78,12 @@ def machine() -> dict:
             "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M")}
 
 
+def result_name(benchmark: str, dtype: str, quantization: str | None) -> str:
+    """results/<benchmark>[-<dtype>][-<quantization>]: one file per configuration (float32 dense is the plain name)."""
+    return benchmark + (f"-{dtype}" if dtype not in ("float32", None) else "") + (
+        f"-{quantization}" if quantization else "")
+
+
 def report(name: str, rows: list[dict], summary: dict) -> None:
     """Print a table and write results/<name>.json."""
     columns = list(dict.fromkeys(k for row in rows for k in row))

@@ -7,7 +7,7 @@
 import argparse
 import time
 
-from common import report, set_threads, synthetic_chats
+from common import report, result_name, set_threads, synthetic_chats
 from localchat.engine import LLM, SamplingParams
 
 PROMPT, N, NEW = 500, 8, 128
@@ -55,7 +55,7 @@ def main() -> None:
                "fork / one-after-another time": forked["seconds"] / in_turn["seconds"],
                "peak blocks bound (prompt once + each reply's own + one copy each)": bound,
                "fork peak within bound": forked["peak_blocks"] <= bound}
-    report("fork", rows, summary)
+    report(result_name("fork", args.dtype, args.quantization), rows, summary)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from common import Timer, hf_model, report, set_threads, synthetic_chats
+from common import Timer, hf_model, report, result_name, set_threads, synthetic_chats
 from localchat.engine import LLM, SamplingParams
 
 PROMPT_TOKENS = 1000
@@ -62,7 +62,7 @@ def main() -> None:
     if len(rows) == 2:
         for key in ("prefill_tok_s", "decode_tok_s"):
             summary[f"{key} ratio"] = rows[0][key] / rows[1][key]
-    report("latency", rows, summary)
+    report(result_name("latency", args.dtype, args.quantization), rows, summary)
 
 
 if __name__ == "__main__":

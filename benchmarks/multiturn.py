@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from common import Timer, hf_model, report, set_threads, user_text
+from common import Timer, hf_model, report, result_name, set_threads, user_text
 from localchat.engine import LLM, SamplingParams
 
 CONVERSATIONS, TURNS = 8, 8
@@ -97,7 +97,7 @@ def main() -> None:
         for row, ms in zip(rows, hf_ttft(model, prompts_per_turn)):
             row["hf_rerun_ttft_ms"] = ms
         summary["turn 8: transformers re-run / engine ttft"] = rows[-1]["hf_rerun_ttft_ms"] / rows[-1]["ttft_ms"]
-    report("multiturn", rows, summary)
+    report(result_name("multiturn", args.dtype, args.quantization), rows, summary)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import argparse
 
 from torch.profiler import ProfilerActivity, profile
 
-from common import report, set_threads, synthetic_chats
+from common import report, result_name, set_threads, synthetic_chats
 from localchat.engine import LLM, SamplingParams
 
 TOP = 15
@@ -34,10 +34,9 @@ def main() -> None:
     rows = [{"operator": e.key, "calls per step": round(e.count / args.steps, 1),
              "self ms per step": round(e.self_cpu_time_total / 1e3 / args.steps, 3),
              "share": round(e.self_cpu_time_total / total, 3)} for e in events[:TOP]]
-    name = "profile_decode" + (f"-{args.dtype}" if args.dtype != "float32" else "") + (
-        f"-{args.quantization}" if args.quantization else "")
-    report(name, rows, {"threads": threads, "dtype": args.dtype, "quantization": args.quantization,
-                        "profiled ms per step (self time, all ops)": round(total / 1e3 / args.steps, 2)})
+    report(result_name("profile_decode", args.dtype, args.quantization), rows,
+           {"threads": threads, "dtype": args.dtype, "quantization": args.quantization,
+            "profiled ms per step (self time, all ops)": round(total / 1e3 / args.steps, 2)})
 
 
 if __name__ == "__main__":

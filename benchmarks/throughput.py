@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from common import Timer, hf_model, report, set_threads, synthetic_chats
+from common import Timer, hf_model, report, result_name, set_threads, synthetic_chats
 from localchat.engine import LLM, SamplingParams
 
 
@@ -109,7 +109,7 @@ def main() -> None:
                  {"system": f"transformers generate, one at a time (float32, first {k})", **sequential}]
         summary["vs generate_batch"] = engine["tok_s"] / batch["tok_s"]
         summary["vs sequential generate"] = engine["tok_s"] / sequential["tok_s"]
-    report("throughput", rows, summary)
+    report(result_name("throughput", args.dtype, args.quantization), rows, summary)
 
 
 if __name__ == "__main__":
