@@ -3,7 +3,7 @@
     theme = "nord"
 
     [keymap]            # binding id = keys (comma-separated); the ids are listed on the help screen (F1)
-    new_chat = "ctrl+t"
+    new_chat = "f5"
     stop = "escape,ctrl+c"
 """
 
