@@ -83,8 +83,8 @@ def _hf_cache_models(cache: Path) -> list[LocalModel]:
 
 def _current_snapshot(repo: Path) -> Path | None:
     ref = repo / "refs" / "main"
-    if ref.is_file() and (repo / "snapshots" / ref.read_text().strip()).is_dir():
-        return repo / "snapshots" / ref.read_text().strip()
+    if ref.is_file() and (snapshot := repo / "snapshots" / ref.read_text().strip()).is_dir():
+        return snapshot
     snapshots = sorted((repo / "snapshots").glob("*"), key=lambda p: p.stat().st_mtime)
     return snapshots[-1] if snapshots else None
 

@@ -92,8 +92,9 @@ def use_installed(localchat: Path, home: Path, version: str, packages: list[str]
     env = {**os.environ, "LOCALCHAT_HOME": str(home), "HF_HUB_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)
     outside = {"env": env, "cwd": home}  # not the source tree: only the installed package can be imported
-    run(localchat.parent / "python", "-c", f"import {', '.join(packages)}; import localchat.tui.app", **outside)
-    check(True, f"the installed packages import: {', '.join(packages)}, localchat.tui.app")
+    imported = run(localchat.parent / "python", "-c", f"import {', '.join(packages)}, localchat.tui.app; print('ok')",
+                   **outside)
+    check(imported.stdout.strip() == "ok", f"the installed packages import: {', '.join(packages)}, localchat.tui.app")
     shown = run(localchat, "--version", **outside).stdout.strip()
     check(shown == f"localchat {version}", f"localchat --version: {shown}")
     started = time.monotonic()

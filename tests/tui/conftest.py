@@ -5,16 +5,15 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
-from support import Server, make_home
+from support import Server, running_server
 
 from localchat.app.client import EngineClient
 
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory) -> Iterator[Server]:
-    process = Server(make_home(tmp_path_factory.mktemp("tui-serve-home")), args=["--kv-blocks", "512"]).start()
-    yield process
-    process.stop()
+    with running_server(tmp_path_factory.mktemp("tui-serve-home"), kv_blocks=512) as process:
+        yield process
 
 
 @pytest_asyncio.fixture
