@@ -13,7 +13,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from localchat.app.backends import BackendRequestError
-from localchat.app.conversations import DEFAULT_TITLE, Conversations, Replies
+from localchat.app.conversations import DEFAULT_TITLE, Conversations, Replies, sampling_params
 from localchat.app.protocol import (
     Conversation, ConversationCreate, ConversationTree, ConversationUpdate, EditMessage, Message, Regenerate,
     SamplingSettings, SearchHit, SendMessage, StopRequest, StopResult, StreamEvent, UserEvent,
@@ -31,8 +31,8 @@ class ConversationController(Controller):
 
     @post("/")
     async def create(self, data: JSONBody[ConversationCreate], store: StoreDep) -> Conversation:
-        return store.create_conversation(data.title or DEFAULT_TITLE, data.system_prompt,
-                                         data.settings or SamplingSettings())
+        settings = _checked(data.settings or SamplingSettings())
+        return store.create_conversation(data.title or DEFAULT_TITLE, data.system_prompt, settings)
 
     @get("/")
     async def list(self, store: StoreDep) -> list[Conversation]:
@@ -51,6 +51,8 @@ class ConversationController(Controller):
         before = store.get_conversation(conversation_id)
         if data.title is not UNSET and not data.title.strip():
             raise ValidationException("the title is empty")
+        if data.settings is not UNSET:
+            _checked(data.settings)
         if data.active_leaf is not UNSET:
             store.get_message(conversation_id, data.active_leaf)
             store.set_active_leaf(conversation_id, data.active_leaf)
@@ -59,13 +61,14 @@ class ConversationController(Controller):
                                   settings=None if data.settings is UNSET else data.settings)
         after = store.get_conversation(conversation_id)
         if after.system_prompt != before.system_prompt:
-            conversations.retokenize(after)
+            await conversations.retokenize(after)
         return after
 
     @delete("/{conversation_id:str}")
     async def remove(self, conversation_id: Id, store: StoreDep, conversations: ConversationsDep) -> None:
+        """Stops its replies first (their streams end cleanly), then deletes it."""
         store.get_conversation(conversation_id)
-        await conversations.stop(conversation_id)
+        await conversations.stop(conversation_id, wait=True)
         store.delete_conversation(conversation_id)
 
     @post("/{conversation_id:str}/messages", status_code=200)
@@ -133,7 +136,18 @@ class SearchController(Controller):
     async def search(self, store: StoreDep, q: Annotated[str, QueryParameter(min_length=1)],
                      limit: Annotated[int, QueryParameter(ge=1, le=500)] = 50) -> list[SearchHit]:
         """Messages matching an FTS5 query over every conversation, best first."""
+        if "\x00" in q:
+            raise ValidationException("the query contains a NUL character")
         return store.search(q, limit)
+
+
+def _checked(settings: SamplingSettings) -> SamplingSettings:
+    """Settings that cannot work are refused where they are set, not at the next reply."""
+    try:
+        sampling_params(settings, 1)
+    except ValueError as error:
+        raise ValidationException(f"settings: {error}") from None
+    return settings
 
 
 async def _start(conversations: Conversations, conversation: Conversation, parent: Message, n: int,
@@ -151,7 +165,7 @@ async def _send(conversations: Conversations, conversation: Conversation, parent
     if not content.strip():
         raise ValidationException("the message is empty")
     conversations.backend.ensure_ready()
-    user = conversations.add_user_message(conversation, parent_id, content)
+    user = await conversations.add_user_message(conversation, parent_id, content)
     try:
         replies = await _start(conversations, conversation, user, n, settings)
     except Exception:

@@ -22,6 +22,7 @@ import msgspec
 
 from localchat.app.chat_template import ChatTemplate
 from localchat.app.protocol import LoadProgress
+from localchat.app.settings import MAX_CHARS_PER_TOKEN
 from localchat.engine.outputs import CompletionOutput
 from localchat.engine.sampling_params import SamplingParams
 
@@ -80,11 +81,17 @@ class Backend:
     loading: Loading
     stopping: bool = False
 
+    @property
+    def error(self) -> str | None:
+        """Why the backend cannot serve (it failed to load, or failed for good later); None while it can."""
+        return self.loading.error
+
     def start(self) -> None: ...
     def ensure_ready(self) -> None: ...
+    def check_text_size(self, num_chars: int) -> None: ...
     async def open(self, prompt, params: SamplingParams, request_id: str) -> AsyncIterator[Update]: ...
     async def abort(self, request_id: str) -> None: ...
-    def stats(self) -> dict[str, float]: ...
+    async def stats(self) -> dict[str, float]: ...
     async def close(self) -> None: ...
 
 
@@ -122,19 +129,38 @@ class EmbeddedBackend(Backend):
     def max_model_len(self) -> int | None:
         return self.llm.engine.max_model_len if self.llm else None
 
+    @property
+    def error(self) -> str | None:
+        if self.llm is not None and self.llm.error is not None:
+            return f"the engine stopped after a failure: {self.llm.error}"
+        return self.loading.error
+
     def ensure_ready(self):
         if self.stopping:
             raise BackendNotReady("the engine is stopping")
-        if self.llm is None:
+        if self.llm is None or self.error:
             raise BackendNotReady(f"the model failed to load: {self.loading.error}" if self.loading.error
-                                  else f"the model is loading ({self.loading.stage})")
+                                  else self.error or f"the model is loading ({self.loading.stage})")
         return self.llm
 
-    def apply_chat_template(self, messages: list[dict]) -> list[int]:
-        return self.ensure_ready().engine.apply_chat_template(messages)
+    def check_text_size(self, num_chars: int) -> None:
+        """Refuse a text that cannot fit in max_model_len tokens without tokenizing it (that takes seconds)."""
+        limit = self.ensure_ready().engine.max_model_len * MAX_CHARS_PER_TOKEN
+        if num_chars > limit:
+            raise BackendRequestError(f"the text has {num_chars:,} characters: more than fit in this engine's "
+                                      f"max_model_len of {self.max_model_len} tokens")
 
-    def tokenize(self, prompt: str | list[int]) -> list[int]:
-        return self.ensure_ready().engine.tokenize(prompt)
+    async def apply_chat_template(self, messages: list[dict]) -> list[int]:
+        """The chat's prompt token ids, tokenized off the event loop."""
+        engine = self.ensure_ready().engine
+        self.check_text_size(sum(len(m["content"]) for m in messages))
+        return await asyncio.to_thread(engine.apply_chat_template, messages)
+
+    async def tokenize(self, prompt: str | list[int]) -> list[int]:
+        engine = self.ensure_ready().engine
+        if isinstance(prompt, str):
+            self.check_text_size(len(prompt))
+        return await asyncio.to_thread(engine.tokenize, prompt)
 
     def detokenize(self, token_ids: list[int]) -> str:
         return self.ensure_ready().tokenizer.decode(token_ids)
@@ -142,24 +168,31 @@ class EmbeddedBackend(Backend):
     def token_text(self, token_id: int) -> str:
         return self.ensure_ready().tokenizer.decode([token_id])
 
-    async def open(self, prompt: list[int], params: SamplingParams, request_id: str) -> AsyncIterator[Update]:
-        llm = self.ensure_ready()
+    def check_request(self, prompt: list[int], params: SamplingParams) -> None:
         try:
-            llm.engine.check_request(prompt, params)
+            self.ensure_ready().engine.check_request(prompt, params)
         except ValueError as error:
             raise BackendRequestError(str(error)) from None
-        return self._stream(llm, prompt, params, request_id)
 
-    async def _stream(self, llm, prompt, params, request_id) -> AsyncIterator[Update]:
-        async for out in llm.generate(prompt, params, request_id=request_id):
+    async def open(self, prompt: list[int], params: SamplingParams, request_id: str) -> AsyncIterator[Update]:
+        """The request is in the engine's queue when this returns: an abort that follows always finds it."""
+        llm = self.ensure_ready()
+        try:
+            deltas = llm.add_request(prompt, params, request_id)
+        except ValueError as error:
+            raise BackendRequestError(str(error)) from None
+        return self._updates(deltas)
+
+    async def _updates(self, deltas) -> AsyncIterator[Update]:
+        async for out in deltas:
             yield Update(out.outputs, len(out.prompt_token_ids), out.num_cached_tokens, out.finished)
 
     async def abort(self, request_id: str) -> None:
         if self.llm is not None:
             await self.llm.abort(request_id)
 
-    def stats(self) -> dict[str, float]:
-        return self.llm.stats() if self.llm is not None else {}
+    async def stats(self) -> dict[str, float]:
+        return await self.llm.stats() if self.llm is not None else {}
 
     async def close(self) -> None:
         self.stopping = True
@@ -320,7 +353,10 @@ class RemoteBackend(Backend):
         except httpx.HTTPError as error:
             raise BackendNotReady(f"{self.url} is unreachable: {error}") from None
 
-    def stats(self) -> dict[str, float]:
+    def check_text_size(self, num_chars: int) -> None:
+        """The remote server checks its own limits."""
+
+    async def stats(self) -> dict[str, float]:
         c = self.counters
         return {"num_running": c.running, "generated_tokens": c.generated_tokens, "prompt_tokens": c.prompt_tokens,
                 "cached_prompt_tokens": c.cached_prompt_tokens,

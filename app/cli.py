@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("stop", help="stop the running engine process")
     commands.add_parser("status", help="show whether the engine process runs, where, and its model")
     commands.add_parser("token", help="print the API token (Authorization: Bearer TOKEN)")
+    commands.add_parser("logout", help="sign every browser out of the web UI")
     commands.add_parser("models", help="list the embedded model and the models found on this machine")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")  # platformdirs' fallback is fine
@@ -153,6 +154,24 @@ def token(args) -> int:
     return 0
 
 
+def logout(args) -> int:
+    import httpx
+
+    from localchat.app.lifecycle import read_state
+    from localchat.app.security import load_or_create_token
+    from localchat.app.settings import token_path
+
+    state = read_state()
+    if state is None:
+        raise RuntimeError("no engine is running (browser sessions are ended through it)")
+    response = httpx.delete(f"{state.url}/api/auth/sessions", timeout=10,
+                            headers={"Authorization": f"Bearer {load_or_create_token(token_path())}"})
+    if response.status_code != 200:
+        raise RuntimeError(f"the engine refused ({response.status_code})")
+    print(f"signed out {response.json()['revoked']} browser session(s)")
+    return 0
+
+
 def web(args) -> int:
     import httpx
 
@@ -187,7 +206,7 @@ def _show_progress(report) -> None:
 
 
 COMMANDS = {"tui": tui, "serve": serve, "web": web, "chat": chat, "stop": stop, "status": status, "token": token,
-            "models": models}
+            "logout": logout, "models": models}
 
 
 if __name__ == "__main__":

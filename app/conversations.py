@@ -7,6 +7,8 @@ generation prompt. Turn k's prompt and reply are therefore a token-exact prefix 
 the engine's prefix cache serves them. With a remote backend the prompt is the branch as chat messages.
 """
 
+import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -14,20 +16,21 @@ from dataclasses import dataclass, field
 
 from localchat.app.backends import Backend, Update
 from localchat.app.protocol import (
-    MAX_N, DeltaEvent, DoneEvent, ErrorEvent, Message, ReplyStats, SamplingSettings, StartEvent, StreamEvent,
-    Conversation,
+    Conversation, DeltaEvent, DoneEvent, ErrorEvent, Message, ReplyStats, SamplingSettings, StartEvent, StreamEvent,
 )
 from localchat.app.store import Store, new_id
 from localchat.engine.sampling_params import SamplingParams
 
 DEFAULT_TITLE = "New chat"
 TITLE_LENGTH = 60
+SAVE_INTERVAL_S = 1.0  # a streaming reply's text is saved this often
+STOP_WAIT_S = 10.0  # how long a delete waits for its stopped replies to be saved
+
+log = logging.getLogger("localchat.app")
 
 
 def sampling_params(settings: SamplingSettings, n: int) -> SamplingParams:
-    """Raises ValueError on a value out of range."""
-    if not 1 <= n <= MAX_N:
-        raise ValueError(f"n must be in [1, {MAX_N}], got {n}")
+    """Raises ValueError on a value out of range (SamplingParams checks every limit)."""
     return SamplingParams(n=n, temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,
                           min_p=settings.min_p, repetition_penalty=settings.repetition_penalty,
                           presence_penalty=settings.presence_penalty, frequency_penalty=settings.frequency_penalty,
@@ -35,27 +38,36 @@ def sampling_params(settings: SamplingSettings, n: int) -> SamplingParams:
 
 
 @dataclass
-class Running:
-    """The requests in flight, so that stop, delete and shutdown can abort them."""
+class ActiveRequest:
+    conversation_id: str | None  # None: an /v1 request
+    message_ids: list[str]  # the replies it writes
+    done: asyncio.Event = field(default_factory=asyncio.Event)  # set once its replies are saved
 
-    requests: dict[str, tuple[str | None, list[str]]] = field(default_factory=dict)  # id -> (conversation, msgs)
+
+@dataclass
+class ActiveRequests:
+    """The requests in flight, so that stop, delete and shutdown can abort them and wait for their ends."""
+
+    requests: dict[str, ActiveRequest] = field(default_factory=dict)
 
     def add(self, request_id: str, conversation_id: str | None = None, message_ids: list[str] = ()) -> None:
-        self.requests[request_id] = (conversation_id, list(message_ids))
+        self.requests[request_id] = ActiveRequest(conversation_id, list(message_ids))
 
     def remove(self, request_id: str) -> None:
-        self.requests.pop(request_id, None)
+        request = self.requests.pop(request_id, None)
+        if request is not None:
+            request.done.set()
 
-    def matching(self, conversation_id: str, message_id: str | None = None) -> dict[str, list[str]]:
-        return {rid: ids for rid, (cid, ids) in self.requests.items()
-                if cid == conversation_id and (message_id is None or message_id in ids)}
+    def matching(self, conversation_id: str, message_id: str | None = None) -> dict[str, ActiveRequest]:
+        return {rid: r for rid, r in self.requests.items()
+                if r.conversation_id == conversation_id and (message_id is None or message_id in r.message_ids)}
 
 
 class Conversations:
-    def __init__(self, store: Store, backend: Backend, running: Running):
-        self.store, self.backend, self.running = store, backend, running
+    def __init__(self, store: Store, backend: Backend, active: ActiveRequests):
+        self.store, self.backend, self.active = store, backend, active
 
-    # --- the branch as a chat and as token ids ---
+    # --- the branch as a chat and as token ids (pure: run off the event loop, see to_thread) ---
 
     def chat(self, conversation: Conversation, path: list[Message]) -> list[dict[str, str]]:
         system = [{"role": "system", "content": conversation.system_prompt}] if conversation.system_prompt else []
@@ -67,12 +79,14 @@ class Conversations:
             return []
         return template.segment(self.chat(conversation, path), {"role": "user", "content": content})
 
-    def prompt(self, conversation: Conversation, path: list[Message]) -> list[int] | list[dict[str, str]]:
-        """The prompt for a reply after `path` (which ends with the message replied to)."""
+    def prompt(self, conversation: Conversation, path: list[Message]
+               ) -> tuple[list[int] | list[dict[str, str]], list[tuple[str, list[int]]]]:
+        """The prompt for a reply after `path` (which ends with the message replied to), and the segments
+        it had to render again (messages stored without token ids), for the store."""
         chat = self.chat(conversation, path)
         template = self.backend.template
         if template is None:
-            return chat
+            return chat, []
         system = len(chat) - len(path)
         ids = template.segment([], chat[0]) if system else []
         repaired = []
@@ -87,16 +101,14 @@ class Conversations:
                 if message.model in (None, self.backend.model_name):
                     repaired.append((message.id, segment))
             ids += segment
-        if repaired:
-            self.store.set_token_ids(repaired)
-        return ids + template.generation_prompt(chat)
+        return ids + template.generation_prompt(chat), repaired
 
-    def retokenize(self, conversation: Conversation) -> None:
-        """After a system prompt change: the user messages' segments again (a template may render the first
+    def user_segments(self, conversation: Conversation, messages: list[Message]) -> list[tuple[str, list[int]]]:
+        """Every user message's segment again (after a system prompt change: a template may render the first
         one differently, e.g. with its default system prompt). Assistant segments keep their generated ids."""
-        messages = {m.id: m for m in self.store.messages(conversation.id, with_tokens=True)}
+        by_id = {m.id: m for m in messages}
         updates = []
-        for message in messages.values():
+        for message in messages:
             if message.role != "user":
                 continue
             if self.backend.template is None or message.model != self.backend.model_name:
@@ -104,19 +116,26 @@ class Conversations:
                 continue
             path, parent = [], message.parent_id
             while parent is not None:
-                path.insert(0, messages[parent])
-                parent = messages[parent].parent_id
+                path.insert(0, by_id[parent])
+                parent = by_id[parent].parent_id
             updates.append((message.id, self.user_token_ids(conversation, path, message.content)))
-        if updates:
-            self.store.set_token_ids(updates)
+        return updates
 
     # --- writing ---
 
-    def add_user_message(self, conversation: Conversation, parent_id: str | None, content: str) -> Message:
+    async def retokenize(self, conversation: Conversation) -> None:
+        messages = self.store.messages(conversation.id, with_tokens=True)
+        updates = await asyncio.to_thread(self.user_segments, conversation, messages)
+        if updates:
+            self.store.set_token_ids(updates)
+
+    async def add_user_message(self, conversation: Conversation, parent_id: str | None, content: str) -> Message:
+        self.backend.check_text_size(len(content))
         path = self.store.path(conversation.id, parent_id) if parent_id else []
+        token_ids = await asyncio.to_thread(self.user_token_ids, conversation, path, content)
         message = Message(id=new_id("m"), conversation_id=conversation.id, parent_id=parent_id, role="user",
                           content=content, created_at=time.time(), model=self.backend.model_name)
-        self.store.add_message(message, self.user_token_ids(conversation, path, content))
+        self.store.add_message(message, token_ids)
         if conversation.message_count == 0 and conversation.title == DEFAULT_TITLE:
             title = " ".join(content.split())[:TITLE_LENGTH] or DEFAULT_TITLE
             self.store.update_conversation(conversation.id, title=title)
@@ -125,52 +144,69 @@ class Conversations:
     async def start_replies(self, conversation: Conversation, parent: Message, n: int,
                             settings: SamplingSettings) -> "Replies":
         """Validate and start n replies to `parent`; raises ValueError, BackendRequestError or BackendNotReady
-        before anything streams."""
+        before anything streams. The replies are stored at once (empty, unfinished) and saved as they grow."""
         params = sampling_params(settings, n)
         path = self.store.path(conversation.id, parent.id)
-        prompt = self.prompt(conversation, path)
+        prompt, repaired = await asyncio.to_thread(self.prompt, conversation, path)
+        if repaired:
+            self.store.set_token_ids(repaired)
         replies = Replies(self, conversation, path, parent, params, uuid.uuid4().hex)
         replies.stream = await self.backend.open(prompt, params, replies.request_id)
-        self.running.add(replies.request_id, conversation.id, replies.message_ids)
+        self.active.add(replies.request_id, conversation.id, replies.message_ids)
+        replies.store_started()
         self.store.set_active_leaf(conversation.id, replies.message_ids[0])  # the newest branch is shown
         return replies
 
-    async def stop(self, conversation_id: str, message_id: str | None = None) -> list[str]:
-        stopped = []
-        for request_id, message_ids in self.running.matching(conversation_id, message_id).items():
+    async def stop(self, conversation_id: str, message_id: str | None = None, wait: bool = False) -> list[str]:
+        """Abort the conversation's requests (or the one writing message_id); with wait, return once their
+        replies are saved."""
+        matching = self.active.matching(conversation_id, message_id)
+        for request_id in matching:
             await self.backend.abort(request_id)
-            stopped += message_ids
-        return stopped
+        if wait and matching:
+            await asyncio.wait([asyncio.create_task(r.done.wait()) for r in matching.values()], timeout=STOP_WAIT_S)
+        return [message_id for r in matching.values() for message_id in r.message_ids]
 
 
 @dataclass
-class Branch:
+class PartialReply:
+    """One reply as it streams."""
+
     message_id: str
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
     num_tokens: int = 0  # a remote server streams text only: then one per delta
     first_token_at: float | None = None
     finish_reason: str | None = None
-    saved: bool = False
+    saved_text: int = 0  # characters already in the store
+    done: bool = False  # stored with its finish reason
 
 
 class Replies:
-    """n sibling replies being generated; events() streams them and saves each one as it completes."""
+    """n sibling replies being generated; events() streams them, saves their text every SAVE_INTERVAL_S
+    (a crash loses at most that much) and each one whole as it completes."""
 
     def __init__(self, conversations: Conversations, conversation: Conversation, path: list[Message],
                  parent: Message, params: SamplingParams, request_id: str):
         self.conversations, self.conversation, self.path, self.parent = conversations, conversation, path, parent
+        self.store = conversations.store
         self.params, self.request_id = params, request_id
-        self.branches = [Branch(new_id("m")) for _ in range(params.n)]
+        self.replies = [PartialReply(new_id("m")) for _ in range(params.n)]
         self.stream: AsyncIterator[Update] | None = None
         self.started = time.monotonic()
         self.created_at = time.time()  # siblings are listed by created_at: replies in the order they were asked for
+        self.saved_at = self.started
         self.prompt_tokens: int | None = None
         self.cached_tokens = 0
 
     @property
     def message_ids(self) -> list[str]:
-        return [b.message_id for b in self.branches]
+        return [r.message_id for r in self.replies]
+
+    def store_started(self) -> None:
+        """Every reply as an empty, unfinished message: a crash from now on leaves it marked interrupted."""
+        for reply in self.replies:
+            self.store.add_message(self._message(reply), [])
 
     async def events(self) -> AsyncIterator[StreamEvent]:
         yield StartEvent(parent_id=self.parent.id, message_ids=self.message_ids)
@@ -179,51 +215,65 @@ class Replies:
                 if update.prompt_tokens is not None:
                     self.prompt_tokens, self.cached_tokens = update.prompt_tokens, update.cached_tokens or 0
                 for out in update.outputs:
-                    branch = self.branches[out.index]
-                    if (out.text or out.token_ids) and branch.first_token_at is None:
-                        branch.first_token_at = time.monotonic()
-                    branch.text += out.text
-                    branch.token_ids += out.token_ids
-                    branch.num_tokens += len(out.token_ids) or int(bool(out.text))
-                    branch.finish_reason = out.finish_reason or branch.finish_reason
+                    reply = self.replies[out.index]
+                    if (out.text or out.token_ids) and reply.first_token_at is None:
+                        reply.first_token_at = time.monotonic()
+                    reply.text += out.text
+                    reply.token_ids += out.token_ids
+                    reply.num_tokens += len(out.token_ids) or int(bool(out.text))
+                    reply.finish_reason = out.finish_reason or reply.finish_reason
                     if out.text:
-                        yield DeltaEvent(message_id=branch.message_id, index=out.index, text=out.text)
+                        yield DeltaEvent(message_id=reply.message_id, index=out.index, text=out.text)
                 if self.prompt_tokens is not None:  # a remote server reports the prompt only at the end
-                    for branch in self.branches:
-                        if branch.finish_reason and not branch.saved:
-                            yield DoneEvent(message=self._save(branch))
+                    for reply in self.replies:
+                        if reply.finish_reason and not reply.done:
+                            yield DoneEvent(message=self._finish(reply))
+                if time.monotonic() - self.saved_at >= SAVE_INTERVAL_S:
+                    self._save_progress()
         except Exception as error:  # the engine failed: what was written so far is kept, marked stopped
+            log.warning("a reply stream failed: %s", error)
             yield ErrorEvent(message=f"generation failed: {error}")
         finally:
             # a client that went away (or an engine failure): keep each unfinished reply's partial text, then
             # abort the request so that its KV blocks are freed
-            unsaved = [self._save(b) for b in self.branches if not b.saved]
-            self.conversations.running.remove(self.request_id)
-            if unsaved:
+            unfinished = [self._finish(r) for r in self.replies if not r.done]
+            self.conversations.active.remove(self.request_id)
+            if unfinished:
                 await self.conversations.backend.abort(self.request_id)
-        for message in unsaved:
+        for message in unfinished:
             yield DoneEvent(message=message)
 
-    def _save(self, branch: Branch) -> Message:
+    def _save_progress(self) -> None:
+        grown = [(r.message_id, r.text) for r in self.replies if not r.done and len(r.text) > r.saved_text]
+        if grown:
+            self.store.set_partial_content(grown)
+            for reply in self.replies:
+                reply.saved_text = len(reply.text)
+        self.saved_at = time.monotonic()
+
+    def _message(self, reply: PartialReply) -> Message:
+        return Message(id=reply.message_id, conversation_id=self.conversation.id, parent_id=self.parent.id,
+                       role="assistant", content=reply.text,
+                       created_at=self.created_at + self.message_ids.index(reply.message_id) * 1e-6,
+                       finish_reason=reply.finish_reason, stopped=reply.finish_reason == "abort",
+                       model=self.conversations.backend.model_name)
+
+    def _finish(self, reply: PartialReply) -> Message:
+        """Store the reply whole: its text, finish reason, stats and token ids."""
         now = time.monotonic()
-        finish_reason = branch.finish_reason or "abort"
-        num_tokens = branch.num_tokens
-        decode_time = now - branch.first_token_at if branch.first_token_at else 0.0
-        stats = ReplyStats(
+        reply.finish_reason = reply.finish_reason or "abort"
+        num_tokens = reply.num_tokens
+        decode_time = now - reply.first_token_at if reply.first_token_at else 0.0
+        message = self._message(reply)
+        message.stats = ReplyStats(
             prompt_tokens=self.prompt_tokens or 0, cached_tokens=self.cached_tokens, completion_tokens=num_tokens,
-            time_to_first_token_s=round(branch.first_token_at - self.started, 4) if branch.first_token_at else None,
+            time_to_first_token_s=round(reply.first_token_at - self.started, 4) if reply.first_token_at else None,
             tokens_per_s=round((num_tokens - 1) / decode_time, 2) if num_tokens > 1 and decode_time > 0 else None,
             duration_s=round(now - self.started, 4))
-        message = Message(id=branch.message_id, conversation_id=self.conversation.id, parent_id=self.parent.id,
-                          role="assistant", content=branch.text,
-                          created_at=self.created_at + self.message_ids.index(branch.message_id) * 1e-6,
-                          finish_reason=finish_reason, stopped=finish_reason == "abort",
-                          model=self.conversations.backend.model_name, stats=stats)
         template = self.conversations.backend.template
         token_ids = []
         if template is not None:
             history = self.conversations.chat(self.conversation, self.path)
-            token_ids = template.assistant_segment(history, branch.text, branch.token_ids)
-        branch.saved = True
-        return self.conversations.store.add_message(message, token_ids)
-
+            token_ids = template.assistant_segment(history, reply.text, reply.token_ids)
+        reply.done = True
+        return self.store.finish_message(message, token_ids)

@@ -5,6 +5,7 @@ starting it in the background, waiting for its model to load, and stopping it cl
 import asyncio
 import errno
 import fcntl
+import logging
 import os
 import signal
 import socket
@@ -60,6 +61,9 @@ class EngineServer(uvicorn.Server):
 
 def serve(settings: Settings) -> None:
     """Run the engine process in the foreground until SIGTERM/SIGINT (or `localchat stop`)."""
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("localchat").setLevel(logging.INFO)
     lock = _acquire_lock()
     try:
         sock = _bind(settings.host, settings.port)
@@ -123,8 +127,16 @@ def _bind(host: str, port: int) -> socket.socket:
 def _write_state(state: EngineState) -> None:
     path = paths.state_path()
     tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(msgspec.json.encode(state))
+    with open(tmp, "wb", opener=_private) as f:
+        f.write(msgspec.json.encode(state))
     tmp.replace(path)
+
+
+def _private(path: str, flags: int) -> int:
+    """open()'s opener for a file only the user can read, whatever the umask."""
+    fd = os.open(path, flags, 0o600)
+    os.fchmod(fd, 0o600)
+    return fd
 
 
 def _remove_state() -> None:
@@ -164,7 +176,7 @@ def health(url: str, timeout: float = 2.0) -> Health | None:
 
 def start_in_background(serve_args: list[str] = ()) -> subprocess.Popen:
     """`localchat serve ARGS` as a detached process; its output goes to the engine log."""
-    log = open(paths.log_path(), "ab")
+    log = open(paths.log_path(), "ab", opener=_private)
     try:
         return subprocess.Popen([sys.executable, "-m", "localchat.app.cli", "serve", *serve_args],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

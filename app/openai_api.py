@@ -12,17 +12,19 @@ from collections.abc import AsyncIterator
 import msgspec
 from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
+from litestar.params import JSONBody
 from litestar.exceptions import NotFoundException, ValidationException
 from litestar.response import ServerSentEvent, Stream
 
 from localchat.app.backends import Backend, RemoteBackend, Update
-from localchat.app.conversations import Running
+from localchat.app.conversations import ActiveRequests
 from localchat.app.protocol import (
-    MAX_N, ChatChoice, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, AssistantMessage, ChoiceLogprobs,
+    ChatChoice, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, AssistantMessage, ChoiceLogprobs,
     ChunkChoice, ChunkDelta, Completion, CompletionChoice, CompletionLogprobs, CompletionRequest, Model, ModelList,
     PromptTokensDetails, SamplingFields, TokenLogprobOut, TopLogprob, Usage,
 )
-from localchat.engine.outputs import CompletionOutput, TokenLogprob
+from localchat.app.settings import MAX_CHOICES, MAX_PROMPTS
+from localchat.engine.outputs import CompletionOutput, RequestOutput, TokenLogprob
 from localchat.engine.sampling_params import SamplingParams
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # as OpenAI's /v1/completions
@@ -32,30 +34,29 @@ class OpenAIController(Controller):
     path = "/v1"
 
     @get("/models")
-    async def models(self, backend: NamedDependency[Backend]) -> Response:
+    async def models(self, backend: NamedDependency[Backend]) -> Response[ModelList]:
         if isinstance(backend, RemoteBackend):
             return await _relay(backend, "GET", "/v1/models", None)
         backend.ensure_ready()
-        created = int(time.time())
-        return Response(ModelList(data=[Model(id=backend.model_name, created=created)]))
+        return Response(ModelList(data=[Model(id=backend.model_name, created=int(time.time()))]))
 
     @post("/chat/completions", status_code=200)
-    async def chat_completions(self, request: Request, backend: NamedDependency[Backend],
-                               running: NamedDependency[Running]) -> Response:
-        body = await request.body()
-        req = _decode(body, ChatCompletionRequest)
+    async def chat_completions(self, request: Request, data: JSONBody[ChatCompletionRequest], backend: NamedDependency[Backend],
+                               active: NamedDependency[ActiveRequests]) -> Response[ChatCompletion]:
+        """Streamed (stream: true) as server-sent events of ChatCompletionChunk, ending with `data: [DONE]`."""
         if isinstance(backend, RemoteBackend):
-            return await _relay(backend, "POST", "/v1/chat/completions", body)
+            return await _relay(backend, "POST", "/v1/chat/completions", await request.body())
+        req = data
         _check_model(req, backend)
         if req.top_logprobs is not None and not req.logprobs:
             raise ValidationException("top_logprobs needs logprobs: true")
+        if not req.messages:
+            raise ValidationException("messages must not be empty")
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         params = _params(req, max_tokens, (req.top_logprobs or 0) if req.logprobs else None)
-        messages = [{"role": m.role, "content": m.text()} for m in req.messages]
-        if not messages:
-            raise ValidationException("messages must not be empty")
-        prompt = backend.apply_chat_template(messages)
-        job = await _Job.open(backend, running, [prompt], params)
+        prompt = await backend.apply_chat_template([{"role": m.template_role, "content": m.text()}
+                                                    for m in req.messages])
+        job = await _Job.open(backend, active, [prompt], params)
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return ServerSentEvent(_chat_chunks(job, include_usage))
@@ -66,19 +67,23 @@ class OpenAIController(Controller):
                                        usage=job.usage()))
 
     @post("/completions", status_code=200)
-    async def completions(self, request: Request, backend: NamedDependency[Backend],
-                               running: NamedDependency[Running]) -> Response:
-        body = await request.body()
-        req = _decode(body, CompletionRequest)
+    async def completions(self, request: Request, data: JSONBody[CompletionRequest], backend: NamedDependency[Backend],
+                          active: NamedDependency[ActiveRequests]) -> Response[Completion]:
+        """Streamed (stream: true) as server-sent events of Completion chunks, ending with `data: [DONE]`."""
         if isinstance(backend, RemoteBackend):
-            return await _relay(backend, "POST", "/v1/completions", body)
+            return await _relay(backend, "POST", "/v1/completions", await request.body())
+        req = data
         _check_model(req, backend)
         if req.echo and req.logprobs is not None:
             raise ValidationException("echo with logprobs is not supported (prompt logprobs are not computed)")
         max_tokens = req.max_tokens if req.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
         params = _params(req, max_tokens, req.logprobs)
-        prompts = [backend.tokenize(p) for p in _prompts(req.prompt)]
-        job = await _Job.open(backend, running, prompts, params)
+        texts = _prompts(req.prompt)
+        if len(texts) > MAX_PROMPTS or len(texts) * params.n > MAX_CHOICES:
+            raise ValidationException(f"at most {MAX_PROMPTS} prompts and {MAX_CHOICES} choices (prompts times n) "
+                                      f"per request, got {len(texts)} prompts with n={params.n}")
+        prompts = [await backend.tokenize(p) for p in texts]
+        job = await _Job.open(backend, active, prompts, params)
         echoes = [backend.detokenize(p) if req.echo else "" for p in prompts]
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -92,17 +97,6 @@ class OpenAIController(Controller):
                                    usage=job.usage()))
 
 
-def _decode(body: bytes, kind: type):
-    if not body.strip():
-        raise ValidationException("a JSON request body is required")
-    try:
-        return msgspec.json.decode(body, type=kind)
-    except msgspec.ValidationError as error:
-        raise ValidationException(f"invalid request: {error}") from None
-    except msgspec.DecodeError as error:
-        raise ValidationException(f"malformed JSON: {error}") from None
-
-
 def _check_model(req: SamplingFields, backend: Backend) -> None:
     backend.ensure_ready()
     if req.model is not None and req.model != backend.model_name:
@@ -110,8 +104,6 @@ def _check_model(req: SamplingFields, backend: Backend) -> None:
 
 
 def _params(req: SamplingFields, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
-    if not 1 <= req.n <= MAX_N:
-        raise ValidationException(f"n must be in [1, {MAX_N}], got {req.n}")
     try:
         return SamplingParams(
             n=req.n, temperature=1.0 if req.temperature is None else req.temperature,
@@ -140,8 +132,8 @@ def _prompts(prompt) -> list[str | list[int]]:
 class _Job:
     """One engine request per prompt; reply k of prompt i is choice i * n + k."""
 
-    def __init__(self, backend: Backend, running: Running, streams: list, request_ids: list[str], n: int):
-        self.backend, self.running, self.streams, self.request_ids, self.n = backend, running, streams, request_ids, n
+    def __init__(self, backend: Backend, active: ActiveRequests, streams: list, request_ids: list[str], n: int):
+        self.backend, self.active, self.streams, self.request_ids, self.n = backend, active, streams, request_ids, n
         self.id = f"cmpl-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.model = backend.model_name
@@ -150,12 +142,14 @@ class _Job:
         self.completion_tokens = 0
 
     @classmethod
-    async def open(cls, backend: Backend, running: Running, prompts: list[list[int]], params: SamplingParams):
+    async def open(cls, backend: Backend, active: ActiveRequests, prompts: list[list[int]], params: SamplingParams):
         request_ids = [uuid.uuid4().hex for _ in prompts]
+        for prompt in prompts:  # every prompt checked before any starts
+            backend.check_request(prompt, params)
         streams = [await backend.open(p, params, rid) for p, rid in zip(prompts, request_ids)]
         for rid in request_ids:
-            running.add(rid)
-        return cls(backend, running, streams, request_ids, params.n)
+            active.add(rid)
+        return cls(backend, active, streams, request_ids, params.n)
 
     async def updates(self) -> AsyncIterator[tuple[int, Update]]:
         """(prompt index, update) from every prompt's stream as they come; leaving early aborts them all."""
@@ -191,20 +185,14 @@ class _Job:
             for task in tasks:
                 task.cancel()
             for rid in self.request_ids:
-                self.running.remove(rid)
+                self.active.remove(rid)
                 await self.backend.abort(rid)  # a no-op for a finished request
 
     async def collect(self) -> list[CompletionOutput]:
-        merged: dict[int, CompletionOutput] = {}
+        whole = RequestOutput(self.id, [], 0, [])
         async for _, update in self.updates():
-            for out in update.outputs:
-                whole = merged.setdefault(out.index, CompletionOutput(out.index))
-                whole.text += out.text
-                whole.token_ids += out.token_ids
-                if out.logprobs is not None:
-                    whole.logprobs = (whole.logprobs or []) + out.logprobs
-                whole.finish_reason = out.finish_reason or whole.finish_reason
-        return [merged[k] for k in sorted(merged)]
+            whole.merge(RequestOutput(self.id, [], 0, update.outputs))
+        return whole.outputs
 
     def usage(self) -> Usage:
         prompt = sum(self.prompt_tokens)

@@ -1,8 +1,8 @@
 """Messages on the wire, shared by the engine process (server) and its clients.
 
 Two families: the OpenAI-compatible shapes under /v1, and localchat's own conversation shapes under /api.
-Every body is a msgspec.Struct; fields the OpenAI API has but localchat ignores (user, tools, ...) are
-accepted and dropped, as msgspec does for unknown fields.
+Every body is a msgspec.Struct. A /v1 request with a field localchat does not support (tools, response_format,
+logit_bias, ...) is refused with a 400 that names it, never silently ignored.
 """
 
 from typing import Literal
@@ -10,34 +10,38 @@ from typing import Literal
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-MAX_N = 16  # most replies one request may ask for
+MAX_N = 16  # most replies one request may ask for (the engine's LIMITS["n"]; the terminal UI checks it)
 
 
 # --- OpenAI-compatible (/v1) ---------------------------------------------------------------------
 
 
-class ContentPart(Struct):
-    type: str
-    text: str | None = None
+class ContentPart(Struct, forbid_unknown_fields=True):
+    type: Literal["text"]  # images and audio are not supported
+    text: str
 
 
-class ChatMessageIn(Struct):
-    role: str
+class ChatMessageIn(Struct, forbid_unknown_fields=True):
+    role: Literal["system", "developer", "user", "assistant"]  # "developer" is OpenAI's newer name for system
     content: str | list[ContentPart] | None = None
     name: str | None = None
 
     def text(self) -> str:
         if isinstance(self.content, list):
-            return "".join(part.text or "" for part in self.content if part.type == "text")
+            return "".join(part.text for part in self.content)
         return self.content or ""
 
+    @property
+    def template_role(self) -> str:
+        return "system" if self.role == "developer" else self.role
 
-class StreamOptions(Struct):
+
+class StreamOptions(Struct, forbid_unknown_fields=True):
     include_usage: bool = False
 
 
-class SamplingFields(Struct, kw_only=True):
-    """The sampling fields both /v1 endpoints accept."""
+class SamplingFields(Struct, kw_only=True, forbid_unknown_fields=True):
+    """The sampling fields both /v1 endpoints accept (the limits are the engine's, see SamplingParams)."""
 
     model: str | None = None
     n: int = 1
@@ -54,6 +58,7 @@ class SamplingFields(Struct, kw_only=True):
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False
+    user: str | None = None  # an end-user id for abuse tracking: accepted, nothing to track locally
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):
@@ -244,8 +249,10 @@ class Message(Struct, kw_only=True, omit_defaults=True):
     content: str
     created_at: float
     num_tokens: int = 0
-    finish_reason: str | None = None  # assistant: "stop", "length" or "abort"
-    stopped: bool = False  # assistant: stopped before it finished (stop, disconnect, shutdown)
+    # assistant: "stop", "length", "abort" (stopped), "interrupted" (the engine died while writing it), or None
+    # while it is being written (its content is saved every second)
+    finish_reason: str | None = None
+    stopped: bool = False  # assistant: ended before it finished (stop, disconnect, shutdown, a crash)
     model: str | None = None
     stats: ReplyStats | None = None
     token_ids: list[int] | None = None  # only when asked for (?token_ids=true)
@@ -280,6 +287,23 @@ class StopRequest(Struct, kw_only=True):
 
 class StopResult(Struct):
     stopped: list[str]  # assistant message ids that were running
+
+
+class SessionsRevoked(Struct):
+    revoked: int
+
+
+class Limit(Struct):
+    min: int | float
+    max: int | float | None  # None: no upper bound
+
+
+class Limits(Struct, kw_only=True):
+    """GET /api/limits: the range of each sampling setting (n, temperature, ...), as the server checks them."""
+
+    sampling: dict[str, Limit]
+    min_temperature: float  # a temperature is 0 (greedy) or at least this
+    max_stop_strings: int
 
 
 class LoginCode(Struct):

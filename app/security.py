@@ -2,13 +2,16 @@
 requests to a port on 127.0.0.1, so:
 
 - a Host header that is not a loopback name (or the configured host) is refused: DNS rebinding;
-- /v1 and /api need the API token, as `Authorization: Bearer` or as the cookie that the one-time login URL
-  sets (HttpOnly, SameSite=Strict);
+- /v1 and /api need the API token as `Authorization: Bearer`, or a browser session: the cookie that the
+  one-time login URL sets (HttpOnly, SameSite=Strict). The cookie holds a session value of its own, never the
+  token: it expires after SESSION_TTL_S and `localchat logout` (or the page's sign-out) revokes it;
 - a state-changing request authenticated by that cookie must carry an Origin of this server.
 """
 
+import hashlib
 import hmac
 import os
+import re
 import secrets
 import stat
 import time
@@ -18,11 +21,13 @@ import msgspec
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from localchat.app.protocol import ErrorBody, ErrorDetail
+from localchat.app.store import Store
 
-COOKIE_NAME = "localchat_token"
+COOKIE_NAME = "localchat_session"
 PROTECTED_PREFIXES = ("/v1", "/api")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 LOGIN_CODE_TTL_S = 120
+SESSION_TTL_S = 14 * 24 * 3600
 
 
 def load_or_create_token(path: Path) -> str:
@@ -62,19 +67,51 @@ class LoginCodes:
         return expires is not None and expires > time.monotonic()
 
 
+class BrowserSessions:
+    """The browser's sessions, kept in the store by the SHA-256 of their value (a stolen database gives no
+    usable cookie)."""
+
+    def __init__(self, store: Store, ttl_s: float = SESSION_TTL_S):
+        self.store, self.ttl_s = store, ttl_s
+
+    def create(self) -> str:
+        value = secrets.token_urlsafe(32)
+        self.store.add_session(_digest(value), time.time() + self.ttl_s)
+        return value
+
+    def valid(self, value: str) -> bool:
+        if not value:
+            return False
+        expires_at = self.store.session_expiry(_digest(value))
+        return expires_at is not None and expires_at > time.time()
+
+    def revoke(self, value: str | None = None) -> int:
+        """One session, or every session (None). How many there were."""
+        return self.store.delete_sessions(None if value is None else _digest(value))
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+_HOST = re.compile(r"(\[(?P<ipv6>[0-9a-f:.]+)\]|(?P<name>[^:\[\]]*))(:\d{1,5})?")
+
+
 def host_name(host_header: str) -> str:
-    """`127.0.0.1:8741` -> `127.0.0.1`, `[::1]:8741` -> `::1`."""
-    host = host_header.strip().lower()
-    if host.startswith("["):
-        return host[1:].split("]", 1)[0]
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    """`127.0.0.1:8741` -> `127.0.0.1`, `[::1]:8741` -> `::1`; "" for anything that is not one host and an
+    optional port (`[::1].evil.example`)."""
+    match = _HOST.fullmatch(host_header.strip().lower())
+    if match is None:
+        return ""
+    return match["ipv6"] or match["name"] or ""
 
 
 class SecurityMiddleware:
     """Plain ASGI middleware in front of every route."""
 
-    def __init__(self, app: ASGIApp, token: str, allowed_hosts: tuple[str, ...], allowed_origins: tuple[str, ...]):
-        self.app, self.token = app, token
+    def __init__(self, app: ASGIApp, token: str, sessions: BrowserSessions, allowed_hosts: tuple[str, ...],
+                 allowed_origins: tuple[str, ...]):
+        self.app, self.token, self.sessions = app, token, sessions
         self.allowed_hosts = {h.lower() for h in allowed_hosts}
         self.allowed_origins = set(allowed_origins)
 
@@ -100,17 +137,19 @@ class SecurityMiddleware:
             if hmac.compare_digest(credential.strip().encode(), self.token.encode()):
                 return None
             return 401, "unauthorized", "wrong API token (see `localchat token`)"
-        if hmac.compare_digest(_cookie(headers.get("cookie", ""), COOKIE_NAME).encode(), self.token.encode()):
+        if self.sessions.valid(cookie_value(headers.get("cookie", ""))):
             if method in SAFE_METHODS or headers.get("origin") in self.allowed_origins:
                 return None
             return 403, "forbidden", "cross-origin request refused (the Origin header must be this server)"
-        return 401, "unauthorized", "an API token is required: Authorization: Bearer <token> (see `localchat token`)"
+        return 401, "unauthorized", ("an API token is required: Authorization: Bearer <token> (see `localchat token`), "
+                                      "or a browser session (`localchat web` signs in)")
 
 
-def _cookie(header: str, name: str) -> str:
+def cookie_value(header: str) -> str:
+    """The session cookie's value in a Cookie header, or ""."""
     for part in header.split(";"):
         key, _, value = part.strip().partition("=")
-        if key == name:
+        if key == COOKIE_NAME:
             return value
     return ""
 

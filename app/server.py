@@ -1,31 +1,39 @@
 """The engine process's web app: create_app() wires the store, the backend and the controllers."""
 
+import logging
 import os
+import re
 import time
 from collections import deque
 from importlib.metadata import version
 
 import msgspec
-from litestar import Controller, Litestar, MediaType, Request, Response, get, post
+from litestar import Controller, Litestar, MediaType, Request, Response, delete, get, post
 from litestar.datastructures import Cookie, State
 from litestar.di import NamedDependency, Provide
-from litestar.exceptions import HTTPException, ValidationException
+from litestar.exceptions import HTTPException, SerializationException, ValidationException
 from litestar.middleware import DefineMiddleware
+from litestar.openapi import OpenAPIConfig, ResponseSpec
+from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.params import FromQuery
 from litestar.response import Redirect
 
 from localchat.app import settings as paths
 from localchat.app.api import ConversationController, SearchController
 from localchat.app.backends import Backend, BackendNotReady, BackendRequestError, EmbeddedBackend, RemoteBackend
-from localchat.app.conversations import Conversations, Running
+from localchat.app.conversations import ActiveRequests, Conversations
 from localchat.app.openai_api import OpenAIController
-from localchat.app.protocol import ErrorBody, ErrorDetail, Health, LoginCode
-from localchat.app.security import COOKIE_NAME, LOGIN_CODE_TTL_S, LoginCodes, SecurityMiddleware, load_or_create_token
-from localchat.app.settings import Settings
+from localchat.app.protocol import ErrorBody, ErrorDetail, Health, Limit, Limits, LoginCode, SessionsRevoked
+from localchat.app.security import (
+    COOKIE_NAME, LOGIN_CODE_TTL_S, BrowserSessions, LoginCodes, SecurityMiddleware, cookie_value, load_or_create_token,
+)
+from localchat.app.settings import MAX_REQUEST_BYTES, Settings
 from localchat.app.store import Store, StoreError
+from localchat.engine.sampling_params import LIMITS, MAX_STOP_STRINGS, MIN_TEMPERATURE
 from localchat.webui import route_handlers as webui_routes
 
 VERSION = version("localchat")
+log = logging.getLogger("localchat.app")
 
 
 def make_backend(settings: Settings) -> Backend:
@@ -39,19 +47,20 @@ class SystemController(Controller):
     @get("/health")
     async def health(self, backend: NamedDependency[Backend]) -> Health:
         """Open to anyone on loopback: no conversation data, only whether the model is ready."""
-        loading = backend.loading
-        status = ("stopping" if backend.stopping else "ready" if loading.ready
-                  else "error" if loading.error else "loading")
+        loading, error = backend.loading, backend.error
+        status = ("stopping" if backend.stopping else "error" if error else "ready" if loading.ready else "loading")
         return Health(status=status, model=backend.model_name, backend=backend.kind, pid=os.getpid(),
-                      version=VERSION, progress=None if loading.ready else loading.progress(), error=loading.error)
+                      version=VERSION, progress=None if loading.ready else loading.progress(), error=error)
 
     @get("/metrics", media_type=MediaType.TEXT)
     async def metrics(self, backend: NamedDependency[Backend], throughput: NamedDependency["Throughput"]) -> str:
         """Prometheus text format."""
-        stats = backend.stats()
+        stats = await backend.stats()
         rate = throughput.sample(stats.get("generated_tokens", 0))
         metrics = [
             ("kv_blocks_total", "gauge", "KV cache blocks in all", stats.get("kv_blocks_total")),
+            ("kv_cache_bytes", "gauge", "memory of the KV cache, resident once each block has been used",
+             stats.get("kv_cache_bytes")),
             ("kv_blocks_used", "gauge", "KV cache blocks held by running requests", stats.get("kv_blocks_used")),
             ("kv_blocks_cached", "gauge", "free KV cache blocks that still hold a cached prefix",
              stats.get("kv_blocks_cached")),
@@ -87,15 +96,34 @@ class AuthController(Controller):
         return LoginCode(code=code, url=f"{base}/auth?code={code}", expires_in_s=LOGIN_CODE_TTL_S)
 
     @get("/auth")
-    async def login(self, codes: NamedDependency[LoginCodes], token: NamedDependency[str],
+    async def login(self, codes: NamedDependency[LoginCodes], sessions: NamedDependency[BrowserSessions],
                     code: FromQuery[str]) -> Response:
-        """Trade a one-time code for the token cookie, then open the app."""
+        """Trade a one-time code for a browser session cookie, then open the app."""
         if not codes.redeem(code):
             raise HTTPException(status_code=403, detail="this login link was used or has expired; "
                                                         "run `localchat web` for a new one")
-        cookie = Cookie(key=COOKIE_NAME, value=token, httponly=True, samesite="strict", path="/",
-                        max_age=400 * 24 * 3600)
+        cookie = Cookie(key=COOKIE_NAME, value=sessions.create(), httponly=True, samesite="strict", path="/",
+                        max_age=int(sessions.ttl_s))
         return Redirect("/", cookies=[cookie], status_code=303)
+
+    @post("/api/auth/logout", status_code=200)
+    async def logout(self, request: Request, sessions: NamedDependency[BrowserSessions]) -> Response:
+        """End this browser's session."""
+        sessions.revoke(cookie_value(request.headers.get("cookie", "")) or "-")
+        return Response(SessionsRevoked(revoked=1), cookies=[Cookie(key=COOKIE_NAME, value="", max_age=0, path="/")])
+
+    @delete("/api/auth/sessions", status_code=200)
+    async def revoke_sessions(self, sessions: NamedDependency[BrowserSessions]) -> SessionsRevoked:
+        """End every browser session (`localchat logout`); each browser needs a new login link."""
+        return SessionsRevoked(revoked=sessions.revoke())
+
+
+class LimitsController(Controller):
+    @get("/api/limits")
+    async def limits(self) -> Limits:
+        """The range of every sampling setting, for the UIs (the server refuses values outside them)."""
+        return Limits(sampling={name: Limit(low, high) for name, (low, high) in LIMITS.items()},
+                      min_temperature=MIN_TEMPERATURE, max_stop_strings=MAX_STOP_STRINGS)
 
 
 
@@ -121,18 +149,42 @@ def _error(status: int, kind: str, message: str) -> Response:
 
 
 def _http_error(request: Request, error: HTTPException) -> Response:
+    if error.status_code >= 500:
+        return _unexpected_error(request, error)
     message = error.detail
-    if isinstance(error, ValidationException) and isinstance(error.extra, list) and error.extra:
-        problems = []
-        for item in error.extra:
-            if isinstance(item, dict):
-                detail = item.get("message", "")
-                problems.append("a JSON request body is required" if detail == "'data'" and
-                                item.get("key") == "data" else f"{item.get('key')}: {detail}")
-        message = f"{message}: {'; '.join(problems)}"
-    kind = "invalid_request_error" if error.status_code < 500 else "server_error"
-    return _error(error.status_code, kind, message)
+    if isinstance(error.__cause__, SerializationException):
+        message = f"malformed JSON: {message}"
+    elif isinstance(error, ValidationException) and isinstance(error.extra, list) and error.extra:
+        message = "; ".join(_problem(item) for item in error.extra if isinstance(item, dict))
+    response = _error(error.status_code, "invalid_request_error", message)
+    response.headers.update(error.headers or {})  # a 405's Allow, a 401's WWW-Authenticate
+    return response
 
+
+def _problem(item: dict) -> str:
+    """One of Litestar's validation problems, in words: `field: what is wrong`."""
+    key, detail = item.get("key"), item.get("message", "")
+    if key == "data" and detail == "'data'":
+        return "a JSON request body is required"
+    unknown = re.fullmatch(r"Object contains unknown field `(.+)`", detail)
+    if unknown:
+        detail = f"`{unknown[1]}` is not supported"
+    return detail if key == "data" else f"{key}: {detail}"
+
+
+def _unexpected_error(request: Request, error: Exception) -> Response:
+    """A bug: logged with its traceback; the client learns nothing of the server's internals."""
+    log.error("%s %s failed", request.method, request.url.path, exc_info=error)
+    return _error(500, "server_error", "the server failed to answer this request (the engine log has the details)")
+
+
+# every route's error answers, as the OpenAPI schema documents them: one body, ErrorBody
+ERROR_RESPONSES = {status: ResponseSpec(ErrorBody, description=description) for status, description in [
+    (400, "invalid request: the message names the problem"), (401, "no or a wrong API token"),
+    (403, "a foreign Host header, or a cross-origin browser request"), (404, "no such conversation, message or model"),
+    (405, "method not allowed (the Allow header lists those that are)"), (413, "request body too large"),
+    (500, "a bug: the engine log has the details"), (503, "the model is loading, failed, or the engine is stopping"),
+]}
 
 EXCEPTION_HANDLERS = {
     HTTPException: _http_error,
@@ -140,6 +192,7 @@ EXCEPTION_HANDLERS = {
     BackendNotReady: lambda request, error: _error(503, "unavailable", str(error)),
     BackendRequestError: lambda request, error: _error(error.status, "invalid_request_error", str(error)),
     msgspec.ValidationError: lambda request, error: _error(400, "invalid_request_error", str(error)),
+    Exception: _unexpected_error,
 }
 
 
@@ -149,18 +202,23 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     store = store if store is not None else Store(paths.db_path())
     backend = backend if backend is not None else make_backend(settings)
     token = token if token is not None else load_or_create_token(paths.token_path())
-    running = Running()
-    conversations = Conversations(store, backend, running)
+    active = ActiveRequests()
+    conversations = Conversations(store, backend, active)
     codes = LoginCodes()
+    sessions = BrowserSessions(store)
     throughput = Throughput()
 
     async def stop_all() -> None:
         """Refuse new requests and end the running ones (each stream finishes with "abort")."""
         backend.stopping = True
-        for request_id in list(running.requests):
+        for request_id in list(active.requests):
             await backend.abort(request_id)
 
     async def on_startup(app: Litestar) -> None:
+        interrupted = store.mark_interrupted()
+        if interrupted:
+            log.warning("%d replies were being written when the engine last stopped; kept as interrupted",
+                        interrupted)
         backend.start()
 
     async def on_shutdown(app: Litestar) -> None:
@@ -171,17 +229,25 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     def value(obj):
         return Provide(lambda: obj, sync_to_thread=False, use_cache=True)
 
-    return Litestar(
-        route_handlers=[SystemController, AuthController, OpenAIController, ConversationController, SearchController,
-                        *webui_routes],
-        dependencies={"store": value(store), "backend": value(backend), "running": value(running),
-                      "conversations": value(conversations), "codes": value(codes), "token": value(token),
-                      "throughput": value(throughput), "settings": value(settings)},
-        middleware=[DefineMiddleware(SecurityMiddleware, token=token, allowed_hosts=settings.allowed_hosts,
-                                     allowed_origins=settings.allowed_origins)],
+    app = Litestar(
+        route_handlers=[SystemController, AuthController, LimitsController, OpenAIController, ConversationController,
+                        SearchController, *webui_routes],
+        dependencies={"store": value(store), "backend": value(backend), "active": value(active),
+                      "conversations": value(conversations), "codes": value(codes), "sessions": value(sessions),
+                      "throughput": value(throughput)},
+        middleware=[DefineMiddleware(SecurityMiddleware, token=token, sessions=sessions,
+                                     allowed_hosts=settings.allowed_hosts, allowed_origins=settings.allowed_origins)],
         exception_handlers=EXCEPTION_HANDLERS,
         on_startup=[on_startup],
         on_shutdown=[on_shutdown],
         state=State({"stop_all": stop_all, "store": store, "backend": backend}),
-        openapi_config=None,
+        request_max_body_size=MAX_REQUEST_BYTES,
+        logging_config=None,  # `localchat serve` sets up logging (lifecycle.serve); 500s are logged by _unexpected_error
+        # the schema is under /api: it needs the token, like everything it describes
+        openapi_config=OpenAPIConfig(title="localchat", version=VERSION, path="/api/openapi",
+                                     render_plugins=[JsonRenderPlugin()]),
     )
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", ()):
+            handler.responses = {**ERROR_RESPONSES, **(handler.responses or {})}
+    return app

@@ -12,6 +12,12 @@ DEFAULT_PORT = int(os.environ.get("LOCALCHAT_PORT") or 8741)  # where `localchat
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 ENGINE_API_KEY_ENV = "LOCALCHAT_ENGINE_API_KEY"  # the bearer token of an --engine-url server
 
+# What one request may ask of the server (bigger ones are refused before any work is done)
+MAX_REQUEST_BYTES = 4 * 1024 * 1024  # a request body
+MAX_CHARS_PER_TOKEN = 32  # a text longer than max_model_len times this cannot fit: refused without tokenizing it
+MAX_PROMPTS = 32  # prompts of one /v1/completions request
+MAX_CHOICES = 64  # prompts times n of one /v1/completions request
+
 
 @dataclass(frozen=True)
 class Settings:

@@ -6,8 +6,10 @@ one committed transaction: a killed process loses nothing that was written.
 """
 
 import array
+import os
 import secrets
 import sqlite3
+import stat
 import sys
 import time
 from pathlib import Path
@@ -60,6 +62,14 @@ MIGRATIONS = [
     """,
     # the branch the user last looked at: a message id (no foreign key: a reply is stored when it ends)
     "ALTER TABLE conversations ADD COLUMN active_leaf TEXT",
+    # the browser's sessions (the login cookie), by the SHA-256 of their value
+    """
+    CREATE TABLE browser_sessions (
+        id_hash    TEXT PRIMARY KEY,
+        created_at REAL NOT NULL,
+        expires_at REAL NOT NULL
+    );
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -69,6 +79,16 @@ _MESSAGE_COLUMNS = ("id, conversation_id, parent_id, role, content, token_ids, f
 
 class StoreError(LookupError):
     """An id that is not in the store."""
+
+
+def private_files(db_file: Path) -> None:
+    """The database and its WAL and shared-memory files readable by the user alone, whatever the umask:
+    created 0600 (SQLite gives its -wal and -shm files the database file's mode), older installs fixed."""
+    if not db_file.exists():
+        os.close(os.open(db_file, os.O_WRONLY | os.O_CREAT, 0o600))
+    for path in (db_file, Path(f"{db_file}-wal"), Path(f"{db_file}-shm")):
+        if path.exists() and stat.S_IMODE(path.stat().st_mode) != 0o600:
+            path.chmod(0o600)
 
 
 def new_id(prefix: str) -> str:
@@ -93,6 +113,7 @@ def unpack_tokens(blob: bytes) -> list[int]:
 class Store:
     def __init__(self, path: Path | str):
         self.file = Path(path)
+        private_files(self.file)
         self.db = sqlite3.connect(self.file, check_same_thread=False, isolation_level=None)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode = WAL")
@@ -183,6 +204,50 @@ class Store:
                             (message.created_at, message.conversation_id))
         message.num_tokens = len(token_ids)
         return message
+
+    def set_partial_content(self, texts: list[tuple[str, str]]) -> None:
+        """The text so far of replies still being written (message id, text)."""
+        with self._transaction():
+            self.db.executemany("UPDATE messages SET content = ? WHERE id = ? AND finish_reason IS NULL",
+                                [(text, message_id) for message_id, text in texts])
+
+    def finish_message(self, message: Message, token_ids: list[int]) -> Message:
+        """Store a reply whole (it was added unfinished). Nothing happens if its conversation is gone."""
+        stats = None if message.stats is None else msgspec.json.encode(message.stats).decode()
+        with self._transaction():
+            self.db.execute("UPDATE messages SET content = ?, token_ids = ?, finish_reason = ?, stopped = ?, "
+                            "stats = ? WHERE id = ?", (message.content, pack_tokens(token_ids),
+                                                       message.finish_reason, int(message.stopped), stats,
+                                                       message.id))
+            self.db.execute("UPDATE conversations SET updated_at = max(updated_at, ?) WHERE id = ?",
+                            (time.time(), message.conversation_id))
+        message.num_tokens = len(token_ids)
+        return message
+
+    def mark_interrupted(self) -> int:
+        """Replies left unfinished by a process that died while writing them: kept as far as they were saved,
+        marked interrupted. Their token ids are rendered again when a prompt needs them. The count."""
+        return self.db.execute("UPDATE messages SET finish_reason = 'interrupted', stopped = 1 "
+                               "WHERE role = 'assistant' AND finish_reason IS NULL").rowcount
+
+    # --- browser sessions ---
+
+    def add_session(self, id_hash: str, expires_at: float) -> None:
+        now = time.time()
+        with self._transaction():
+            self.db.execute("DELETE FROM browser_sessions WHERE expires_at <= ?", (now,))
+            self.db.execute("INSERT INTO browser_sessions (id_hash, created_at, expires_at) VALUES (?, ?, ?)",
+                            (id_hash, now, expires_at))
+
+    def session_expiry(self, id_hash: str) -> float | None:
+        row = self.db.execute("SELECT expires_at FROM browser_sessions WHERE id_hash = ?", (id_hash,)).fetchone()
+        return None if row is None else row[0]
+
+    def delete_sessions(self, id_hash: str | None = None) -> int:
+        """One session, or all of them (None). The count."""
+        if id_hash is None:
+            return self.db.execute("DELETE FROM browser_sessions").rowcount
+        return self.db.execute("DELETE FROM browser_sessions WHERE id_hash = ?", (id_hash,)).rowcount
 
     def get_message(self, conversation_id: str, message_id: str, with_tokens: bool = False) -> Message:
         row = self.db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ? AND conversation_id = ?",

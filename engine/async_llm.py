@@ -1,6 +1,8 @@
 """The engine loop in a background thread, streaming each request's deltas to asyncio callers."""
 
 import asyncio
+import concurrent.futures
+import logging
 import queue
 import threading
 import uuid
@@ -10,12 +12,23 @@ from localchat.engine.llm_engine import LLMEngine
 from localchat.engine.outputs import RequestOutput
 from localchat.engine.sampling_params import SamplingParams
 
+log = logging.getLogger("localchat.engine")
+STATS_TIMEOUT_S = 60  # the longest step (a full prefill chunk on a slow machine) is far shorter
+
+
+class EngineFailed(RuntimeError):
+    """A request ended because the engine failed while running it (the engine itself goes on)."""
+
 
 class AsyncLLM:
     """`AsyncLLM()` loads the embedded model; see LLMEngine for the arguments.
 
     One thread owns the engine. Callers hand it commands (add, abort) through a queue that it
-    drains between steps, and receive deltas on their own event loop."""
+    drains between steps, and receive deltas on their own event loop.
+
+    A step that raises fails the requests it ran (their streams raise EngineFailed) and frees their blocks;
+    the loop goes on serving the others. Only if the engine cannot be brought back to a clean state does
+    it stop for good: then `error` says why, and every later request is refused."""
 
     def __init__(self, model: str | None = None, **engine_args):
         self.engine = LLMEngine(model, **engine_args)
@@ -23,7 +36,7 @@ class AsyncLLM:
         self._wake = threading.Event()
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._stopped = False
-        self._error: BaseException | None = None
+        self.error: str | None = None  # set when the engine has stopped for good
         self._thread = threading.Thread(target=self._loop, name="localchat-engine", daemon=True)
         self._thread.start()
 
@@ -31,26 +44,41 @@ class AsyncLLM:
     def tokenizer(self):
         return self.engine.tokenizer
 
-    async def generate(self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None
-                       ) -> AsyncIterator[RequestOutput]:
-        """Deltas of one request until it finishes. Bad input raises ValueError before anything runs;
-        leaving the loop early aborts the request."""
-        if self._stopped or self._error is not None:
-            raise RuntimeError(f"the engine has stopped: {self._error or 'shut down'}")
-        prompt_token_ids = self.engine.tokenize(prompt)
+    @property
+    def alive(self) -> bool:
+        return not self._stopped and self.error is None
+
+    def add_request(self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+                    ) -> AsyncIterator[RequestOutput]:
+        """Start a request now and return its stream of deltas. Bad input raises ValueError before anything
+        runs. The request is queued before this returns, so an abort that follows always finds it; leaving
+        the stream early aborts it."""
+        if not self.alive:
+            raise RuntimeError(f"the engine has stopped: {self.error or 'shut down'}")
         self.engine.check_request(prompt_token_ids, params)
         request_id = request_id or uuid.uuid4().hex
         if request_id in self._streams:
             raise ValueError(f"request id {request_id!r} is already running")
         deltas: asyncio.Queue = asyncio.Queue()
         self._streams[request_id] = (asyncio.get_running_loop(), deltas)
-        self._send(("add", request_id, prompt_token_ids, params))
+        self._send(("add", request_id, list(prompt_token_ids), params))
+        if not self.alive:  # the engine stopped while this was queued: nobody else will end the stream
+            self._fail(request_id, RuntimeError(f"the engine has stopped: {self.error or 'shut down'}"))
+        return self._stream(request_id, deltas)
+
+    async def generate(self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None
+                       ) -> AsyncIterator[RequestOutput]:
+        """Deltas of one request until it finishes (see add_request)."""
+        async for delta in self.add_request(self.engine.tokenize(prompt), params, request_id):
+            yield delta
+
+    async def _stream(self, request_id: str, deltas: asyncio.Queue) -> AsyncIterator[RequestOutput]:
         finished = False
         try:
             while not finished:
                 delta = await deltas.get()
                 if isinstance(delta, BaseException):
-                    raise RuntimeError(f"the engine failed: {delta!r}") from delta
+                    raise EngineFailed(f"the engine failed: {delta!r}") from delta
                 finished = delta.finished
                 yield delta
         finally:
@@ -61,8 +89,13 @@ class AsyncLLM:
         """Stop a request; its stream ends with finish_reason "abort" and its KV blocks are freed."""
         self._send(("abort", request_id))
 
-    def stats(self) -> dict[str, int | float]:
-        return self.engine.stats()
+    async def stats(self) -> dict[str, int | float]:
+        """A snapshot taken by the engine thread between two steps (the pool is never read mid-step)."""
+        if not self._thread.is_alive():
+            return self.engine.stats()
+        answer: concurrent.futures.Future = concurrent.futures.Future()
+        self._send(("stats", answer))
+        return await asyncio.wait_for(asyncio.wrap_future(answer), STATS_TIMEOUT_S)
 
     def shutdown(self) -> None:
         """Abort everything still running (streams end with "abort") and stop the loop."""
@@ -89,26 +122,47 @@ class AsyncLLM:
                     self._deliver(self.engine.step())
                 if self.engine.has_unfinished_requests():
                     self._wake.set()  # commands arrived mid-stream: take them, then go on stepping
-            except BaseException as error:  # a failed step fails every request and stops the loop
-                self._error = error
-                for request_id in list(self.engine.requests):
-                    self.engine.abort(request_id)
-                for loop, deltas in self._streams.values():
-                    loop.call_soon_threadsafe(deltas.put_nowait, error)
-                self._streams.clear()
-                return
+            except Exception as error:
+                if not self._recover(error):
+                    return
+
+    def _recover(self, error: Exception) -> bool:
+        """Fail every request in the engine (a step runs them all) and free their blocks. False if the engine
+        is not clean afterwards: then it stops for good, and every stream fails."""
+        log.error("an engine step failed; its requests are ended", exc_info=error)
+        failed = list(self.engine.requests)
+        try:
+            self.engine.reset()
+        except Exception as cleanup_error:
+            log.critical("the engine could not recover; it stops", exc_info=cleanup_error)
+            self.error = f"{type(error).__name__}: {error}"
+            failed = list(self._streams)
+        for request_id in failed:
+            self._fail(request_id, error)
+        return self.error is None
 
     def _run_command(self, command: tuple) -> None:
         if command[0] == "add":
             _, request_id, prompt_token_ids, params = command
-            if request_id in self._streams:  # not aborted before it started
+            if request_id not in self._streams:  # its stream was already closed
+                return
+            try:
                 self.engine.add_request(prompt_token_ids, params, request_id)
-        else:
+            except Exception as error:  # fails this request only
+                log.error("request %s could not start", request_id, exc_info=error)
+                self._fail(request_id, error)
+        elif command[0] == "abort":
             delta = self.engine.abort(command[1])
             if delta is not None:
                 self._deliver([delta])
-            else:
-                self._streams.pop(command[1], None)
+        else:
+            command[1].set_result(self.engine.stats())
+
+    def _fail(self, request_id: str, error: BaseException) -> None:
+        stream = self._streams.pop(request_id, None)
+        if stream is not None:
+            loop, deltas = stream
+            loop.call_soon_threadsafe(deltas.put_nowait, error)
 
     def _deliver(self, deltas: list[RequestOutput]) -> None:
         for delta in deltas:

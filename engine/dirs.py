@@ -1,6 +1,7 @@
 """Where localchat keeps its files. `LOCALCHAT_HOME` moves all of them under one folder."""
 
 import os
+import stat
 from pathlib import Path
 
 import platformdirs
@@ -9,7 +10,8 @@ APP_NAME = "localchat"
 
 
 def user_dir(kind: str) -> Path:
-    """The folder for `kind` (one of "data", "config", "state", "cache", "runtime"), created on demand."""
+    """The folder for `kind` (one of "data", "config", "state", "cache", "runtime"), created on demand and
+    private to the user (mode 0700 whatever the umask; an older install's folder is fixed)."""
     if kind not in ("data", "config", "state", "cache", "runtime"):
         raise ValueError(f"unknown directory kind {kind!r}")
     home = os.environ.get("LOCALCHAT_HOME")
@@ -17,5 +19,7 @@ def user_dir(kind: str) -> Path:
         path = Path(home).expanduser() / kind
     else:
         path = Path(getattr(platformdirs, f"user_{kind}_dir")(APP_NAME, appauthor=False))
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if stat.S_IMODE(path.stat().st_mode) != 0o700:
+        path.chmod(0o700)
     return path

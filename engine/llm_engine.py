@@ -182,11 +182,25 @@ class LLMEngine:
             self._track(request, stub)
         return self._delta(request)
 
+    def reset(self) -> None:
+        """After a failed step: abort every request, forget the prefix cache and clear the KV memory (a step
+        cut short may have left blocks half written), then check that every block is free again."""
+        for request_id in list(self.requests):
+            self.abort(request_id)
+        self.kv.pool.reset_cache()
+        self.kv.take_block_updates()
+        self.runner.kv_cache.zero_()
+        pool = self.kv.pool
+        if self.requests or self.scheduler.running or self.scheduler.waiting or pool.num_free != len(pool.blocks):
+            raise RuntimeError(f"the engine is not idle after a reset: {len(self.requests)} requests, "
+                               f"{pool.num_used} blocks in use")
+
     def stats(self) -> dict[str, int | float]:
         pool = self.kv.pool
         prompt, cached = self.counters["prompt_tokens"], self.counters["cached_prompt_tokens"]
         return {
             "kv_blocks_total": len(pool.blocks),
+            "kv_cache_bytes": self.runner.kv_cache.numel() * self.runner.kv_cache.element_size(),
             "kv_blocks_used": pool.num_used,
             "kv_blocks_cached": pool.num_cached_free,
             "kv_blocks_free": pool.num_free,

@@ -1,6 +1,27 @@
-"""How to sample one request's replies."""
+"""How to sample one request's replies, and the limits of every sampling setting.
+
+LIMITS is the one place where the ranges live: SamplingParams checks them, the server answers a value out of
+range with a 400 that quotes them, and the UIs read them from the server (GET /api/limits)."""
 
 from dataclasses import dataclass, field
+
+# name -> (lowest, highest or None); every bound is inclusive
+LIMITS: dict[str, tuple[float, float | None]] = {
+    "n": (1, 16),
+    "temperature": (0.0, 2.0),
+    "top_p": (0.001, 1.0),
+    "top_k": (-1, None),
+    "min_p": (0.0, 1.0),
+    "repetition_penalty": (0.1, 2.0),
+    "presence_penalty": (-2.0, 2.0),
+    "frequency_penalty": (-2.0, 2.0),
+    "max_tokens": (1, None),
+    "logprobs": (0, 20),
+    "seed": (-(2**63), 2**64 - 1),  # any signed or unsigned 64-bit value
+}
+MIN_TEMPERATURE = 0.01  # below it (and above 0, which is greedy) the logits overflow: refused
+MAX_STOP_STRINGS = 16
+MAX_STOP_LENGTH = 256  # characters of one stop string
 
 
 @dataclass
@@ -26,27 +47,33 @@ class SamplingParams:
             self.stop = [self.stop]
         if self.top_k == -1:
             self.top_k = 0
-        checks = [
-            (self.n >= 1, f"n must be at least 1, got {self.n}"),
-            (self.temperature >= 0.0, f"temperature must be >= 0, got {self.temperature}"),
-            (0.0 < self.top_p <= 1.0, f"top_p must be in (0, 1], got {self.top_p}"),
-            (self.top_k >= 0, f"top_k must be -1, 0 or positive, got {self.top_k}"),
-            (0.0 <= self.min_p <= 1.0, f"min_p must be in [0, 1], got {self.min_p}"),
-            (self.repetition_penalty > 0.0, f"repetition_penalty must be > 0, got {self.repetition_penalty}"),
-            (-2.0 <= self.presence_penalty <= 2.0, f"presence_penalty must be in [-2, 2], got {self.presence_penalty}"),
-            (-2.0 <= self.frequency_penalty <= 2.0, f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}"),
-            (self.max_tokens is None or self.max_tokens >= 1, f"max_tokens must be at least 1, got {self.max_tokens}"),
-            (self.logprobs is None or 0 <= self.logprobs <= 20, f"logprobs must be in [0, 20], got {self.logprobs}"),
-            (all(s for s in self.stop), "stop strings must not be empty"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
+        for name in LIMITS:
+            check_limit(name, getattr(self, name))
+        if 0.0 < self.temperature < MIN_TEMPERATURE:
+            raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {self.temperature}")
+        if len(self.stop) > MAX_STOP_STRINGS:
+            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings, got {len(self.stop)}")
+        if not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_LENGTH for s in self.stop):
+            raise ValueError(f"stop strings must have 1 to {MAX_STOP_LENGTH} characters")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
     def seed_for(self, index: int) -> int | None:
-        """The seed reply `index` samples with: a request with n=1 and this seed gives the same reply."""
-        return None if self.seed is None else self.seed + index
+        """The seed reply `index` samples with: a request with n=1 and this seed gives the same reply.
+        Taken modulo 2**64, the range of a torch.Generator's seed."""
+        return None if self.seed is None else (self.seed + index) % 2**64
+
+
+def check_limit(name: str, value) -> None:
+    """A clear ValueError for a value of a LIMITS setting that is out of its range (None passes: unset)."""
+    if value is None:
+        return
+    low, high = LIMITS[name]
+    integer = isinstance(low, int) and isinstance(high, int | None)
+    if isinstance(value, bool) or not isinstance(value, int if integer else int | float) or value != value:
+        raise ValueError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
+    if value < low or (high is not None and value > high):
+        raise ValueError(f"{name} must be in [{low}, {high}], got {value}" if high is not None
+                         else f"{name} must be at least {low}, got {value}")

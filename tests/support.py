@@ -123,10 +123,10 @@ class Server:
 
 
 @contextmanager
-def running_server(home: Path, kv_blocks: int) -> Iterator[Server]:
+def running_server(home: Path, kv_blocks: int, args: list[str] = ()) -> Iterator[Server]:
     """A started `localchat serve` with a KV cache of kv_blocks blocks in its own home (sharing the model cache),
     stopped at the end."""
-    server = Server(make_home(home), args=["--kv-blocks", str(kv_blocks)]).start()
+    server = Server(make_home(home), args=["--kv-blocks", str(kv_blocks), *args]).start()
     try:
         yield server
     finally:

@@ -84,9 +84,11 @@ def test_kill_restart_and_stop(home):
             saved = {m["id"]: m for m in api.get(f"/api/conversations/{cid}").json()["messages"]}
             for message_id, content in kept.items():
                 assert saved[message_id]["content"] == content
-            # the interrupted turn's user message was complete, its unfinished reply was not
+            # the interrupted turn's user message was complete; its reply is kept as far as it was saved
             assert [m["content"] for m in saved.values() if m["role"] == "user"] == ["Hello!", "Tell me a long story."]
-            assert len(saved) == 3
+            assert len(saved) == 4
+            (interrupted,) = [m for m in saved.values() if m["id"] not in kept and m["role"] == "assistant"]
+            assert interrupted["finish_reason"] == "interrupted" and interrupted["stopped"]
 
             # `localchat stop` with a reply in flight: it ends with a finish reason and is stored as stopped
             listener, events, writing = stream_in_background(

@@ -5,6 +5,7 @@ import asyncio
 import pytest
 
 from localchat.engine import AsyncLLM, LLM, SamplingParams
+from localchat.engine.async_llm import EngineFailed
 
 PROMPT = [{"role": "user", "content": "Write a haiku about autumn leaves."}]
 
@@ -49,7 +50,54 @@ def test_concurrent_requests_and_abort_free_blocks(async_llm):
     (_, short_tokens, _, _), (_, long_tokens, _, long_last) = asyncio.run(scenario())
     assert len(short_tokens) == 8
     assert long_last.outputs[0].finish_reason == "abort" and len(long_tokens) < 400
-    assert async_llm.stats()["kv_blocks_used"] == 0
+    assert asyncio.run(async_llm.stats())["kv_blocks_used"] == 0
+
+
+def test_an_abort_right_after_the_request_ends_its_stream(async_llm):
+    """The request is queued when add_request returns, so an abort that follows at once always finds it."""
+    ids = async_llm.engine.apply_chat_template(PROMPT)
+
+    async def scenario(i):
+        stream = async_llm.add_request(ids, SamplingParams(n=2, max_tokens=400, ignore_eos=True), f"quick-{i}")
+        await async_llm.abort(f"quick-{i}")
+        return [delta async for delta in stream]
+
+    for i in range(5):
+        deltas = asyncio.run(asyncio.wait_for(scenario(i), 60))
+        assert deltas[-1].finished and {o.finish_reason for o in deltas[-1].outputs} == {"abort"}
+    assert asyncio.run(async_llm.stats())["kv_blocks_used"] == 0
+
+
+def test_a_failing_step_fails_its_requests_and_the_engine_goes_on(async_llm, monkeypatch):
+    ids = async_llm.engine.apply_chat_template(PROMPT)
+    step, calls = async_llm.engine.step, []
+
+    def failing_once():
+        calls.append(1)
+        if len(calls) == 3:
+            raise OverflowError("a step that fails")
+        return step()
+
+    monkeypatch.setattr(async_llm.engine, "step", failing_once)
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    with pytest.raises(EngineFailed, match="a step that fails"):
+        asyncio.run(collect(async_llm, ids, params))
+    assert async_llm.alive and asyncio.run(async_llm.stats())["kv_blocks_used"] == 0
+    _, tokens, _, last = asyncio.run(collect(async_llm, ids, params))  # the next request is served
+    assert len(tokens) == 16 and last.finished
+
+
+def test_an_engine_that_cannot_recover_refuses_new_requests(monkeypatch):
+    broken = AsyncLLM(dtype="float32", num_kv_blocks=16)
+    ids = broken.engine.apply_chat_template(PROMPT)
+    monkeypatch.setattr(broken.engine, "step", lambda: 1 / 0)
+    monkeypatch.setattr(broken.engine, "reset", lambda: 1 / 0)
+    with pytest.raises(EngineFailed):
+        asyncio.run(collect(broken, ids, SamplingParams(max_tokens=4)))
+    assert not broken.alive and "ZeroDivisionError" in broken.error
+    with pytest.raises(RuntimeError, match="the engine has stopped"):
+        asyncio.run(collect(broken, ids, SamplingParams(max_tokens=4)))
+    broken.shutdown()
 
 
 def test_bad_request_raises_before_streaming(async_llm):

@@ -158,10 +158,21 @@ def test_logprobs(llm, prompts):
     (dict(top_p=1.5), "top_p"),
     (dict(n=0), "n must"),
     (dict(temperature=-1), "temperature"),
+    (dict(temperature=1e-320), "temperature must be 0 \\(greedy\\) or at least 0.01"),
+    (dict(temperature=float("nan")), "temperature must be a number"),
+    (dict(seed=2**64), "seed must be in"),
+    (dict(seed=-(2**63) - 1), "seed must be in"),
+    (dict(stop=["x"] * 17), "at most 16 stop strings"),
 ])
 def test_bad_sampling_params_are_clear_errors(bad, message):
     with pytest.raises(ValueError, match=message):
         SamplingParams(**bad)
+
+
+def test_reply_seeds_wrap_around_the_generator_range():
+    params = SamplingParams(n=3, seed=2**64 - 2)
+    assert [params.seed_for(k) for k in range(3)] == [2**64 - 2, 2**64 - 1, 0]
+    assert SamplingParams(seed=-1).seed_for(0) == 2**64 - 1
 
 
 def test_prompt_longer_than_max_model_len_is_rejected_and_nothing_runs():

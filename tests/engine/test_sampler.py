@@ -46,7 +46,7 @@ def test_top_k_one_equals_greedy() -> None:
 
 def test_tiny_top_p_keeps_only_best_token() -> None:
     logits = torch.randn(8, 100, generator=seeded(3))
-    out = Sampler()(logits, [Row(SamplingParams(temperature=1.5, top_p=1e-6)) for _ in range(8)])
+    out = Sampler()(logits, [Row(SamplingParams(temperature=1.5, top_p=0.001)) for _ in range(8)])
     assert out.token_ids == logits.argmax(dim=-1).tolist()
 
 

@@ -1,0 +1,266 @@
+"""Regressions of the hardening probe, on real `localchat serve` processes: one bad request never stops the
+engine, a stop right after a send ends its stream, a delete during a reply ends it cleanly, a huge prompt
+does not freeze the server, settings that cannot work are refused where they are set, unsupported parameters
+are named, a partial reply survives a SIGKILL, and the chat files are private under a 022 umask."""
+
+import json
+import os
+import random
+import signal
+import stat
+import subprocess
+import threading
+import time
+
+import httpx
+import pytest
+from support import Server, make_home, sse_events, stream_api, stream_in_background
+
+CHAT = "/v1/chat/completions"
+
+
+def chat(**fields):
+    return {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, **fields}
+
+
+def generating(api) -> bool:
+    reply = api.post(CHAT, json=chat(temperature=0))
+    return reply.status_code == 200 and bool(reply.json()["choices"][0]["message"]["content"])
+
+
+@pytest.mark.parametrize("fields", [
+    {"seed": 2**64}, {"seed": 2**64 - 1, "n": 2}, {"seed": -(2**63) - 1}, {"seed": 2**70},
+])
+def test_an_out_of_range_seed_is_refused_and_the_engine_keeps_generating(api, server, fields):
+    response = api.post(CHAT, json=chat(**fields))
+    if fields.get("n") == 2:  # 2**64 - 1 is a valid seed; reply 1 samples with it + 1, modulo 2**64
+        assert response.status_code == 200 and len(response.json()["choices"]) == 2
+    else:
+        assert response.status_code == 400 and "seed must be in" in response.json()["error"]["message"]
+    cid = api.post("/api/conversations", json={}).json()["id"]
+    through_api = api.post(f"/api/conversations/{cid}/messages", json={"content": "Hi", "settings": fields})
+    assert through_api.status_code in (200, 400)
+    assert generating(api)
+    assert httpx.get(f"{server.url}/health").json()["status"] == "ready"
+
+
+def test_a_stop_right_after_a_send_ends_the_stream_and_saves_the_reply(api, server):
+    cid = api.post("/api/conversations", json={"settings": {"max_tokens": 48, "temperature": 1.0}}).json()["id"]
+    rng = random.Random(7)
+    for _ in range(16):
+        listener, events, _ = stream_in_background(api, f"/api/conversations/{cid}/messages", {"content": "Tell me"})
+        time.sleep(rng.uniform(0.0, 0.02))
+        assert api.post(f"/api/conversations/{cid}/stop", json={}).status_code == 200
+        listener.join(timeout=60)
+        assert not listener.is_alive(), f"the stream hung after {[e['type'] for e in events]}"
+        (done,) = [e["message"] for e in events if e["type"] == "done"]
+        assert done["finish_reason"] in ("stop", "length", "abort")
+    saved = [m for m in api.get(f"/api/conversations/{cid}").json()["messages"] if m["role"] == "assistant"]
+    assert len(saved) == 16 and all(m["finish_reason"] for m in saved)
+    assert server.wait_idle()["localchat_kv_blocks_used"] == 0
+
+
+@pytest.mark.parametrize("method, path", [
+    ("GET", "/api/search?q=%00"), ("GET", "/static/%00"), ("GET", "/static/index.html/x"), ("GET", "/static/."),
+    ("POST", "/api/conversations"), ("PATCH", "/api/conversations/{cid}"), ("POST", "/api/conversations/{cid}/messages"),
+    ("POST", "/api/conversations/{cid}/messages/{mid}/edit"),
+    ("POST", "/api/conversations/{cid}/messages/{mid}/regenerate"),
+])
+def test_bad_paths_and_non_object_settings_get_a_4xx_without_internals(api, method, path):
+    cid = api.post("/api/conversations", json={}).json()["id"]
+    mid = stream_api(api, f"/api/conversations/{cid}/messages",
+                     {"content": "Hi", "settings": {"max_tokens": 1}})[0]["message"]["id"]
+    body = {"content": "x", "settings": "not an object"} if method != "GET" else None
+    response = api.request(method, path.format(cid=cid, mid=mid), json=body)
+    assert 400 <= response.status_code < 500, response.text
+    assert "/" not in response.json()["error"]["message"].replace(path.format(cid=cid, mid=mid), "")
+
+
+def test_a_delete_during_a_reply_stops_it_and_ends_the_stream_cleanly(api, server):
+    cid = api.post("/api/conversations", json={}).json()["id"]
+    listener, events, writing = stream_in_background(api, f"/api/conversations/{cid}/messages", {
+        "content": "Tell me a long story.", "settings": {"max_tokens": 2000, "temperature": 1.0}})
+    assert writing.wait(60)
+    assert api.delete(f"/api/conversations/{cid}").status_code == 204
+    listener.join(timeout=30)
+    assert not listener.is_alive()
+    kinds = [e["type"] for e in events]
+    assert "error" not in kinds and kinds[-1] == "done" and events[-1]["message"]["stopped"]
+    assert api.get(f"/api/conversations/{cid}").status_code == 404
+    assert server.wait_idle()["localchat_kv_blocks_used"] == 0
+    assert "IntegrityError" not in server.log.read_text() and "Traceback" not in server.log.read_text()
+
+
+def health_latency_while(server, request) -> tuple[httpx.Response, float]:
+    """Send `request` (a function) on a thread and time /health meanwhile; (its response, the slowest /health)."""
+    result = {}
+    worker = threading.Thread(target=lambda: result.setdefault("response", request()))
+    worker.start()
+    slowest = 0.0
+    while worker.is_alive():
+        started = time.monotonic()
+        assert httpx.get(f"{server.url}/health", timeout=30).status_code == 200
+        slowest = max(slowest, time.monotonic() - started)
+        time.sleep(0.05)
+    worker.join()
+    return result["response"], slowest
+
+
+def test_a_huge_prompt_is_refused_early_and_the_server_stays_responsive(api, server):
+    cid = api.post("/api/conversations", json={}).json()["id"]
+    big = "word " * 1_800_000  # 9 MB: over the request size limit
+    response, slowest = health_latency_while(server, lambda: api.post(CHAT, json=chat(
+        messages=[{"role": "user", "content": big}])))
+    assert response.status_code == 413 and slowest < 1.0
+    long = "word " * 700_000  # 3.5 MB: within the size limit, but it cannot fit max_model_len tokens
+    for send in (lambda: api.post(CHAT, json=chat(messages=[{"role": "user", "content": long}])),
+                 lambda: api.post(f"/api/conversations/{cid}/messages", json={"content": long}),
+                 lambda: api.post("/v1/completions", json={"prompt": long})):
+        started = time.monotonic()
+        response, slowest = health_latency_while(server, send)
+        assert response.status_code == 400 and "characters" in response.json()["error"]["message"]
+        assert time.monotonic() - started < 5 and slowest < 1.0
+    many = api.post("/v1/completions", json={"prompt": ["Hi"] * 2000, "max_tokens": 1})
+    assert many.status_code == 400 and "at most 32 prompts" in many.json()["error"]["message"]
+    assert generating(api)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"temperature": -1}, "temperature must be in [0.0, 2.0]"),
+    ({"temperature": 1e-320}, "temperature must be 0 (greedy) or at least 0.01"),
+    ({"top_p": 1e-320}, "top_p must be in [0.001, 1.0]"),
+    ({"max_tokens": 0}, "max_tokens must be at least 1"),
+    ({"temperature": 9}, "temperature must be in [0.0, 2.0]"),
+    ({"seed": 2**64}, "seed must be in"),
+])
+def test_settings_that_cannot_work_are_refused_where_they_are_set(api, settings, message):
+    created = api.post("/api/conversations", json={"settings": settings})
+    assert created.status_code == 400 and message in created.json()["error"]["message"]
+    cid = api.post("/api/conversations", json={}).json()["id"]
+    patched = api.patch(f"/api/conversations/{cid}", json={"settings": settings})
+    assert patched.status_code == 400 and message in patched.json()["error"]["message"]
+    sent = api.post(f"/api/conversations/{cid}/messages", json={"content": "Hi", "settings": settings})
+    assert sent.status_code == 400 and message in sent.json()["error"]["message"]
+    conversation = api.get(f"/api/conversations/{cid}").json()
+    assert conversation["conversation"]["settings"]["temperature"] == 0.7 and conversation["messages"] == []
+
+
+@pytest.mark.parametrize("field, value", [
+    ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]), ("tool_choice", "auto"),
+    ("response_format", {"type": "json_object"}), ("logit_bias", {"1": 5}), ("functions", []),
+])
+def test_unsupported_parameters_are_refused_by_name(api, field, value):
+    response = api.post(CHAT, json=chat(**{field: value}))
+    assert response.status_code == 400
+    assert f"`{field}` is not supported" in response.json()["error"]["message"]
+
+
+def test_the_openapi_schema_is_served_behind_the_token(api, server):
+    assert httpx.get(f"{server.url}/api/openapi/openapi.json").status_code == 401
+    schema = api.get("/api/openapi/openapi.json").json()
+    assert {"/v1/chat/completions", "/api/conversations", "/api/conversations/{conversation_id}/messages"} <= set(
+        schema["paths"])
+    body = schema["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body["$ref"].endswith("ChatCompletionRequest")
+
+
+def test_a_host_with_a_loopback_prefix_is_refused_and_405_names_the_allowed_methods(server):
+    refused = httpx.get(f"{server.url}/health", headers={"Host": "[::1].evil.example"})
+    assert refused.status_code == 403
+    not_allowed = httpx.delete(f"{server.url}/health")
+    assert not_allowed.status_code == 405 and "GET" in not_allowed.headers["allow"]
+
+
+def test_a_reply_survives_a_sigkill_as_far_as_it_was_saved(tmp_path):
+    server = Server(make_home(tmp_path / "home"), args=["--kv-blocks", "256"]).start()
+    try:
+        with server.client() as api:
+            cid = api.post("/api/conversations", json={}).json()["id"]
+            with api.stream("POST", f"/api/conversations/{cid}/messages", json={
+                    "content": "Tell me a long story.", "settings": {"max_tokens": 2000, "temperature": 1.0}}) as r:
+                started, text = time.monotonic(), ""
+                for event, data in sse_events(r):
+                    if event == "start":
+                        reply_id = json.loads(data)["message_ids"][0]
+                    if event == "delta":
+                        text += json.loads(data)["text"]
+                    if time.monotonic() - started > 2.5:  # past two saves of the text so far
+                        server.kill(signal.SIGKILL)
+                        break
+        server.start()
+        with server.client() as api:
+            tree = api.get(f"/api/conversations/{cid}").json()
+            (reply,) = [m for m in tree["messages"] if m["role"] == "assistant"]
+            assert reply["id"] == reply_id == tree["conversation"]["active_leaf"]
+            assert reply["finish_reason"] == "interrupted" and reply["stopped"]
+            assert reply["content"] and text.startswith(reply["content"])
+            # the branch goes on from the interrupted reply: its token ids are rendered again
+            events = stream_api(api, f"/api/conversations/{cid}/messages",
+                                {"content": "Go on.", "parent_id": reply_id, "settings": {"max_tokens": 4}})
+            assert events[-1]["type"] == "done" and events[-1]["message"]["stats"]["prompt_tokens"] > 20
+    finally:
+        server.stop()
+
+
+def test_chat_files_and_folders_are_private_under_a_022_umask(tmp_path):
+    home = tmp_path / "home"
+    old_install = home / "data"
+    old_install.mkdir(parents=True, mode=0o755)
+    (old_install / "localchat.db").touch(mode=0o644)  # an install from before: fixed on start
+    os.chmod(old_install / "localchat.db", 0o644)
+    server = Server(make_home(home), args=["--kv-blocks", "64"])
+    with open(server.log, "ab") as log:
+        server.process = subprocess.Popen(server.command("serve", "--port", str(server.port), "--kv-blocks", "64"),
+                                          env=server.env, stdout=log, stderr=subprocess.STDOUT,
+                                          preexec_fn=lambda: os.umask(0o022))
+    try:
+        server.wait_ready()
+        with server.client() as api:
+            stream_api(api, f"/api/conversations/{api.post('/api/conversations', json={}).json()['id']}/messages",
+                       {"content": "Hi", "settings": {"max_tokens": 1}})
+        for folder in ("data", "config", "runtime", "cache"):
+            assert stat.S_IMODE((home / folder).stat().st_mode) == 0o700, folder
+        for name in ("localchat.db", "localchat.db-wal", "localchat.db-shm"):
+            assert stat.S_IMODE((home / "data" / name).stat().st_mode) == 0o600, name
+        for path in (home / "config" / "token", home / "runtime" / "engine.json"):
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    finally:
+        server.stop()
+
+
+def test_memory_stays_flat_once_the_kv_cache_has_been_used(tmp_path):
+    """RSS grew in a straight line in the probe: that was the KV cache's pages being used for the first time
+    (it is allocated lazily and is bounded by its size). With a small cache, touched within the warm-up, the
+    server's memory must stay flat over many requests of every kind."""
+    server = Server(make_home(tmp_path / "home"), args=["--kv-blocks", "32"]).start()
+    rng = random.Random(1)
+
+    def requests(api, count):
+        for i in range(count):
+            if i % 3 == 0:
+                api.post(CHAT, json=chat(messages=[{"role": "user", "content": "Hi " * rng.randint(1, 100)}],
+                                         n=rng.choice([1, 2])))
+            elif i % 3 == 1:
+                cid = api.post("/api/conversations", json={}).json()["id"]
+                stream_api(api, f"/api/conversations/{cid}/messages",
+                           {"content": "Hello " * rng.randint(1, 50), "settings": {"max_tokens": 4}})
+                api.delete(f"/api/conversations/{cid}")
+            else:
+                api.post("/v1/completions", json={"prompt": "x " * rng.randint(1, 100), "max_tokens": 4})
+
+    try:
+        with server.client() as api:
+            requests(api, 24)
+            before = rss_mb(server.process.pid)
+            requests(api, 60)
+            after = rss_mb(server.process.pid)
+        assert after - before < 8, f"RSS {before:.1f} -> {after:.1f} MB over 60 requests"
+    finally:
+        server.stop()
+
+
+def rss_mb(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
