@@ -1,0 +1,277 @@
+"""GGUF matrices run as they are stored: packed 4- and 8-bit weights under torch's weight-only CPU kernels.
+
+A GGUF file stores a matrix row by row (one row per output feature), each row as blocks of integer codes along
+the input features with float16 scales (and minimums) per block. Dequantizing it to float32 costs 4-7x the
+file's memory; here each type is held in a form one of torch's kernels multiplies directly:
+
+- **int4** (Q4_0, Q4_1, Q4_K): `aten._weight_int4pack_mm_for_cpu` computes w = (q - 8) * s + z for codes q in
+  0..15 with a bfloat16 scale s and zero z per group of 32 weights of a row. Q4_0 (w = d (q - 8)): s = d, z = 0.
+  Q4_1 (w = d q + m): s = d, z = m + 8 d. Q4_K (256-weight super-blocks of eight 32-weight sub-blocks with 6-bit
+  scales sc and mins m: w = d sc q - dmin m): s = d sc, z = 8 d sc - dmin m. Exact up to the bfloat16 rounding of
+  s and z.
+- **int4 x2** (Q8_0): the int8 code splits as q = 16 h + l (h in -8..7, l in 0..15) into two int4 matrices, h + 8
+  with s = 16 d, z = 0 and l with s = d, z = 8 d, whose products add up to the block's. Exact up to bfloat16 as
+  above, at twice the int4 time. Per-row int8 (set this table entry to "int8") would hold 1.0 byte a weight and
+  decode 1.7-2.8x faster, but with 4x the error (1.2-1.3% against 0.3% on SmolLM2's Q8_0 embedding): twice Q8_0's
+  own quantization error, the very thing a Q8_0 download is chosen to avoid.
+- **int8** (Q5_0, Q5_1, Q5_K, Q6_K): dequantized, then requantized to symmetric int8 with one bfloat16 scale per
+  row for `aten._weight_int8pack_mm`. Lossy: about 1% of the product, against their own 2-5% quantization error
+  (measured on SmolLM2 weights), so the total error grows by a tenth at most. Exact alternatives cost more than
+  they give: 5-bit codes as two int4 matrices take 1.25 bytes a weight (1.8x a Q5_0 file) at twice the time, and
+  Q6_K's 16-weight sub-blocks do not fit the int4 kernel's groups of 32 or more.
+- **bf16** (F16, BF16, F32): a dense bfloat16 matrix under `F.linear`.
+
+Bytes per weight held (in the file), and the bound on the product's relative error against float32 on the
+dequantized weights (`MAX_RELATIVE_ERROR`, checked by the tests; measured: 0.3% for int4, int4 x2 and bf16,
+0.8-1.0% for int8):
+
+    Q4_0 0.625 (0.5625)  Q4_1 0.625 (0.625)   Q4_K 0.625 (0.5625)  Q8_0 1.25 (1.0625)   all 1%
+    Q5_0 1.0 (0.6875)    Q5_1 1.0 (0.75)      Q5_K 1.0 (0.6875)    Q6_K 1.0 (0.8203)    all 2%
+    F16  2.0 (2.0)       BF16 2.0 (2.0)       F32  2.0 (4.0)                            1%
+
+A Q4_K_M file (mostly Q4_K, some Q6_K) is held in about 1.15x its size. Matrices whose row count is not a multiple
+of 16 (the int4 kernel's minimum) are held as int8.
+
+Every kernel takes bfloat16 activations (their float32 paths are scalar loops on x86, 10-40x slower) and returns
+bfloat16; the layer returns the activation's dtype.
+
+Reproducibility: both kernels give every output row its own loop over the input features, in an order that depends
+on nothing else (not on the number of rows, not on the thread count: threads split row and column blocks), so a
+row's product is bit-identical whatever the other rows of the call (the tests check every type, M from 1 to 512,
+on one thread against two). Dense bfloat16 `F.linear` showed the same on this machine (AVX2). Dense float32 (MKL)
+does not: 1, 2-3, 4-7, 8-15 and 16+ rows run different code with different bits; hence bfloat16 for the dense
+types too. The price is speed for many rows: with one kernel for every M, a prefill (M >= 256) takes about 2-3x
+dense float32's time under int4 and int8, 4-5x under int4 x2 and 4-8x under bf16 on CPUs without bfloat16
+instructions. A decode step (M = 1) on a 1-3B model's matrices takes 0.2-0.4x float32's time under int4 and int8,
+0.6x under int4 x2; on SmolLM2's, which fit in cache, 0.6-1x and 2x (benchmarks/packed_kernels.py, two threads).
+
+The int4 kernel's packed layout depends on the CPU's vector width (blocks of 32 output rows under AVX2, 64 under
+AVX512): a cache of packed tensors must be keyed by `KERNEL_LAYOUT`. CPU only.
+"""
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import gguf
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType as Q
+from torch import nn
+
+GROUP = 32  # weights per int4 scale and zero
+CHUNK_ROWS = 4096  # rows converted at once; a multiple of every layout's row block, so chunks pack independently
+KERNEL_LAYOUT = f"torch-{torch.__version__}-{torch.backends.cpu.get_cpu_capability()}"
+
+REPRESENTATIONS = {
+    Q.Q4_0: "int4", Q.Q4_1: "int4", Q.Q4_K: "int4", Q.Q8_0: "int4 x2",
+    Q.Q5_0: "int8", Q.Q5_1: "int8", Q.Q5_K: "int8", Q.Q6_K: "int8",
+    Q.F16: "bf16", Q.BF16: "bf16", Q.F32: "bf16",
+}
+MAX_RELATIVE_ERROR = {qtype: 0.02 if representation == "int8" else 0.01
+                      for qtype, representation in REPRESENTATIONS.items()}
+
+
+@dataclass(frozen=True)
+class GGUFMatrix:
+    """One matrix of a GGUF file: `data` and `tensor_type` as `GGUFReader` gives them, its logical shape
+    [out_features, in_features], and `rows`: which of its rows, in which order, make the output (None: all, as
+    stored). `rows` undoes llama.cpp's q/k permutation: the loader's `_unpermute(np.arange(out_features), heads)`."""
+
+    data: np.ndarray
+    tensor_type: Q
+    shape: tuple[int, int]
+    rows: np.ndarray | None = None
+
+    @property
+    def out_features(self) -> int:
+        return self.shape[0] if self.rows is None else len(self.rows)
+
+
+def pack(matrices: Sequence[GGUFMatrix]) -> dict[str, torch.Tensor]:
+    """The packed tensors of `matrices` stacked along output rows (q, k, v into one qkv projection), for
+    `PackedLinear` and for a safetensors file. Neighbours held alike are packed as one part; the keys are
+    `<part>.<name>`."""
+    if len({m.shape[1] for m in matrices}) != 1:
+        raise ValueError(f"stacked matrices must share in_features: {[m.shape for m in matrices]}")
+    tensors = {}
+    for part, (representation, run) in enumerate(itertools.groupby(matrices, _representation)):
+        tensors |= {f"{part}.{name}": tensor for name, tensor in _PACKERS[representation](list(run)).items()}
+    return tensors
+
+
+class PackedLinear(nn.Module):
+    """`x @ W.T` (no bias) over the output of `pack`, for x float32 or bfloat16 [M, in_features].
+
+    The packed tensors are plain attributes, not buffers, so that casting the model to a float dtype leaves them
+    as the kernels need them."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor]):
+        super().__init__()
+        parts: dict[str, dict[str, torch.Tensor]] = {}
+        for key, tensor in tensors.items():
+            part, name = key.split(".", 1)
+            parts.setdefault(part, {})[name] = tensor
+        self.parts = [_PART_KINDS[frozenset(named)](**named)
+                      for _, named in sorted(parts.items(), key=lambda item: int(item[0]))]
+        self.in_features = self.parts[0].in_features
+        self.out_features = sum(part.out_features for part in self.parts)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x16 = x.to(torch.bfloat16).contiguous()
+        outputs = [part(x16).to(x.dtype) for part in self.parts]
+        return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
+
+
+@dataclass
+class _Int4Planes:
+    """The sum of int4 matrices (planes): one for the Q4 types, two for Q8_0."""
+
+    packed: torch.Tensor  # uint8 [planes, out_features, in_features // 2] in the kernel's layout
+    scales_and_zeros: torch.Tensor  # bfloat16 [planes, in_features // GROUP, out_features, 2]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        mm = torch.ops.aten._weight_int4pack_mm_for_cpu
+        planes = [mm(x, packed, GROUP, sz) for packed, sz in zip(self.packed, self.scales_and_zeros, strict=True)]
+        return planes[0] if len(planes) == 1 else sum(plane.float() for plane in planes)
+
+    @property
+    def in_features(self) -> int:
+        return self.packed.shape[2] * 2
+
+    @property
+    def out_features(self) -> int:
+        return self.packed.shape[1]
+
+
+@dataclass
+class _Int8Rows:
+    int8: torch.Tensor  # [out_features, in_features]
+    scales: torch.Tensor  # bfloat16 [out_features]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int8pack_mm(x, self.int8, self.scales)
+
+    @property
+    def in_features(self) -> int:
+        return self.int8.shape[1]
+
+    @property
+    def out_features(self) -> int:
+        return self.int8.shape[0]
+
+
+@dataclass
+class _Dense:
+    weight: torch.Tensor  # bfloat16 [out_features, in_features]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(x, self.weight)
+
+    @property
+    def in_features(self) -> int:
+        return self.weight.shape[1]
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.shape[0]
+
+
+_PART_KINDS = {frozenset({"packed", "scales_and_zeros"}): _Int4Planes, frozenset({"int8", "scales"}): _Int8Rows,
+               frozenset({"weight"}): _Dense}
+
+
+def _representation(matrix: GGUFMatrix) -> str:
+    if matrix.tensor_type not in REPRESENTATIONS:
+        raise ValueError(f"unsupported GGUF tensor type {matrix.tensor_type.name}")
+    representation = REPRESENTATIONS[matrix.tensor_type]
+    if representation.startswith("int4") and matrix.out_features % 16:
+        return "int8"
+    return representation
+
+
+def _raw_rows(matrix: GGUFMatrix) -> np.ndarray:
+    """The matrix's bytes [out_features, bytes per row], its rows selected."""
+    raw = np.ascontiguousarray(matrix.data).view(np.uint8).reshape(matrix.shape[0], -1)
+    expected = gguf.quants.quant_shape_to_byte_shape(matrix.shape, matrix.tensor_type)
+    if raw.shape != tuple(expected):
+        raise ValueError(f"{matrix.tensor_type.name} bytes of shape {raw.shape} do not hold a {matrix.shape} matrix")
+    return raw if matrix.rows is None else raw[matrix.rows]
+
+
+def _pack_int4(run: list[GGUFMatrix]) -> dict[str, torch.Tensor]:
+    planes = [_int4_planes(matrix) for matrix in run]
+    codes, scales, zeros = (np.concatenate(parts, axis=1) for parts in zip(*planes, strict=True))
+    convert = torch.ops.aten._convert_weight_to_int4pack_for_cpu
+    packed = torch.stack([torch.cat([convert(chunk.to(torch.int32), 1) for chunk in plane.split(CHUNK_ROWS)])
+                          for plane in torch.from_numpy(codes)])
+    scales_and_zeros = np.stack([scales, zeros], axis=-1).transpose(0, 2, 1, 3)
+    return {"packed": packed, "scales_and_zeros": torch.from_numpy(np.ascontiguousarray(scales_and_zeros)).bfloat16()}
+
+
+def _int4_planes(matrix: GGUFMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Codes uint8 [planes, rows, cols] in 0..15, and float32 scales and zeros [planes, rows, cols // GROUP] with
+    w = sum over planes of (code - 8) * scale + zero (see the module docstring)."""
+    raw = _raw_rows(matrix)
+    rows = raw.shape[0]
+    if matrix.tensor_type in (Q.Q4_0, Q.Q4_1):
+        blocks = raw.reshape(rows, -1, 18 if matrix.tensor_type == Q.Q4_0 else 20)
+        d = _float16(blocks[..., 0:2])
+        zero = np.zeros_like(d) if matrix.tensor_type == Q.Q4_0 else _float16(blocks[..., 2:4]) + 8 * d
+        nibbles = blocks[..., -16:]  # the low nibbles hold a block's first 16 weights
+        codes = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1)
+        return codes.reshape(1, rows, -1), d[None], zero[None]
+    if matrix.tensor_type == Q.Q4_K:
+        blocks = raw.reshape(rows, -1, 144)
+        d, dmin = _float16(blocks[..., 0:2]), _float16(blocks[..., 2:4])
+        sub_scales, sub_mins = _q4_k_scales(blocks[..., 4:16])
+        scale = (d[..., None] * sub_scales).reshape(rows, -1)
+        zero = 8 * scale - (dmin[..., None] * sub_mins).reshape(rows, -1)
+        nibbles = blocks[..., 16:].reshape(rows, -1, 4, 1, 32)  # 32 bytes: sub-block 2i low, 2i + 1 high nibbles
+        codes = np.concatenate([nibbles & 15, nibbles >> 4], axis=3)
+        return codes.reshape(1, rows, -1), scale[None], zero[None]
+    blocks = raw.reshape(rows, -1, 34)  # Q8_0
+    d = _float16(blocks[..., 0:2])
+    q = blocks[..., 2:].view(np.int8)
+    codes = np.stack([(q >> 4) + 8, q & 15]).astype(np.uint8)  # q = 16 * (high - 8) + low
+    return codes.reshape(2, rows, -1), np.stack([16 * d, d]), np.stack([np.zeros_like(d), 8 * d])
+
+
+def _float16(pairs: np.ndarray) -> np.ndarray:
+    """Little-endian float16 [..., 2 bytes] -> float32 [...]."""
+    return np.ascontiguousarray(pairs).view(np.float16)[..., 0].astype(np.float32)
+
+
+def _q4_k_scales(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K's 12 bytes -> eight 6-bit sub-block scales and eight mins, float32. Bytes 0-3 hold scales 0-3
+    (and the top 2 bits of scales 4-7), bytes 4-7 mins 0-3 (and the top bits of mins 4-7), bytes 8-11 the low
+    4 bits of scales 4-7 (low nibble) and of mins 4-7 (high nibble)."""
+    low, mid, high = packed[..., 0:4], packed[..., 4:8], packed[..., 8:12]
+    scales = np.concatenate([low & 63, (high & 15) | (low >> 6) << 4], axis=-1)
+    mins = np.concatenate([mid & 63, (high >> 4) | (mid >> 6) << 4], axis=-1)
+    return scales.astype(np.float32), mins.astype(np.float32)
+
+
+def _pack_int8(run: list[GGUFMatrix]) -> dict[str, torch.Tensor]:
+    weights, scales = [], []
+    for chunk in _dequantized_chunks(run):
+        scale = (chunk.abs().amax(dim=1) / 127).clamp(min=2**-100).bfloat16()  # the rounded scale quantizes
+        weights.append((chunk / scale.float()[:, None]).round().clamp(-127, 127).to(torch.int8))
+        scales.append(scale)
+    return {"int8": torch.cat(weights), "scales": torch.cat(scales)}
+
+
+def _pack_bf16(run: list[GGUFMatrix]) -> dict[str, torch.Tensor]:
+    return {"weight": torch.cat([chunk.bfloat16() for chunk in _dequantized_chunks(run)])}
+
+
+def _dequantized_chunks(run: list[GGUFMatrix]):
+    """float32 rows of each matrix, CHUNK_ROWS at a time, so that no whole float32 copy of a matrix is made."""
+    for matrix in run:
+        raw = _raw_rows(matrix)
+        for start in range(0, raw.shape[0], CHUNK_ROWS):
+            yield torch.from_numpy(np.array(gguf.quants.dequantize(raw[start:start + CHUNK_ROWS], matrix.tensor_type),
+                                            dtype=np.float32))
+
+
+_PACKERS = {"int4": _pack_int4, "int4 x2": _pack_int4, "int8": _pack_int8, "bf16": _pack_bf16}
