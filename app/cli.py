@@ -1,11 +1,12 @@
 """The `localchat` command."""
 
 import argparse
+import asyncio
 import sys
 import warnings
 from importlib.metadata import version
 
-from localchat.app.settings import DEFAULT_HOST, DEFAULT_PORT, ENGINE_API_KEY_ENV
+from localchat.app.server.config import DEFAULT_HOST, DEFAULT_PORT, ENGINE_API_KEY_ENV
 
 MODEL_HELP = "a model from `localchat models`: a GGUF file, a safetensors folder or a cached HF model id"
 
@@ -72,7 +73,7 @@ def tui(args) -> int:
 
 
 def chat(args) -> int:
-    from localchat.app.one_shot import reply
+    from localchat.app.client.one_shot import reply
 
     message = sys.stdin.read() if args.message == "-" else args.message
     if not message.strip():
@@ -103,23 +104,23 @@ def models(args) -> int:
 
 
 def serve(args) -> int:
-    from localchat.app.lifecycle import serve as run_server
-    from localchat.app.settings import Settings, is_loopback
+    from localchat.app.server.config import ServerConfig, is_loopback
+    from localchat.app.server.process import serve as run_server
 
     if args.engine_url and args.model:
         raise ValueError("--model and --engine-url exclude each other")
-    settings = Settings.from_env(host=args.host, port=args.port, model=args.model, engine_url=args.engine_url,
-                                 engine_model=args.engine_model, kv_blocks=args.kv_blocks,
-                                 max_model_len=args.max_model_len, quantization=args.quantization)
-    if not is_loopback(settings.host):
-        print(f"localchat: listening on {settings.host}: reachable from other machines (token required)",
+    config = ServerConfig.from_env(host=args.host, port=args.port, model=args.model, engine_url=args.engine_url,
+                                   engine_model=args.engine_model, kv_blocks=args.kv_blocks,
+                                   max_model_len=args.max_model_len, quantization=args.quantization)
+    if not is_loopback(config.host):
+        print(f"localchat: listening on {config.host}: reachable from other machines (token required)",
               file=sys.stderr)
-    run_server(settings)
+    run_server(config)
     return 0
 
 
 def stop(args) -> int:
-    from localchat.app.lifecycle import stop_engine
+    from localchat.app.client.engine_process import stop_engine
 
     pid = stop_engine()
     print("no engine is running" if pid is None else f"stopped the engine (pid {pid})")
@@ -127,7 +128,8 @@ def stop(args) -> int:
 
 
 def status(args) -> int:
-    from localchat.app.lifecycle import health, read_state
+    from localchat.app.client.engine_process import health
+    from localchat.app.engine_state import read_state
 
     state = read_state()
     if state is None:
@@ -147,47 +149,35 @@ def status(args) -> int:
 
 
 def token(args) -> int:
-    from localchat.app.security import load_or_create_token
-    from localchat.app.settings import token_path
+    from localchat.app.paths import load_or_create_token
 
-    print(load_or_create_token(token_path()))
+    print(load_or_create_token())
     return 0
 
 
 def logout(args) -> int:
-    import httpx
+    from localchat.app.client.engine_client import EngineClient
 
-    from localchat.app.lifecycle import read_state
-    from localchat.app.security import load_or_create_token
-    from localchat.app.settings import token_path
+    async def revoke() -> int:
+        async with EngineClient.running() as client:
+            return await client.revoke_browser_sessions()
 
-    state = read_state()
-    if state is None:
-        raise RuntimeError("no engine is running (browser sessions are ended through it)")
-    response = httpx.delete(f"{state.url}/api/auth/sessions", timeout=10,
-                            headers={"Authorization": f"Bearer {load_or_create_token(token_path())}"})
-    if response.status_code != 200:
-        raise RuntimeError(f"the engine refused ({response.status_code})")
-    print(f"signed out {response.json()['revoked']} browser session(s)")
+    print(f"signed out {asyncio.run(revoke())} browser session(s)")
     return 0
 
 
 def web(args) -> int:
-    import httpx
-
-    from localchat.app.lifecycle import ensure_engine
-    from localchat.app.security import load_or_create_token
-    from localchat.app.settings import token_path
+    from localchat.app.client.engine_client import EngineClient
 
     shown = []
-    state = ensure_engine(on_progress=lambda report: shown.append(_show_progress(report)))
+
+    async def login_url() -> str:
+        async with await EngineClient.connect(on_progress=lambda report: shown.append(_show_progress(report))) as c:
+            return (await c.login_code()).url
+
+    url = asyncio.run(login_url())
     if shown:
         print(file=sys.stderr)  # end the progress line
-    response = httpx.post(f"{state.url}/api/auth/login-code", timeout=10,
-                          headers={"Authorization": f"Bearer {load_or_create_token(token_path())}"})
-    if response.status_code != 201:
-        raise RuntimeError(f"the engine refused a login code ({response.status_code})")
-    url = response.json()["url"]
     print(url)
     if not args.print:
         import webbrowser

@@ -13,6 +13,7 @@ Prints a table and writes results/gpu_check.json; exit code 1 if a kernel disagr
 """
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -112,9 +113,9 @@ def time_decode(args, dtype: torch.dtype, device: torch.device) -> tuple[list[di
     from localchat.engine.triton_attention import TritonPagedAttention as Triton
 
     size = 2 * 1024**3
-    src, dst = torch.empty(size, dtype=torch.uint8, device=device), torch.empty(size, dtype=torch.uint8, device=device)
-    bandwidth = 2 * size / cuda_seconds(lambda: dst.copy_(src))  # read + write
-    del src, dst
+    source, target = (torch.empty(size, dtype=torch.uint8, device=device) for _ in range(2))
+    bandwidth = 2 * size / cuda_seconds(functools.partial(target.copy_, source))  # read + write
+    del source, target
     bs, kv_heads, heads, head_dim = args.block_size, args.num_kv_heads, args.num_heads, args.head_dim
     rows = []
     for num_seqs, context in [(args.num_seqs, args.context), (256, 512), (8, 8192), (1, 32768)]:
@@ -124,7 +125,7 @@ def time_decode(args, dtype: torch.dtype, device: torch.device) -> tuple[list[di
         query = torch.randn(num_seqs, heads, head_dim, dtype=dtype, device=device)
         kv_bytes = 2 * num_seqs * context * kv_heads * head_dim * k_cache.element_size()
         for name, backend in [("triton", Triton), ("torch", TorchPagedAttention)]:
-            seconds = cuda_seconds(lambda: backend.attend(query, k_cache, v_cache, meta, head_dim**-0.5))
+            seconds = cuda_seconds(functools.partial(backend.attend, query, k_cache, v_cache, meta, head_dim**-0.5))
             rows.append({"decode": name, "seqs x context": f"{num_seqs} x {context}", "us": seconds * 1e6,
                          "GB/s": kv_bytes / seconds / 1e9, "floor_us": kv_bytes / bandwidth * 1e6,
                          "of_floor": kv_bytes / bandwidth / seconds})

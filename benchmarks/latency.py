@@ -53,7 +53,8 @@ def main() -> None:
     (prompt,) = synthetic_chats(llm.tokenizer, 1, PROMPT_TOKENS, PROMPT_TOKENS, seed=1)
     prompt = (prompt * 2)[:PROMPT_TOKENS]
     engine_latency(llm, prompt[:64])  # warm up
-    rows = [{"system": f"localchat ({llm.engine.dtype}, {args.quantization or 'dense'})", **engine_latency(llm, prompt)}]
+    system = f"localchat ({llm.engine.dtype}, {args.quantization or 'dense'})"
+    rows = [{"system": system, **engine_latency(llm, prompt)}]
     if not args.skip_peer:
         model, _ = hf_model(torch.float32)
         hf_latency(model, prompt[:64])

@@ -45,7 +45,8 @@ class IncrementalDetokenizer:
 
     def _pending(self) -> str:
         """Text of the tokens after read_offset."""
-        decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+        def decode(ids):
+            return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
         before = decode(self.tokens[self.prefix_offset : self.read_offset])
         after = decode(self.tokens[self.prefix_offset :])
         return after[len(before) :] if len(after) > len(before) else ""

@@ -70,7 +70,8 @@ class KVCacheManager:
             seq.block_hashes.append(parent)
 
     def fork(self, child: Sequence) -> None:
-        """child was copied from a sequence (Sequence.fork): it now owns every block too, the partial last one included."""
+        """child was copied from a sequence (Sequence.fork): it now owns every block too, the partial last one
+        included."""
         for block_id in child.block_table:
             self.pool.share(block_id)
 

@@ -267,7 +267,8 @@ class LLMEngine:
 
 
 def _eos_token_ids(source) -> set[int]:
-    """End-of-reply tokens: the tokenizer's, the config's and generation_config.json's (chat models list theirs there)."""
+    """End-of-reply tokens: the tokenizer's, the config's and generation_config.json's (chat models list theirs
+    there)."""
     found = [source.tokenizer.eos_token_id, source.config.eos_token_id]
     generation_config = source.weight_files[0].parent / "generation_config.json"
     if generation_config.is_file():

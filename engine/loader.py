@@ -159,7 +159,8 @@ def _convert_gguf(path: Path, name: str, out: Path) -> None:
         tensors[hf_name] = torch.from_numpy(_unpermute(weight, heads) if heads else weight)
         if tensor.tensor_type == gguf.GGMLQuantizationType.Q4_1:
             for part, array in zip("qdm", unpack_q4_1(np.asarray(tensor.data))):
-                q4[f"{hf_name}.{part}"] = torch.from_numpy(np.ascontiguousarray(_unpermute(array, heads) if heads else array))
+                rows = _unpermute(array, heads) if heads else array
+                q4[f"{hf_name}.{part}"] = torch.from_numpy(np.ascontiguousarray(rows))
     config.tie_word_embeddings = "lm_head.weight" not in tensors
     save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
     if q4:

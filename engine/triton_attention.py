@@ -52,15 +52,15 @@ def _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, pos, end, kv_head, d, s_cb, s_
 
 
 @triton.jit
-def _softmax_step(q, k, v, visible, m, l, acc, qk_scale):
-    """One online-softmax update (base 2) of the running max m, sum l and output acc with a tile of keys;
+def _softmax_step(q, k, v, visible, m, denom, acc, qk_scale):
+    """One online-softmax update (base 2) of the running max m, sum denom and output acc with a tile of keys;
     each row must see at least one key, in this tile or an earlier one."""
     s = tl.where(visible, tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale, float("-inf"))
     m_new = tl.maximum(m, tl.max(s, 1))
     p = tl.exp2(s - m_new[:, None])
     alpha = tl.exp2(m - m_new)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-    return m_new, l * alpha + tl.sum(p, 1), acc
+    return m_new, denom * alpha + tl.sum(p, 1), acc
 
 
 @triton.jit
@@ -86,18 +86,18 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, se
     if DOT_F32:
         q = q.to(tl.float32)
     m = tl.full([BLOCK_G], float("-inf"), tl.float32)
-    l = tl.zeros([BLOCK_G], tl.float32)
+    denom = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
     for n in range(start, end, BLOCK_N):
         pos = n + tl.arange(0, BLOCK_N)
         k, v = _kv_tile(k_cache_ptr, v_cache_ptr, tables_ptr + seq * s_tab, pos, end, kv_head, d,
                         s_cb, s_ct, s_ch, BLOCK_SIZE, HEAD_DIM, DOT_F32)
-        m, l, acc = _softmax_step(q, k, v, (pos < end)[None, :], m, l, acc, qk_scale)
+        m, denom, acc = _softmax_step(q, k, v, (pos < end)[None, :], m, denom, acc, qk_scale)
     out_mask = g < GROUP
     tl.store(acc_ptr + i * s_acc_s + heads[:, None] * s_acc_h + split * BLOCK_D + d[None, :], acc,
              mask=out_mask[:, None])
     tl.store(ml_ptr + i * s_ml_s + heads * s_ml_h + split * 2, m, mask=out_mask)
-    tl.store(ml_ptr + i * s_ml_s + heads * s_ml_h + split * 2 + 1, l, mask=out_mask)
+    tl.store(ml_ptr + i * s_ml_s + heads * s_ml_h + split * 2 + 1, denom, mask=out_mask)
 
 
 @triton.jit
@@ -113,11 +113,11 @@ def _reduce_kernel(acc_ptr, ml_ptr, out_ptr, seq_lens_ptr, seqs_ptr, tokens_ptr,
     used = s < tl.cdiv(seq_len, split_len)
     ml = ml_ptr + i * s_ml_s + head * s_ml_h + s * 2
     m = tl.load(ml, mask=used, other=float("-inf"))
-    l = tl.load(ml + 1, mask=used, other=0.0)
+    denom = tl.load(ml + 1, mask=used, other=0.0)
     acc = tl.load(acc_ptr + i * s_acc_s + head * s_acc_h + s[:, None] * BLOCK_D + d[None, :],
                   mask=used[:, None], other=0.0)
     w = tl.where(used, tl.exp2(m - tl.max(m, 0)), 0.0)
-    out = tl.sum(acc * w[:, None], 0) / tl.sum(l * w, 0)
+    out = tl.sum(acc * w[:, None], 0) / tl.sum(denom * w, 0)
     tl.store(out_ptr + token * s_ot + head * s_oh + d, out.to(out_ptr.dtype.element_ty), mask=d < HEAD_DIM)
 
 
@@ -146,7 +146,7 @@ def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, tables_ptr, seq_le
     if DOT_F32:
         q = q.to(tl.float32)
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l = tl.zeros([BLOCK_M], tl.float32)
+    denom = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     # keys up to the tile's last position (none for a tile past this sequence's new tokens)
     end = tl.where(tile * BLOCK_M < q_len, tl.minimum(seq_len, seq_len - q_len + (tile + 1) * BLOCK_M), 0)
@@ -155,8 +155,8 @@ def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, tables_ptr, seq_le
         k, v = _kv_tile(k_cache_ptr, v_cache_ptr, tables_ptr + seq * s_tab, pos, end, kv_head, d,
                         s_cb, s_ct, s_ch, BLOCK_SIZE, HEAD_DIM, DOT_F32)
         visible = (pos < end)[None, :] & (pos[None, :] <= q_pos[:, None])  # every row sees key 0 in the first tile
-        m, l, acc = _softmax_step(q, k, v, visible, m, l, acc, qk_scale)
-    out = acc / tl.maximum(l, 1.0)[:, None]  # l >= 1 on a new token's row (its max adds 1), 0 on padding
+        m, denom, acc = _softmax_step(q, k, v, visible, m, denom, acc, qk_scale)
+    out = acc / tl.maximum(denom, 1.0)[:, None]  # denom >= 1 on a new token's row (its max adds 1), 0 on padding
     out_offs = (q_start + rows)[:, None] * s_ot + head * s_oh + d[None, :]
     tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty), mask=q_mask)
 

@@ -156,7 +156,8 @@ def stream_api(client: httpx.Client, path: str, body: dict) -> list[dict]:
     return events
 
 
-def stream_in_background(api: httpx.Client, path: str, body: dict) -> tuple[threading.Thread, list[dict], threading.Event]:
+def stream_in_background(api: httpx.Client, path: str, body: dict
+                         ) -> tuple[threading.Thread, list[dict], threading.Event]:
     """Read an /api event stream on a thread: (the thread, the events so far, set at the first delta)."""
     events, writing = [], threading.Event()
 

@@ -1,11 +1,10 @@
 """`localchat` with no command: the terminal UI. It talks to the engine process only through EngineClient."""
 
-import httpx
 from textual.app import App
 from textual.binding import Binding
 
-from localchat.app import settings as paths
-from localchat.app.client import EngineClient, EngineError
+from localchat.app import paths
+from localchat.app.client.engine_client import EngineClient, EngineError
 from localchat.tui.commands import ChatCommands
 from localchat.tui.config import TuiConfig, config_path
 from localchat.tui.screens.chat import ChatScreen

@@ -12,11 +12,11 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localchat.app.settings import user_dir
+from localchat.app.paths import config_dir
 
 
 def config_path() -> Path:
-    return user_dir("config") / "tui.toml"
+    return config_dir() / "tui.toml"
 
 
 @dataclass

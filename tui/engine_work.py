@@ -7,7 +7,7 @@ import httpx
 from textual import work
 from textual.css.query import NoMatches
 
-from localchat.app.client import EngineError
+from localchat.app.client.engine_client import EngineError
 
 
 def engine_work(**options):

@@ -26,7 +26,8 @@ NO_CACHE = CacheControlHeader(no_cache=True)
      response_headers=[ResponseHeader(name=k, value=v) for k, v in SECURITY_HEADERS.items()])
 async def index() -> File:
     """The app's one page; it holds no data: the scripts fetch /api with the login cookie."""
-    return File(STATIC_DIR / "index.html", filename="index.html", content_disposition_type="inline", media_type="text/html")
+    return File(STATIC_DIR / "index.html", filename="index.html", content_disposition_type="inline",
+                media_type="text/html")
 
 
 @get("/static/{name:str}", include_in_schema=False, cache_control=NO_CACHE,

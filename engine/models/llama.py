@@ -134,7 +134,8 @@ class LlamaForCausalLM(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.tie_word_embeddings = getattr(config, "tie_word_embeddings", False)
-        self.lm_head = None if self.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = (None if self.tie_word_embeddings
+                        else nn.Linear(config.hidden_size, config.vocab_size, bias=False))
         self.int8_head: Int8Head | None = None  # with the GGUF's 4-bit weights (use_q4_weights)
 
     def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
@@ -155,7 +156,8 @@ class LlamaForCausalLM(nn.Module):
         return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
     @torch.no_grad()
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype, device: torch.device) -> None:
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype,
+                     device: torch.device) -> None:
         """Replace every parameter with the checkpoint's tensor (HF names), fusing q/k/v and gate/up."""
         params = dict(self.named_parameters())
         shards: dict[str, dict[int, torch.Tensor]] = {}

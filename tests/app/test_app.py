@@ -3,12 +3,12 @@ answers while its engine is not ready. The backend here is a remote engine that 
 
 import pytest
 from litestar.testing import AsyncTestClient
-from support import free_port
 
-from localchat.app.backends import EmbeddedBackend, RemoteBackend
-from localchat.app.server import create_app
-from localchat.app.settings import Settings
-from localchat.app.store import Store
+from localchat.app.server.app import create_app
+from localchat.app.server.backends import EmbeddedBackend, RemoteBackend
+from localchat.app.server.config import ServerConfig
+from localchat.app.server.store import Store
+from support import free_port
 
 TOKEN = "test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -21,7 +21,7 @@ def anyio_backend():
 
 @pytest.fixture
 async def client(tmp_path):
-    settings = Settings(port=8741)
+    settings = ServerConfig(port=8741)
     backend = RemoteBackend(f"http://127.0.0.1:{free_port()}")  # nothing listens there
     app = create_app(settings, backend=backend, store=Store(tmp_path / "app.db"), token=TOKEN)
     async with AsyncTestClient(app, base_url="http://127.0.0.1:8741") as client:
@@ -114,8 +114,8 @@ class FailingBackend(RemoteBackend):
 
 @pytest.mark.anyio
 async def test_an_unexpected_error_is_logged_with_its_traceback_and_answered_without_internals(tmp_path, caplog):
-    app = create_app(Settings(port=8741), backend=FailingBackend("http://127.0.0.1:9"), store=Store(tmp_path / "a.db"),
-                     token=TOKEN)
+    app = create_app(ServerConfig(port=8741), backend=FailingBackend("http://127.0.0.1:9"),
+                     store=Store(tmp_path / "a.db"), token=TOKEN)
     async with AsyncTestClient(app, base_url="http://127.0.0.1:8741") as client:
         response = await client.get("/metrics")
     assert response.status_code == 500
@@ -134,7 +134,7 @@ async def test_a_dead_engine_is_not_reported_ready(tmp_path):
 
     backend = EmbeddedBackend()
     backend.llm, backend.model_name, backend.loading.ready = DeadEngine(), "m", True
-    app = create_app(Settings(port=8741), backend=backend, store=Store(tmp_path / "a.db"), token=TOKEN)
+    app = create_app(ServerConfig(port=8741), backend=backend, store=Store(tmp_path / "a.db"), token=TOKEN)
     async with AsyncTestClient(app, base_url="http://127.0.0.1:8741") as client:
         health = (await client.get("/health")).json()
         assert health["status"] == "error" and "OverflowError" in health["error"]

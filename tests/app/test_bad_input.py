@@ -5,6 +5,7 @@ import json
 
 import httpx
 import pytest
+
 from support import sse_events
 
 MODEL = "SmolLM2-135M-Instruct"

@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from localchat.app.chat_template import ChatTemplate
+from localchat.app.server.chat_template import ChatTemplate
 
 
 @pytest.fixture(scope="module")

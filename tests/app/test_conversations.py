@@ -133,7 +133,8 @@ def test_stop_keeps_the_partial_reply(api, server, conversation):
     cid = conversation["id"]
     long = {"max_tokens": 400, "temperature": 1.0, "seed": 1}
     listener, events, started = stream_in_background(
-        api, f"/api/conversations/{cid}/messages", {"content": "Write a very long story about the sea.", "settings": long})
+        api, f"/api/conversations/{cid}/messages",
+        {"content": "Write a very long story about the sea.", "settings": long})
     assert started.wait(120)
     stopped = api.post(f"/api/conversations/{cid}/stop", json={}).json()["stopped"]
     listener.join(60)

@@ -14,6 +14,7 @@ import time
 
 import httpx
 import pytest
+
 from support import Server, make_home, sse_events, stream_api, stream_in_background
 
 CHAT = "/v1/chat/completions"
@@ -62,7 +63,8 @@ def test_a_stop_right_after_a_send_ends_the_stream_and_saves_the_reply(api, serv
 
 @pytest.mark.parametrize("method, path", [
     ("GET", "/api/search?q=%00"), ("GET", "/static/%00"), ("GET", "/static/index.html/x"), ("GET", "/static/."),
-    ("POST", "/api/conversations"), ("PATCH", "/api/conversations/{cid}"), ("POST", "/api/conversations/{cid}/messages"),
+    ("POST", "/api/conversations"), ("PATCH", "/api/conversations/{cid}"),
+    ("POST", "/api/conversations/{cid}/messages"),
     ("POST", "/api/conversations/{cid}/messages/{mid}/edit"),
     ("POST", "/api/conversations/{cid}/messages/{mid}/regenerate"),
 ])

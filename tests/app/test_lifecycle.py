@@ -8,6 +8,7 @@ import socket
 import sqlite3
 
 import pytest
+
 from support import Server, free_port, make_home, sse_events, stream_api, stream_in_background
 
 
@@ -112,7 +113,7 @@ def test_kill_restart_and_stop(home):
 
 
 def test_a_client_starts_the_engine_in_the_background_and_chats(use_home):
-    from localchat.app.lifecycle import read_state
+    from localchat.app.engine_state import read_state
 
     port, reports = free_port(), []
     state = asyncio.run(client_session(port, reports))
@@ -123,8 +124,9 @@ def test_a_client_starts_the_engine_in_the_background_and_chats(use_home):
 
 
 async def client_session(port: int, reports: list):
-    from localchat.app.client import EngineClient, EngineError
-    from localchat.app.lifecycle import ensure_engine, read_state, stop_engine
+    from localchat.app.client.engine_client import EngineClient, EngineError
+    from localchat.app.client.engine_process import ensure_engine, stop_engine
+    from localchat.app.engine_state import read_state
     from localchat.app.protocol import DeltaEvent, DoneEvent, SamplingSettings, StartEvent, UserEvent
 
     assert read_state() is None

@@ -6,6 +6,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
+
 from support import running_server
 
 EXAMPLES_PER_OPERATION = 6

@@ -3,6 +3,7 @@ server generating (with its own prefix cache)."""
 
 import openai
 import pytest
+
 from support import Server, make_home, stream_api
 
 MODEL = "SmolLM2-135M-Instruct"

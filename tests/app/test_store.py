@@ -6,7 +6,7 @@ import time
 import pytest
 
 from localchat.app.protocol import Message, ReplyStats, SamplingSettings
-from localchat.app.store import MIGRATIONS, SCHEMA_VERSION, Store, StoreError, new_id, pack_tokens, unpack_tokens
+from localchat.app.server.store import MIGRATIONS, SCHEMA_VERSION, Store, StoreError, new_id, pack_tokens, unpack_tokens
 
 
 def message(conversation_id, parent_id, role, content, **fields):

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from localchat.engine import AsyncLLM, LLM, SamplingParams
+from localchat.engine import LLM, AsyncLLM, SamplingParams
 from localchat.engine.async_llm import EngineFailed
 
 PROMPT = [{"role": "user", "content": "Write a haiku about autumn leaves."}]

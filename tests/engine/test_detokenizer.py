@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from localchat.engine.detokenizer import IncrementalDetokenizer
 from localchat.engine.loader import resolve_model
 
-CHARS = list("abcdefghijklmnopqrstuvwxyzAB XYZ0123456789.,!?'\"-_\n\t") + list("éüñßçØ€Ω→•…日本語のテアキスト한국😀🎉👍🏽🤖")
+CHARS = (list("abcdefghijklmnopqrstuvwxyzAB XYZ0123456789.,!?'\"-_\n\t")
+         + list("éüñßçØ€Ω→•…日本語のテアキスト한국😀🎉👍🏽🤖"))
 TEXT = st.text(alphabet=st.sampled_from(CHARS), max_size=40)
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -66,12 +66,13 @@ def test_gguf_tokenizer_matches_transformers(embedded, hf_smollm2):
     assert ours.is_fast and ours.chat_template
     for text in ("", "Hello, world!", MESSAGES[1]["content"], "<|im_start|>user\nhi<|im_end|>\n", "  x\ty\n\nz  "):
         assert ours.encode(text) == reference.encode(text), text
-    assert ours.decode(ours.encode(MESSAGES[1]["content"])) == reference.decode(reference.encode(MESSAGES[1]["content"]))
+    text = MESSAGES[1]["content"]
+    assert ours.decode(ours.encode(text)) == reference.decode(reference.encode(text))
     for kwargs in ({"tokenize": False}, {"tokenize": True}):
-        assert ours.apply_chat_template(MESSAGES, add_generation_prompt=True, **kwargs) == reference.apply_chat_template(
-            MESSAGES, add_generation_prompt=True, **kwargs
-        )
-    assert (ours.bos_token, ours.eos_token, ours.pad_token) == (reference.bos_token, reference.eos_token, reference.pad_token)
+        theirs = reference.apply_chat_template(MESSAGES, add_generation_prompt=True, **kwargs)
+        assert ours.apply_chat_template(MESSAGES, add_generation_prompt=True, **kwargs) == theirs
+    assert (ours.bos_token, ours.eos_token, ours.pad_token) == (
+        reference.bos_token, reference.eos_token, reference.pad_token)
 
 
 def test_second_resolve_reads_only_the_cache(embedded, monkeypatch):
@@ -125,7 +126,8 @@ def _save_tiny(folder: Path, model: torch.nn.Module, tokenizer) -> None:
 @pytest.mark.parametrize(
     "config",
     [
-        LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
+        LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2),
         Qwen3Config(
             hidden_size=64,
             intermediate_size=128,
@@ -163,7 +165,8 @@ def test_hugging_face_id_from_local_cache(embedded, tmp_path, monkeypatch):
     commit = "0123456789abcdef0123456789abcdef01234567"
     repo = hub / "models--tiny-org--tiny-llama"
     config = LlamaConfig(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, vocab_size=len(embedded.tokenizer)
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        vocab_size=len(embedded.tokenizer)
     )
     _save_tiny(repo / "snapshots" / commit, LlamaForCausalLM(config), embedded.tokenizer)
     (repo / "refs").mkdir()
@@ -204,7 +207,8 @@ def test_missing_embedded_package(monkeypatch):
 
 def test_load_weights_skips_rotary_inv_freq(tmp_path, embedded):
     config = LlamaConfig(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, vocab_size=len(embedded.tokenizer)
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        vocab_size=len(embedded.tokenizer)
     )
     model = LlamaForCausalLM(config)
     _save_tiny(tmp_path, model, embedded.tokenizer)

@@ -111,7 +111,8 @@ def test_repetition_penalty_changes_argmax(logits: list[float], row: Row, before
 def test_presence_and_frequency_penalties() -> None:
     logits = torch.zeros(3, 5)
     rows = [
-        Row(SamplingParams(presence_penalty=0.5, frequency_penalty=0.25), prompt_token_ids=[3, 4], output_token_ids=[1, 1, 2]),
+        Row(SamplingParams(presence_penalty=0.5, frequency_penalty=0.25), prompt_token_ids=[3, 4],
+            output_token_ids=[1, 1, 2]),
         Row(SamplingParams(), prompt_token_ids=[0], output_token_ids=[0, 0]),  # no penalties
         Row(SamplingParams(frequency_penalty=-1.0, repetition_penalty=2.0), output_token_ids=[4, 4, 4]),
     ]

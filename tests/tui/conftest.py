@@ -5,9 +5,9 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
-from support import Server, running_server
 
-from localchat.app.client import EngineClient
+from localchat.app.client.engine_client import EngineClient
+from support import Server, running_server
 
 
 @pytest.fixture(scope="session")

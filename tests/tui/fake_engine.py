@@ -6,8 +6,18 @@ from collections.abc import AsyncIterator
 import msgspec
 
 from localchat.app.protocol import (
-    Conversation, ConversationTree, DeltaEvent, DoneEvent, Health, Message, ReplyStats, SamplingSettings,
-    SearchHit, StartEvent, StopResult, StreamEvent,
+    Conversation,
+    ConversationTree,
+    DeltaEvent,
+    DoneEvent,
+    Health,
+    Message,
+    ReplyStats,
+    SamplingSettings,
+    SearchHit,
+    StartEvent,
+    StopResult,
+    StreamEvent,
 )
 
 T0 = 1_700_000_000.0
@@ -91,7 +101,8 @@ class FakeEngine:
     async def stop(self, conversation_id: str, message_id: str | None = None) -> StopResult:
         return StopResult(stopped=[])
 
-    def regenerate(self, conversation_id: str, message_id: str, n: int = 1, settings=None) -> AsyncIterator[StreamEvent]:
+    def regenerate(self, conversation_id: str, message_id: str, n: int = 1, settings=None
+                   ) -> AsyncIterator[StreamEvent]:
         parent = next(m for m in self.messages[conversation_id] if m.id == message_id)
         parent_id = parent.parent_id if parent.role == "assistant" else parent.id
         return self._replies(conversation_id, parent_id, n)

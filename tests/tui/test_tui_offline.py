@@ -135,9 +135,8 @@ async def test_a_lost_engine_shows_an_error_screen_with_retry(tmp_path):
 
 @pytest.mark.asyncio
 async def test_an_engine_that_cannot_start_is_explained(tmp_path, monkeypatch):
+    from localchat.app.client.engine_process import stop_engine
     from support import free_port, make_home
-
-    from localchat.app.lifecycle import stop_engine
 
     monkeypatch.setenv("LOCALCHAT_HOME", str(make_home(tmp_path / "home")))
     app = LocalChatApp(serve_args=["--model", str(tmp_path / "missing.gguf"), "--port", str(free_port())],
@@ -155,5 +154,5 @@ def test_the_tui_imports_no_engine_code():
     code = ("import sys, localchat.tui.app; print(sorted(m for m in sys.modules if m.startswith('localchat.engine')"
             " or m.split('.')[0] in ('torch', 'transformers')))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    # localchat.app.settings takes the config dir helper from localchat.engine.dirs (no torch behind it)
+    # localchat.app.paths takes the folder helper from localchat.engine.dirs (no torch behind it)
     assert eval(loaded) in ([], ["localchat.engine", "localchat.engine.dirs"])

@@ -10,6 +10,7 @@ import time
 
 import httpx
 import pytest
+
 from support import free_port, make_home
 
 TMUX = shutil.which("tmux") or "/usr/bin/tmux"

@@ -1,8 +1,6 @@
 """The main screen: the chat list, the branch on screen, and the message box; every chat action lives here."""
 
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -10,9 +8,17 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input
 
-from localchat.app.client import EngineClient
+from localchat.app.client.engine_client import EngineClient
 from localchat.app.protocol import (
-    Conversation, DeltaEvent, DoneEvent, ErrorEvent, Message, SearchHit, StartEvent, StreamEvent, UserEvent,
+    Conversation,
+    DeltaEvent,
+    DoneEvent,
+    ErrorEvent,
+    Message,
+    SearchHit,
+    StartEvent,
+    StreamEvent,
+    UserEvent,
 )
 from localchat.tui.branches import Branches
 from localchat.tui.engine_work import engine_work

@@ -8,7 +8,7 @@ from textual.containers import Center, Middle
 from textual.screen import Screen
 from textual.widgets import Label, ProgressBar
 
-from localchat.app.client import EngineClient
+from localchat.app.client.engine_client import EngineClient
 from localchat.app.protocol import Health
 
 Connect = Callable[[Callable[[Health], None]], Awaitable[EngineClient]]

@@ -8,7 +8,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
-from localchat.app.client import EngineClient, EngineError
+from localchat.app.client.engine_client import EngineClient, EngineError
 from localchat.app.protocol import SearchHit
 from localchat.tui.engine_work import engine_work
 

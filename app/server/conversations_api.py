@@ -5,21 +5,32 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Literal
 
 import msgspec
-from msgspec import UNSET
 from litestar import Controller, Response, delete, get, patch, post
-from litestar.exceptions import ValidationException
 from litestar.di import NamedDependency
+from litestar.exceptions import ValidationException
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
+from msgspec import UNSET
 
-from localchat.app.backends import BackendRequestError
-from localchat.app.conversations import DEFAULT_TITLE, Conversations, Replies, sampling_params
 from localchat.app.protocol import (
-    Conversation, ConversationCreate, ConversationTree, ConversationUpdate, EditMessage, Message, Regenerate,
-    SamplingSettings, SearchHit, SendMessage, StopRequest, StopResult, StreamEvent, UserEvent,
+    Conversation,
+    ConversationCreate,
+    ConversationTree,
+    ConversationUpdate,
+    EditMessage,
+    Message,
+    Regenerate,
+    SamplingSettings,
+    SearchHit,
+    SendMessage,
+    StopRequest,
+    StopResult,
+    StreamEvent,
+    UserEvent,
 )
-from localchat.app.store import Store
-
+from localchat.app.server.backends import BackendRequestError
+from localchat.app.server.conversations import DEFAULT_TITLE, Conversations, Replies, sampling_params
+from localchat.app.server.store import Store
 
 StoreDep = NamedDependency[Store]
 ConversationsDep = NamedDependency[Conversations]

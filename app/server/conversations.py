@@ -14,11 +14,19 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from localchat.app.backends import Backend, Update
 from localchat.app.protocol import (
-    Conversation, DeltaEvent, DoneEvent, ErrorEvent, Message, ReplyStats, SamplingSettings, StartEvent, StreamEvent,
+    Conversation,
+    DeltaEvent,
+    DoneEvent,
+    ErrorEvent,
+    Message,
+    ReplyStats,
+    SamplingSettings,
+    StartEvent,
+    StreamEvent,
 )
-from localchat.app.store import Store, new_id
+from localchat.app.server.backends import Backend, Update
+from localchat.app.server.store import Store, new_id
 from localchat.engine.sampling_params import SamplingParams
 
 DEFAULT_TITLE = "New chat"
@@ -137,7 +145,8 @@ class Conversations:
                           content=content, created_at=time.time(), model=self.backend.model_name)
         self.store.add_message(message, token_ids)
         if conversation.message_count == 0 and conversation.title == DEFAULT_TITLE:
-            title = " ".join(content.split())[:TITLE_LENGTH] or DEFAULT_TITLE
+            words = " ".join(content.split())
+            title = (words if len(words) <= TITLE_LENGTH else words[: TITLE_LENGTH - 1].rstrip() + "…") or DEFAULT_TITLE
             self.store.update_conversation(conversation.id, title=title)
         return message
 

@@ -9,17 +9,18 @@ from collections.abc import Iterator
 import httpx
 import msgspec
 
-from localchat.app import lifecycle
-from localchat.app import settings as paths
-from localchat.app.client import raise_for_status
+from localchat.app import paths
+from localchat.app.client import engine_process
+from localchat.app.client.engine_client import raise_for_status
+from localchat.app.engine_state import read_state
 from localchat.app.protocol import ChatCompletionChunk
-from localchat.app.security import load_or_create_token
+from localchat.app.sse import data_lines
 
 
 def reply(messages: list[dict], model: str | None, sampling: dict) -> Iterator[str]:
     """The reply's text as it is generated. `sampling`: temperature, top_p, max_tokens, seed."""
-    state = lifecycle.read_state()
-    health = lifecycle.health(state.url) if state else None
+    state = read_state()
+    health = engine_process.health(state.url) if state else None
     if health is not None and health.status == "ready" and model in (None, health.model):
         return _from_engine_process(state.url, messages, sampling)
     return _in_process(messages, model, sampling)
@@ -27,17 +28,15 @@ def reply(messages: list[dict], model: str | None, sampling: dict) -> Iterator[s
 
 def _from_engine_process(url: str, messages: list[dict], sampling: dict) -> Iterator[str]:
     body = {"messages": messages, "stream": True, **sampling}
-    headers = {"Authorization": f"Bearer {load_or_create_token(paths.token_path())}"}
+    headers = {"Authorization": f"Bearer {paths.load_or_create_token()}"}
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers,
                       timeout=httpx.Timeout(30.0, read=None)) as response:
         if response.status_code >= 400:
             raise_for_status(response.status_code, response.read())
-        for line in response.iter_lines():
-            if line.startswith("data:") and line[5:].strip() != "[DONE]":
-                chunk = msgspec.json.decode(line[5:].strip(), type=ChatCompletionChunk)
-                for choice in chunk.choices:
-                    if choice.delta.content:
-                        yield choice.delta.content
+        for data in data_lines(response.iter_lines()):
+            for choice in msgspec.json.decode(data, type=ChatCompletionChunk).choices:
+                if choice.delta.content:
+                    yield choice.delta.content
 
 
 def _in_process(messages: list[dict], model: str | None, sampling: dict) -> Iterator[str]:

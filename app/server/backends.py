@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 import httpx
 import msgspec
 
-from localchat.app.chat_template import ChatTemplate
 from localchat.app.protocol import LoadProgress
-from localchat.app.settings import MAX_CHARS_PER_TOKEN
+from localchat.app.server.chat_template import ChatTemplate
+from localchat.app.server.config import MAX_CHARS_PER_TOKEN
+from localchat.app.sse import async_data_lines
 from localchat.engine.outputs import CompletionOutput
 from localchat.engine.sampling_params import SamplingParams
 
@@ -307,10 +308,8 @@ class RemoteBackend(Backend):
         self.counters.running += 1
         try:
             try:
-                async for line in response.aiter_lines():
-                    if not line.startswith("data:") or line[5:].strip() == "[DONE]":
-                        continue
-                    chunk = msgspec.json.decode(line[5:].strip(), type=_StreamChunk)
+                async for data in async_data_lines(response.aiter_lines()):
+                    chunk = msgspec.json.decode(data, type=_StreamChunk)
                     outputs = []
                     for choice in chunk.choices:
                         text = choice.delta.get("content") or ""

@@ -12,13 +12,27 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import msgspec
 
-from localchat.app import lifecycle
-from localchat.app import settings as paths
+from localchat.app import paths
+from localchat.app.client import engine_process
+from localchat.app.engine_state import read_state
 from localchat.app.protocol import (
-    Conversation, ConversationCreate, ConversationTree, ConversationUpdate, EditMessage, Health, LoginCode,
-    Regenerate, SamplingSettings, SearchHit, SendMessage, StopRequest, StopResult, StreamEvent,
+    Conversation,
+    ConversationCreate,
+    ConversationTree,
+    ConversationUpdate,
+    EditMessage,
+    Health,
+    LoginCode,
+    Regenerate,
+    SamplingSettings,
+    SearchHit,
+    SendMessage,
+    SessionsRevoked,
+    StopRequest,
+    StopResult,
+    StreamEvent,
 )
-from localchat.app.security import load_or_create_token
+from localchat.app.sse import async_data_lines
 
 
 class EngineError(RuntimeError):
@@ -39,8 +53,16 @@ class EngineClient:
     async def connect(cls, on_progress: Callable[[Health], None] | None = None, serve_args: list[str] = (),
                       timeout: float = 600.0) -> "EngineClient":
         """Find the running engine or start one in the background; returns once its model is loaded."""
-        state = await asyncio.to_thread(lifecycle.ensure_engine, list(serve_args), on_progress, timeout)
-        return cls(state.url, load_or_create_token(paths.token_path()))
+        state = await asyncio.to_thread(engine_process.ensure_engine, list(serve_args), on_progress, timeout)
+        return cls(state.url, paths.load_or_create_token())
+
+    @classmethod
+    def running(cls) -> "EngineClient":
+        """A client of the engine that runs now (none is started)."""
+        state = read_state()
+        if state is None:
+            raise RuntimeError("no engine is running")
+        return cls(state.url, paths.load_or_create_token())
 
     async def close(self) -> None:
         await self.http.aclose()
@@ -65,20 +87,21 @@ class EngineClient:
                                     headers={"Content-Type": "application/json"}) as response:
             if response.status_code >= 400:
                 raise_for_status(response.status_code, await response.aread())
-            async for line in response.aiter_lines():
-                if line.startswith("data:"):
-                    yield msgspec.json.decode(line[5:].strip(), type=StreamEvent)
+            async for data in async_data_lines(response.aiter_lines()):
+                yield msgspec.json.decode(data, type=StreamEvent)
 
     # --- the engine ---
 
     async def health(self) -> Health:
         return await self._call("GET", "/health", kind=Health)
 
-    async def metrics(self) -> str:
-        return (await self._call("GET", "/metrics")).decode()
-
     async def login_code(self) -> LoginCode:
+        """A one-time code and the URL that signs a browser in with it."""
         return await self._call("POST", "/api/auth/login-code", kind=LoginCode)
+
+    async def revoke_browser_sessions(self) -> int:
+        """Sign every browser out; how many sessions there were."""
+        return (await self._call("DELETE", "/api/auth/sessions", kind=SessionsRevoked)).revoked
 
     # --- conversations ---
 

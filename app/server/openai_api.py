@@ -12,18 +12,34 @@ from collections.abc import AsyncIterator
 import msgspec
 from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
-from litestar.params import JSONBody
 from litestar.exceptions import NotFoundException, ValidationException
+from litestar.params import JSONBody
 from litestar.response import ServerSentEvent, Stream
 
-from localchat.app.backends import Backend, RemoteBackend, Update
-from localchat.app.conversations import ActiveRequests
 from localchat.app.protocol import (
-    ChatChoice, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, AssistantMessage, ChoiceLogprobs,
-    ChunkChoice, ChunkDelta, Completion, CompletionChoice, CompletionLogprobs, CompletionRequest, Model, ModelList,
-    PromptTokensDetails, SamplingFields, TokenLogprobOut, TopLogprob, Usage,
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChoiceLogprobs,
+    ChunkChoice,
+    ChunkDelta,
+    Completion,
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+    Model,
+    ModelList,
+    PromptTokensDetails,
+    SamplingFields,
+    TokenLogprobOut,
+    TopLogprob,
+    Usage,
 )
-from localchat.app.settings import MAX_CHOICES, MAX_PROMPTS
+from localchat.app.server.backends import Backend, RemoteBackend, Update
+from localchat.app.server.config import MAX_CHOICES, MAX_PROMPTS
+from localchat.app.server.conversations import ActiveRequests
 from localchat.engine.outputs import CompletionOutput, RequestOutput, TokenLogprob
 from localchat.engine.sampling_params import SamplingParams
 
@@ -41,7 +57,8 @@ class OpenAIController(Controller):
         return Response(ModelList(data=[Model(id=backend.model_name, created=int(time.time()))]))
 
     @post("/chat/completions", status_code=200)
-    async def chat_completions(self, request: Request, data: JSONBody[ChatCompletionRequest], backend: NamedDependency[Backend],
+    async def chat_completions(self, request: Request, data: JSONBody[ChatCompletionRequest],
+                               backend: NamedDependency[Backend],
                                active: NamedDependency[ActiveRequests]) -> Response[ChatCompletion]:
         """Streamed (stream: true) as server-sent events of ChatCompletionChunk, ending with `data: [DONE]`."""
         if isinstance(backend, RemoteBackend):

@@ -10,18 +10,15 @@ requests to a port on 127.0.0.1, so:
 
 import hashlib
 import hmac
-import os
 import re
 import secrets
-import stat
 import time
-from pathlib import Path
 
 import msgspec
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from localchat.app.protocol import ErrorBody, ErrorDetail
-from localchat.app.store import Store
+from localchat.app.server.store import Store
 
 COOKIE_NAME = "localchat_session"
 PROTECTED_PREFIXES = ("/v1", "/api")
@@ -29,23 +26,6 @@ SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 LOGIN_CODE_TTL_S = 120
 SESSION_TTL_S = 14 * 24 * 3600
 
-
-def load_or_create_token(path: Path) -> str:
-    """The API token, created on first use in a file only the user can read (mode 0600)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        if stat.S_IMODE(path.stat().st_mode) & 0o077:
-            path.chmod(0o600)
-        token = path.read_text().strip()
-        if not token:
-            raise RuntimeError(f"the token file {path} is empty; delete it and a new token is created")
-        return token
-    token = secrets.token_urlsafe(32)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    return token
 
 
 class LoginCodes:

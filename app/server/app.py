@@ -18,17 +18,22 @@ from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.params import FromQuery
 from litestar.response import Redirect
 
-from localchat.app import settings as paths
-from localchat.app.api import ConversationController, SearchController
-from localchat.app.backends import Backend, BackendNotReady, BackendRequestError, EmbeddedBackend, RemoteBackend
-from localchat.app.conversations import ActiveRequests, Conversations
-from localchat.app.openai_api import OpenAIController
+from localchat.app import paths
 from localchat.app.protocol import ErrorBody, ErrorDetail, Health, Limit, Limits, LoginCode, SessionsRevoked
-from localchat.app.security import (
-    COOKIE_NAME, LOGIN_CODE_TTL_S, BrowserSessions, LoginCodes, SecurityMiddleware, cookie_value, load_or_create_token,
+from localchat.app.server.backends import Backend, BackendNotReady, BackendRequestError, EmbeddedBackend, RemoteBackend
+from localchat.app.server.config import MAX_REQUEST_BYTES, ServerConfig
+from localchat.app.server.conversations import ActiveRequests, Conversations
+from localchat.app.server.conversations_api import ConversationController, SearchController
+from localchat.app.server.openai_api import OpenAIController
+from localchat.app.server.security import (
+    COOKIE_NAME,
+    LOGIN_CODE_TTL_S,
+    BrowserSessions,
+    LoginCodes,
+    SecurityMiddleware,
+    cookie_value,
 )
-from localchat.app.settings import MAX_REQUEST_BYTES, Settings
-from localchat.app.store import Store, StoreError
+from localchat.app.server.store import Store, StoreError
 from localchat.engine.sampling_params import LIMITS, MAX_STOP_STRINGS, MIN_TEMPERATURE
 from localchat.webui import route_handlers as webui_routes
 
@@ -36,7 +41,7 @@ VERSION = version("localchat")
 log = logging.getLogger("localchat.app")
 
 
-def make_backend(settings: Settings) -> Backend:
+def make_backend(settings: ServerConfig) -> Backend:
     if settings.engine_url:
         return RemoteBackend(settings.engine_url, settings.engine_model, settings.engine_api_key)
     return EmbeddedBackend(settings.model, num_kv_blocks=settings.kv_blocks, max_model_len=settings.max_model_len,
@@ -196,12 +201,12 @@ EXCEPTION_HANDLERS = {
 }
 
 
-def create_app(settings: Settings | None = None, *, backend: Backend | None = None, store: Store | None = None,
+def create_app(settings: ServerConfig | None = None, *, backend: Backend | None = None, store: Store | None = None,
                token: str | None = None) -> Litestar:
-    settings = settings or Settings()
+    settings = settings or ServerConfig()
     store = store if store is not None else Store(paths.db_path())
     backend = backend if backend is not None else make_backend(settings)
-    token = token if token is not None else load_or_create_token(paths.token_path())
+    token = token if token is not None else paths.load_or_create_token()
     active = ActiveRequests()
     conversations = Conversations(store, backend, active)
     codes = LoginCodes()
@@ -242,7 +247,7 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
         on_shutdown=[on_shutdown],
         state=State({"stop_all": stop_all, "store": store, "backend": backend}),
         request_max_body_size=MAX_REQUEST_BYTES,
-        logging_config=None,  # `localchat serve` sets up logging (lifecycle.serve); 500s are logged by _unexpected_error
+        logging_config=None,  # `localchat serve` sets up logging (process.serve); _unexpected_error logs 500s
         # the schema is under /api: it needs the token, like everything it describes
         openapi_config=OpenAPIConfig(title="localchat", version=VERSION, path="/api/openapi",
                                      render_plugins=[JsonRenderPlugin()]),

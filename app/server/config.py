@@ -1,16 +1,14 @@
-"""How the engine process is configured, and where its files live."""
+"""How the engine process is configured, and what one request may ask of it."""
 
 import ipaddress
 import os
 from dataclasses import dataclass
-from pathlib import Path
-
-from localchat.engine.dirs import user_dir
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = int(os.environ.get("LOCALCHAT_PORT") or 8741)  # where `localchat serve` listens unless --port
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 ENGINE_API_KEY_ENV = "LOCALCHAT_ENGINE_API_KEY"  # the bearer token of an --engine-url server
+GRACEFUL_SHUTDOWN_S = 10  # how long a stopping engine waits for its open connections
 
 # What one request may ask of the server (bigger ones are refused before any work is done)
 MAX_REQUEST_BYTES = 4 * 1024 * 1024  # a request body
@@ -20,7 +18,7 @@ MAX_CHOICES = 64  # prompts times n of one /v1/completions request
 
 
 @dataclass(frozen=True)
-class Settings:
+class ServerConfig:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     model: str | None = None  # the embedded engine's model (None: SmolLM2-135M-Instruct)
@@ -32,7 +30,7 @@ class Settings:
     quantization: str = "none"  # the embedded engine's: "none" (dense, exact) or "q4_1" / "auto" (see cli.py)
 
     @classmethod
-    def from_env(cls, **overrides) -> "Settings":
+    def from_env(cls, **overrides) -> "ServerConfig":
         overrides.setdefault("engine_api_key", os.environ.get(ENGINE_API_KEY_ENV) or None)
         return cls(**{k: v for k, v in overrides.items() if v is not None})
 
@@ -62,25 +60,3 @@ def is_loopback(host: str) -> bool:
 
 def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
-
-
-
-
-def db_path() -> Path:
-    return user_dir("data") / "localchat.db"
-
-
-def token_path() -> Path:
-    return user_dir("config") / "token"
-
-
-def state_path() -> Path:
-    return user_dir("runtime") / "engine.json"
-
-
-def lock_path() -> Path:
-    return user_dir("runtime") / "engine.lock"
-
-
-def log_path() -> Path:
-    return user_dir("state") / "engine.log"

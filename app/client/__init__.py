@@ -1,0 +1,1 @@
+"""The clients' side of the engine process: HTTP client, finding or starting the process, one-shot chat."""

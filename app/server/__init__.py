@@ -1,0 +1,1 @@
+"""The engine process: `localchat serve` (see app/__init__.py)."""

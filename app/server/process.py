@@ -1,0 +1,90 @@
+"""`localchat serve`: the engine process's life from its side. One per user (a lock), a state file that tells
+clients where it listens, logging, and a clean stop on SIGTERM (the client side: client/engine_process.py).
+"""
+
+import asyncio
+import errno
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+
+import uvicorn
+
+from localchat.app import engine_state
+from localchat.app.engine_state import EngineState
+from localchat.app.server.config import GRACEFUL_SHUTDOWN_S, ServerConfig, url_host
+
+
+class EngineServer(uvicorn.Server):
+    """uvicorn's server; on SIGTERM or SIGINT it first ends the running requests (their streams finish with
+    "abort" and the replies are stored as stopped), then shuts down as usual and exits with status 0."""
+
+    def __init__(self, config: uvicorn.Config, stop_all: Callable):
+        super().__init__(config)
+        self.stop_all = stop_all
+
+    def handle_exit(self, sig, frame) -> None:
+        if self.should_exit:
+            self.force_exit = True
+            return
+        self.should_exit = True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        loop.call_soon_threadsafe(lambda: loop.create_task(self.stop_all()))
+
+
+def serve(settings: ServerConfig) -> None:
+    """Run the engine process in the foreground until SIGTERM/SIGINT (or `localchat stop`)."""
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("localchat").setLevel(logging.INFO)
+    lock = engine_state.acquire_lock()
+    try:
+        sock = _bind(settings.host, settings.port)
+        print(f"localchat: serving on {settings.url}", file=sys.stderr, flush=True)
+        from localchat.app.server.app import create_app  # imports the engine (torch): after the quick checks
+
+        app = create_app(settings)
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+        server = EngineServer(config, app.state["stop_all"])
+        port = sock.getsockname()[1]
+        engine_state.write_state(EngineState(pid=os.getpid(), host=settings.host, port=port,
+                                             url=f"http://{url_host(settings.host)}:{port}", started_at=time.time(),
+                                             backend="remote" if settings.engine_url else "embedded"))
+        try:
+            server.run(sockets=[sock])
+        finally:
+            engine_state.remove_state()
+    finally:
+        os.close(lock)
+
+
+
+
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise RuntimeError(f"port {port} on {host} is in use by another program; pick one with --port") from None
+        raise RuntimeError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+
+
+
