@@ -5,9 +5,9 @@ from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
-from support import Server, running_server
+from webui_page import ChatPage, launch_chromium, new_page
 
-from webui_page import ChatPage, launch_chromium
+from support import Server, running_server
 
 
 @pytest.fixture(scope="session")
@@ -27,13 +27,8 @@ def browser() -> Iterator[Browser]:
 @pytest.fixture
 def page(browser) -> Iterator[Page]:
     """A page of its own browser context: no login cookie yet."""
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    page = context.new_page()
-    errors = []
-    page.on("pageerror", lambda error: errors.append(error))
-    yield page
-    context.close()
-    assert not errors, f"uncaught errors in the page: {errors}"
+    with new_page(browser) as page:
+        yield page
 
 
 @pytest.fixture

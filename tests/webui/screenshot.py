@@ -14,9 +14,9 @@ os.environ.setdefault("LOCALCHAT_HOME", tempfile.mkdtemp(prefix="localchat-scree
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
-from support import Server, make_home  # noqa: E402
-
 from webui_page import ChatPage, launch_chromium  # noqa: E402
+
+from support import Server, make_home  # noqa: E402
 
 OUTPUT = HERE.parents[1] / "docs" / "webui.png"
 VIEWPORT = {"width": 1440, "height": 900}

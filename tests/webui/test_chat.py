@@ -4,8 +4,9 @@ import json
 import re
 
 from playwright.sync_api import expect
+from webui_page import FAST, REPLY_TIMEOUT_MS, wait_until
 
-from webui_page import REPLY_TIMEOUT_MS, wait_until
+from support import stream_in_background
 
 
 def children(messages: list[dict], parent_id: str | None) -> list[dict]:
@@ -104,7 +105,10 @@ def test_branches_regenerate_edit_fork_and_reload(chat):
     # fork three replies: side by side as cards while they stream; pick the second one
     chat.send("Why that one?", replies=3)
     expect(chat.cards).to_have_count(3, timeout=REPLY_TIMEOUT_MS)
+    expect(page.locator("#replies")).to_have_value("1")  # the next message is not a fork again
     chat.wait_replies()
+    for card in chat.cards.all():  # once written, the cards' buttons are in sight, not under the message box
+        expect(card.locator("button.pick")).to_be_in_viewport(ratio=1)
     question = children(chat.stored()["messages"], edited_reply["id"])[0]
     forked = [m["id"] for m in children(chat.stored()["messages"], question["id"])]
     assert len(forked) == 3
@@ -156,9 +160,44 @@ def test_branches_regenerate_edit_fork_and_reload(chat):
     exported = json.loads(open(download.value.path(), encoding="utf-8").read())
     assert {m["id"] for m in exported["messages"]} == set(stored)
 
-    # clicking a message of another branch in the tree shows that branch, down its newest replies
-    page.click("#toggle-branches")
+    # clicking a message of another branch in the tree (still open after the reload) shows that branch, down its
+    # newest replies
+    expect(tree).to_be_visible()
     tree.locator(f'.node[data-id="{first_user["id"]}"] button').click()
     expect(chat.message(first_user["id"])).to_be_visible()
     assert chat.shown_ids() == [first_user["id"], second_reply["id"]]
     wait_until(lambda: chat.stored()["conversation"]["active_leaf"] == second_reply["id"])
+
+
+def test_a_reply_written_elsewhere_shows_as_being_written_until_it_ends(chat, api):
+    conversation = api.post("/api/conversations", json={"settings": {**FAST, "max_tokens": 400}}).json()
+    messages = f"/api/conversations/{conversation['id']}/messages"
+    listener, events, writing = stream_in_background(api, messages, {"content": "Write a long story about a cat."})
+    try:
+        assert writing.wait(REPLY_TIMEOUT_MS / 1000)
+        chat.open(conversation["id"])  # a tree in which the reply is saved so far, without a finish reason
+        reply = chat.messages.nth(1)
+        expect(reply.locator(".stats")).to_have_text("writing…")
+        expect(reply).to_have_class(re.compile(r"\bstreaming\b"))
+        expect(reply.locator("button.regenerate")).to_be_disabled()
+        shown = len(reply.locator(".content").inner_text())
+        wait_until(lambda: len(reply.locator(".content").inner_text()) > shown, timeout=15)  # it follows the reply
+    finally:
+        assert api.post(f"/api/conversations/{conversation['id']}/stop", json={}).json()["stopped"]
+        listener.join()
+    expect(reply.locator(".stats")).to_contain_text("stopped")
+    expect(reply).not_to_have_class(re.compile(r"\bstreaming\b"))
+    stored = next(m for m in chat.stored()["messages"] if m["role"] == "assistant")
+    expect(reply.locator(".content")).to_have_text(re.compile(re.escape(stored["content"].split("\n")[0].strip())))
+
+
+def test_the_stats_line_says_how_a_reply_ended(page, server):
+    page.goto(server.url + "/")
+    lines = page.evaluate("""async () => {
+        const { statsLine } = await import('/static/message.js');
+        const endings = [{ finish_reason: "stop" }, { finish_reason: "length" },
+                         { finish_reason: "abort", stopped: true }, { finish_reason: "interrupted", stopped: true },
+                         {}];
+        return endings.map((ending) => statsLine({ role: "assistant", content: "", ...ending }));
+    }""")
+    assert lines == ["", "cut at max tokens", "stopped", "interrupted", "writing…"]

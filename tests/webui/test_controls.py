@@ -1,9 +1,9 @@
 """Settings, keyboard, copy buttons and themes."""
 
 from playwright.sync_api import expect
-from support import stream_api
+from webui_page import BACKGROUNDS, FAST, wait_until
 
-from webui_page import FAST, wait_until
+from support import stream_api
 
 
 def test_settings_dialog_saves_system_prompt_and_sampling(chat):
@@ -92,4 +92,47 @@ def test_theme_follows_the_system_setting(chat):
     light = chat.page.evaluate(background)
     chat.page.emulate_media(color_scheme="dark")
     dark = chat.page.evaluate(background)
-    assert light == "rgb(255, 255, 255)" and dark == "rgb(22, 24, 29)"
+    assert (light, dark) == (BACKGROUNDS["light"], BACKGROUNDS["dark"])
+
+
+def test_the_inputs_take_their_limits_from_the_server(chat, api):
+    limits = api.get("/api/limits").json()["sampling"]
+    chat.create_chat()
+    page = chat.page
+    expect(page.locator("#replies")).to_have_attribute("max", str(limits["n"]["max"]))
+    chat.page.click("#settings")
+    dialog = page.locator("#settings-dialog")
+    for name in ["temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+                 "frequency_penalty", "max_tokens"]:
+        field = dialog.locator(f'input[name="{name}"]')
+        low, high = field.get_attribute("min"), field.get_attribute("max")
+        assert float(low) == limits[name]["min"], name
+        assert (high and float(high)) == limits[name]["max"], name
+
+    # a value the server refuses all the same: its message shows in the dialog, which stays open
+    dialog.locator('input[name="temperature"]').fill("0.005")
+    dialog.locator('button[value="save"]').click()
+    expect(dialog.locator(".dialog-error")).to_have_text(
+        "settings: temperature must be 0 (greedy) or at least 0.01, got 0.005")
+    expect(dialog).to_be_visible()
+    dialog.locator('input[name="temperature"]').fill("0.5")
+    dialog.locator('button[value="save"]').click()
+    expect(dialog).to_be_hidden()
+    assert chat.stored()["conversation"]["settings"]["temperature"] == 0.5
+
+
+def test_the_branch_tree_stays_open_or_closed_across_reloads(chat):
+    chat.create_chat()
+    page, tree = chat.page, chat.page.locator("#branches")
+    expect(tree).to_be_hidden()
+    page.click("#toggle-branches")
+    expect(tree).to_be_visible()
+    page.reload()
+    expect(tree).to_be_visible()
+    expect(page.locator("#toggle-branches")).to_have_attribute("aria-pressed", "true")
+    page.click("#toggle-branches")
+    expect(tree).to_be_hidden()
+    page.reload()
+    expect(page.locator("#app")).to_be_visible()
+    expect(tree).to_be_hidden()
+    expect(page.locator("#toggle-branches")).to_have_attribute("aria-pressed", "false")

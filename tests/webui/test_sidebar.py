@@ -1,9 +1,9 @@
 """The chat list and search: new, rename, delete, newest first; search over message text opens the hit."""
 
 from playwright.sync_api import expect
-from support import stream_api
+from webui_page import FAST, REPLY_TIMEOUT_MS, ChatPage, wait_until
 
-from webui_page import FAST, wait_until
+from support import stream_api
 
 
 def chat_ids(chat) -> list[str]:
@@ -65,3 +65,27 @@ def test_search_opens_the_hit_in_its_branch(chat, api):
     expect(chat.page.locator("#chats li.empty")).to_have_text("No messages match")
     chat.page.press("#search", "Escape")
     expect(chat.page.locator("#chats li.current")).to_have_count(1)
+
+
+def test_signing_in_opens_a_new_chat_unless_the_address_names_one(page, server, api):
+    older = api.post("/api/conversations", json={"settings": {**FAST, "max_tokens": 4}}).json()  # made elsewhere,
+    stream_api(api, f"/api/conversations/{older['id']}/messages", {"content": "Hi."})  # the newest chat
+    chat = ChatPage(page, server, api).sign_in()
+    expect(page.locator("#chat-title")).to_have_text("New chat")
+    expect(page.locator("#chats li.chat")).not_to_have_count(0)
+    expect(page.locator("#chats li.current")).to_have_count(0)
+    expect(chat.messages).to_have_count(0)
+    assert chat.conversation_id == ""
+
+    page.fill("#message", "Hello.")  # the first message makes the chat
+    page.press("#message", "Enter")
+    expect(page.locator("#thread .message.assistant")).to_have_count(1, timeout=REPLY_TIMEOUT_MS)
+    page.keyboard.press("Escape")  # (a new chat's replies are long: stopped)
+    chat.wait_replies()
+    assert chat.conversation_id not in ("", older["id"])
+    assert [m["content"] for m in chat.stored()["messages"]][0] == "Hello."
+    assert len(api.get(f"/api/conversations/{older['id']}").json()["messages"]) == 2
+
+    page.goto(f"{chat.login_url()}#{older['id']}")  # a login link that names a chat opens it
+    expect(page.locator(f'#chats li.current[data-id="{older["id"]}"]')).to_have_count(1)
+    expect(chat.messages).to_have_count(2)

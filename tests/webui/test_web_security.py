@@ -3,15 +3,18 @@ or a user writes is shown as text, never run as HTML."""
 
 import functools
 import http.server
+import re
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
+from webui_page import BACKGROUNDS, FAST, assert_fits, new_page
+
 from support import free_port, stream_api
 
-from webui_page import FAST
-
+SIGNIN_FAILED = Path(__file__).parents[2] / "webui" / "static" / "signin-failed.html"
 INJECTION = '<script>window.injected = 1</script><img src="x" onerror="window.injected = 2"> hello'
 
 
@@ -34,6 +37,34 @@ def test_localchat_web_prints_a_login_url_that_works_once(browser, page, server)
         assert other.cookies() == []
     finally:
         other.close()
+
+
+def expect_the_signin_failed_page(page) -> None:
+    notice = page.locator("#signin-failed")
+    expect(notice.locator("h1")).to_have_text("This login link no longer works")
+    expect(notice).to_contain_text("It was used already, or it has expired: a login link works once, and for two "
+                                   "minutes.")
+    expect(notice.locator("code")).to_have_text(["localchat web", "localchat web --print"])
+
+
+@pytest.mark.parametrize("color_scheme", ["light", "dark"])
+def test_the_page_of_a_used_login_link_says_what_to_run(browser, server, color_scheme):
+    source = SIGNIN_FAILED.read_text()
+    assert not re.search(r"<script|<style|\sstyle=|\son\w+=", source)  # nothing the CSP would block
+    with new_page(browser, 390, 844, color_scheme=color_scheme) as page:
+        page.goto(f"{server.url}/static/signin-failed.html")
+        expect_the_signin_failed_page(page)
+        assert page.evaluate("getComputedStyle(document.body).backgroundColor") == BACKGROUNDS[color_scheme]
+        assert_fits(page)
+
+
+def test_a_used_login_link_answers_with_that_page(page, server):
+    response = page.goto(f"{server.url}/auth?code=used-or-expired")
+    assert response.status == 403
+    if not response.headers["content-type"].startswith("text/html"):
+        pytest.skip("the server still answers a used login link with JSON")
+    assert response.headers["content-security-policy"].startswith("default-src 'self'")
+    expect_the_signin_failed_page(page)
 
 
 def test_without_the_login_url_the_page_gets_no_data(page, server, api):
@@ -65,7 +96,10 @@ def test_a_page_of_another_origin_can_neither_read_nor_write(chat, other_origin,
     (folder / "attack.html").write_text(f"""<!doctype html><script>
     const api = "{api_url}/api/conversations";
     async function attempt(name, request) {{
-        try {{ const response = await request(); return [name, response.type === "opaque" ? "opaque" : await response.text()]; }}
+        try {{
+            const response = await request();
+            return [name, response.type === "opaque" ? "opaque" : await response.text()];
+        }}
         catch (error) {{ return [name, "failed: " + error]; }}
     }}
     Promise.all([
@@ -126,7 +160,9 @@ def test_a_stored_message_with_html_shows_as_text(chat, api):
     chat.open(conversation["id"])
     user = chat.page.locator("#thread .message.user .content")
     expect(user).to_have_text(INJECTION)
-    expect(chat.page.locator("#chats li.current .title")).to_have_text(INJECTION[:60])  # named by the message
-    expect(chat.page.locator("#chat-title")).to_have_text(INJECTION[:60])
+    title = chat.stored()["conversation"]["title"]  # named by the message
+    assert INJECTION.startswith(title.rstrip("…"))
+    expect(chat.page.locator("#chats li.current .title")).to_have_text(title)
+    expect(chat.page.locator("#chat-title")).to_have_text(title)
     assert chat.page.locator("#app img, #app script").count() == 0
     assert chat.page.evaluate("window.injected ?? null") is None

@@ -1,19 +1,43 @@
 """Driving the web UI as a user does, for the browser tests and the screenshot script."""
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import httpx
 from playwright.sync_api import Browser, Locator, Page, Playwright, expect
+
 from support import Server
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's; Playwright's own browser download needs the network
 REPLY_TIMEOUT_MS = 60_000
 FAST = {"temperature": 0.0, "max_tokens": 12}  # short, reproducible replies
+BACKGROUNDS = {"light": "rgb(255, 255, 255)", "dark": "rgb(22, 24, 29)"}  # the page's, by color scheme
 
 
 def launch_chromium(playwright: Playwright) -> Browser:
     return playwright.chromium.launch(executable_path=CHROMIUM)
+
+
+@contextmanager
+def new_page(browser: Browser, width: int = 1280, height: int = 800, color_scheme: str = "light") -> Iterator[Page]:
+    """A page of its own browser context (no login cookie yet) that must raise no uncaught error; no animations."""
+    context = browser.new_context(viewport={"width": width, "height": height}, color_scheme=color_scheme,
+                                  reduced_motion="reduce")
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda error: errors.append(error))
+    try:
+        yield page
+    finally:
+        context.close()
+    assert not errors, f"uncaught errors in the page: {errors}"
+
+
+def assert_fits(page: Page) -> None:
+    """The page does not scroll sideways."""
+    width, viewport = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert width <= viewport, f"the page is {width} px wide in a {viewport} px window"
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -61,6 +85,26 @@ class ChatPage:
     def stored(self) -> dict:
         """The open chat as the server has it: {conversation, messages}."""
         return self.api.get(f"/api/conversations/{self.conversation_id}").json()
+
+    # --- what a narrow screen folds away: the chat list into a drawer, the header's buttons into a menu ---
+
+    def show_sidebar(self) -> None:
+        """The chat list, through its drawer where it is one."""
+        if self.page.locator("#open-sidebar").is_visible():
+            self.page.click("#open-sidebar")
+        expect(self.page.locator("#sidebar")).to_be_in_viewport(ratio=1)
+
+    def show_tool(self, tool_id: str) -> Locator:
+        """One of the header's buttons (settings, toggle-branches, export-markdown, export-json), through the menu
+        where they are in one."""
+        if self.page.locator("#open-menu").is_visible():
+            self.page.click("#open-menu")
+        tool = self.page.locator(f"#{tool_id}")
+        expect(tool).to_be_in_viewport(ratio=1)
+        return tool
+
+    def use_tool(self, tool_id: str) -> None:
+        self.show_tool(tool_id).click()
 
     # --- writing ---
 

@@ -40,6 +40,7 @@ export const updateConversation = (id, fields) => json("PATCH", conversation(id)
 export const deleteConversation = (id) => json("DELETE", conversation(id));
 export const stopReplies = (id) => json("POST", `${conversation(id)}/stop`, {});
 export const search = (q) => json("GET", `/api/search?q=${encodeURIComponent(q)}`);
+export const getLimits = () => json("GET", "/api/limits");
 
 export function exportUrl(id, format, leaf) {
   const query = new URLSearchParams({ format });

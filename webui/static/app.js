@@ -1,14 +1,16 @@
 // The web UI: which chat is open, which branch is shown, and the reply being streamed.
 import * as api from "./api.js";
 import { BranchTreeView } from "./branches.js";
-import { copyText } from "./dom.js";
+import { copyText, setRange } from "./dom.js";
 import { fillHelp, installShortcuts } from "./keys.js";
+import { Panels } from "./panels.js";
 import { SettingsDialog } from "./settings.js";
 import { Sidebar } from "./sidebar.js";
 import { ThreadView } from "./thread.js";
 import { Tree } from "./tree.js";
 
 const $ = (id) => document.getElementById(id);
+const FOLLOW_INTERVAL_MS = 1000;  // a reply written by another client is saved every second
 
 class App {
   constructor() {
@@ -19,15 +21,26 @@ class App {
     this.fork = null;  // {parentId, ids}: n replies shown side by side until one is picked
     this.streaming = null;  // the id of the chat whose replies are being written
     this.openings = 0;  // a chat opened later wins over one still loading
+    this.following = null;  // the timer that reloads a chat while another client writes its replies
     this.thread = new ThreadView($("thread"), {
       onSwitch: (id, step) => this.switchSibling(id, step),
       onEdit: (id, text) => this.edit(id, text),
       onRegenerate: (id) => this.regenerate(id),
       onPick: (id) => this.showBranch(id),
     });
-    this.branches = new BranchTreeView($("branches"), (id) => this.showBranch(this.tree.descend(id)));
+    this.branches = new BranchTreeView($("branches"), (id) => {
+      this.panels.closeDrawers();
+      this.showBranch(this.tree.descend(id));
+    });
+    this.panels = new Panels({
+      app: $("app"), scrim: $("scrim"), sidebarButton: $("open-sidebar"), menuButton: $("open-menu"),
+      menu: $("chat-tools"), branches: $("branches"), branchesButton: $("toggle-branches"),
+    }, () => this.renderBranches());
     this.sidebar = new Sidebar($("chats"), $("search"), {
-      onOpen: (id, messageId) => this.open(id, messageId),
+      onOpen: (id, messageId) => {
+        this.panels.openSidebar(false);
+        return this.open(id, messageId);
+      },
       onRename: (id, title) => this.rename(id, title),
       onDelete: (id) => this.remove(id),
       onSearch: (query) => this.search(query),
@@ -74,10 +87,11 @@ class App {
       }
       throw error;
     }
+    this.useLimits(await api.getLimits());
     $("app").hidden = false;
-    const wanted = chatInLocation();
-    const first = this.conversations.find((c) => c.id === wanted) ?? this.conversations[0];
-    if (first) await this.open(first.id);
+    // a chat named in the URL, else a new one (written to the server with its first message)
+    const named = this.conversations.find((c) => c.id === chatInLocation());
+    if (named) await this.open(named.id);
     else this.render();
     $("message").focus();
   }
@@ -94,7 +108,6 @@ class App {
     this.tree = new Tree(messages);
     this.fork = null;
     this.leaf = messageId ? this.tree.descend(messageId) : this.tree.openingLeaf(conversation.active_leaf);
-    history.replaceState(null, "", `#${encodeURIComponent(id)}`);
     this.render();
     if (messageId) {
       this.rememberLeaf();
@@ -102,17 +115,39 @@ class App {
     }
   }
 
+  /** While another client writes replies in the open chat, reload it every second until they are done. */
+  followWriting() {
+    clearTimeout(this.following);
+    const id = this.conversation?.id;
+    if (!id || this.streaming || !this.tree.writing()) return;
+    this.following = setTimeout(async () => {
+      try {
+        const { messages } = await api.getConversation(id);
+        if (this.conversation?.id !== id || this.streaming) return;
+        if (this.tree.merge(messages)) this.render();
+        else this.followWriting();
+      } catch (error) {
+        this.showError(error);
+      }
+    }, FOLLOW_INTERVAL_MS);
+  }
+
   showTitle() {
     const c = this.conversation;
-    $("chat-title").textContent = c ? c.title : "New chat";
+    const title = c ? c.title : "New chat";
+    $("chat-title").textContent = title;
+    $("chat-title").title = title;
     document.title = c ? `${c.title} · localchat` : "localchat";
   }
 
   render() {
     const c = this.conversation;
+    const hash = c ? `#${encodeURIComponent(c.id)}` : "";  // a link to the chat (a new one has none yet)
+    if (location.hash !== hash) history.replaceState(null, "", hash || location.pathname);
     this.showTitle();
     $("empty-chat").hidden = Boolean(this.leaf);
-    for (const id of ["settings", "toggle-branches", "export-markdown", "export-json"]) $(id).hidden = !c;
+    for (const id of ["open-menu", "settings", "toggle-branches", "export-markdown", "export-json"]) $(id).hidden = !c;
+    this.panels.setChat(Boolean(c));
     if (c) {
       $("export-markdown").href = api.exportUrl(c.id, "markdown", this.savedLeaf());
       $("export-json").href = api.exportUrl(c.id, "json");
@@ -121,10 +156,11 @@ class App {
     else this.thread.clear();
     this.renderBranches();
     this.renderChats();
+    this.followWriting();
   }
 
   renderBranches() {
-    if (!$("branches").hidden) this.branches.render(this.tree, this.leaf);
+    if (this.panels.branchesOpen) this.branches.render(this.tree, this.leaf);
   }
 
   renderChats() {
@@ -165,8 +201,18 @@ class App {
 
   // --- writing ---
 
-  get replies() {
-    return Math.min(8, Math.max(1, Number($("replies").value) || 1));
+  /** The limits of the server's settings (GET /api/limits) on the inputs. */
+  useLimits(limits) {
+    setRange($("replies"), limits.sampling.n);
+    this.settings.setLimits(limits.sampling);
+  }
+
+  /** How many replies to write; a fork of several is one request: the box goes back to 1 once it is sent. */
+  takeReplies() {
+    const input = $("replies");
+    const replies = Math.min(Number(input.max) || Infinity, Math.max(Number(input.min), Number(input.value) || 1));
+    input.value = input.min;
+    return replies;
   }
 
   async send() {
@@ -176,17 +222,17 @@ class App {
     if (!this.conversation) await this.newChat();
     input.value = "";
     const parentId = this.fork ? this.fork.ids[0] : this.savedLeaf();
-    await this.stream(api.sendMessage(this.conversation.id, content, parentId, this.replies));
+    await this.stream(api.sendMessage(this.conversation.id, content, parentId, this.takeReplies()));
   }
 
   async edit(id, content) {
     if (this.streaming) return;
-    await this.stream(api.editMessage(this.conversation.id, id, content, this.replies));
+    await this.stream(api.editMessage(this.conversation.id, id, content, this.takeReplies()));
   }
 
   async regenerate(id) {
     if (this.streaming) return;
-    await this.stream(api.regenerate(this.conversation.id, id, this.replies));
+    await this.stream(api.regenerate(this.conversation.id, id, this.takeReplies()));
   }
 
   regenerateLast() {
@@ -197,6 +243,11 @@ class App {
 
   stop() {
     if (this.streaming) api.stopReplies(this.streaming).catch((e) => this.showError(e));
+  }
+
+  /** Escape: closes the menu or a drawer, else stops the replies being written. */
+  escape() {
+    if (!this.panels.closeTop()) this.stop();
   }
 
   /** Show the events of a send, edit or regenerate as they come. */
@@ -214,6 +265,7 @@ class App {
     } finally {
       this.setStreaming(null);
       await this.refreshChats();
+      this.followWriting();
     }
   }
 
@@ -269,6 +321,7 @@ class App {
 
   async newChat() {
     this.openings++;
+    this.panels.openSidebar(false);
     const conversation = await api.createConversation();
     this.conversations.unshift(conversation);
     this.thread.clear();
@@ -276,7 +329,6 @@ class App {
     this.tree = new Tree();
     this.leaf = null;
     this.fork = null;
-    history.replaceState(null, "", `#${encodeURIComponent(conversation.id)}`);
     this.render();
     $("message").focus();
   }
@@ -313,22 +365,22 @@ class App {
   }
 
   focusSearch() {
+    this.panels.openSidebar(true);
     $("search").focus();
     $("search").select();
   }
 
-  async editSettings() {
+  editSettings() {
     if (!this.conversation) return;
-    const fields = await this.settings.edit(this.conversation);
-    if (fields) this.conversation = await api.updateConversation(this.conversation.id, fields);
+    const id = this.conversation.id;
+    this.settings.edit(this.conversation, async (fields) => {
+      const conversation = await api.updateConversation(id, fields);
+      if (this.conversation?.id === id) this.conversation = conversation;
+    });
   }
 
   toggleBranches() {
-    if (!this.conversation) return;
-    const panel = $("branches");
-    panel.hidden = !panel.hidden;
-    $("toggle-branches").setAttribute("aria-pressed", String(!panel.hidden));
-    this.renderBranches();
+    if (this.conversation) this.panels.toggleBranches();
   }
 
   showHelp() {

@@ -25,3 +25,10 @@ export async function copyText(button, text) {
   button.textContent = "Copied";
   setTimeout(() => { button.textContent = label; }, 1200);
 }
+
+/** A number input's range from a server limit ({min, max}; a null max: none). */
+export function setRange(input, { min, max }) {
+  input.min = String(min);
+  if (max === null) input.removeAttribute("max");
+  else input.max = String(max);
+}

@@ -5,7 +5,7 @@ import { h } from "./dom.js";
 const SHORTCUTS = [
   ["Enter", "Send the message", null, null],
   ["Shift+Enter", "New line", null, null],
-  ["Esc", "Stop the reply being written", (e) => e.key === "Escape", "stop"],
+  ["Esc", "Close the menu, or stop the reply being written", (e) => e.key === "Escape", "escape"],
   ["Alt+N", "New chat", (e) => e.altKey && e.code === "KeyN", "newChat"],
   ["Alt+R", "Regenerate the last reply", (e) => e.altKey && e.code === "KeyR", "regenerateLast"],
   ["Alt+B", "Show or hide the branch tree", (e) => e.altKey && e.code === "KeyB", "toggleBranches"],

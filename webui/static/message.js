@@ -1,6 +1,7 @@
 // One message on screen: who wrote it, its ‹ n/m › branch switcher, its actions, its text and its stats.
 import { copyText, h } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
+import { isWriting } from "./tree.js";
 
 /** "0.21 s to first token · 35.2 tokens/s · 41/57 prompt tokens cached · stopped" */
 export function statsLine(message) {
@@ -12,7 +13,9 @@ export function statsLine(message) {
     parts.push(`${stats.completion_tokens} tokens`);
     parts.push(`${stats.cached_tokens}/${stats.prompt_tokens} prompt tokens cached`);
   }
-  if (message.stopped) parts.push("stopped");
+  if (isWriting(message)) parts.push("writing…");
+  else if (message.finish_reason === "interrupted") parts.push("interrupted");  // the engine stopped meanwhile
+  else if (message.stopped) parts.push("stopped");
   else if (message.finish_reason === "length") parts.push("cut at max tokens");
   return parts.join(" · ");
 }
@@ -56,9 +59,10 @@ export class MessageView {
   /** A new state of the message (the stored one replaces the streaming placeholder). */
   show(message) {
     this.message = message;
-    this.element.classList.toggle("streaming", Boolean(message.streaming));
+    const writing = isWriting(message);
+    this.element.classList.toggle("streaming", writing);
     this.element.classList.toggle("stopped", Boolean(message.stopped));
-    this.element.querySelectorAll(".regenerate, .edit, .pick").forEach((b) => { b.disabled = Boolean(message.streaming); });
+    this.element.querySelectorAll(".regenerate, .edit, .pick").forEach((b) => { b.disabled = writing; });
     this.renderText();
     this.stats.textContent = statsLine(message);
   }

@@ -1,48 +1,73 @@
-// A chat's system prompt and sampling settings, edited in a dialog.
-import { h } from "./dom.js";
+// A chat's system prompt and sampling settings, edited in a dialog. The inputs' ranges are the server's
+// (GET /api/limits); a value it refuses all the same is shown in the dialog, which stays open.
+import { h, setRange } from "./dom.js";
 
-// [name, label, input attributes]; the names are SamplingSettings' fields
+// [name, label, step]; the names are SamplingSettings' fields
 const NUMBER_FIELDS = [
-  ["temperature", "Temperature", { min: 0, max: 5, step: "any" }],
-  ["top_p", "Top p", { min: 0, max: 1, step: "any" }],
-  ["top_k", "Top k (0: off)", { min: 0, step: 1 }],
-  ["min_p", "Min p", { min: 0, max: 1, step: "any" }],
-  ["repetition_penalty", "Repetition penalty", { min: 0.01, step: "any" }],
-  ["presence_penalty", "Presence penalty", { min: -2, max: 2, step: "any" }],
-  ["frequency_penalty", "Frequency penalty", { min: -2, max: 2, step: "any" }],
-  ["max_tokens", "Max tokens", { min: 1, step: 1 }],
-  ["seed", "Seed (empty: random)", { min: 0, step: 1 }],
+  ["temperature", "Temperature", "any"],
+  ["top_p", "Top p", "any"],
+  ["top_k", "Top k (0: off)", 1],
+  ["min_p", "Min p", "any"],
+  ["repetition_penalty", "Repetition penalty", "any"],
+  ["presence_penalty", "Presence penalty", "any"],
+  ["frequency_penalty", "Frequency penalty", "any"],
+  ["max_tokens", "Max tokens", 1],
+  ["seed", "Seed (empty: random)", 1],
 ];
 
 export class SettingsDialog {
   constructor(dialog) {
     this.dialog = dialog;
+    this.save = null;
     this.systemPrompt = h("textarea", { name: "system_prompt", rows: 4 });
     this.stop = h("textarea", { name: "stop", rows: 2, placeholder: "one per line" });
-    this.numbers = Object.fromEntries(NUMBER_FIELDS.map(([name, , limits]) =>
-      [name, h("input", { type: "number", name, ...limits })]));
+    this.numbers = Object.fromEntries(NUMBER_FIELDS.map(([name, , step]) =>
+      [name, h("input", { type: "number", name, step: String(step) })]));
+    this.error = h("p", { class: "dialog-error", role: "alert", hidden: true });
     const form = h("form", { method: "dialog" },
       h("h2", { text: "Chat settings" }),
       h("label", { class: "wide" }, "System prompt", this.systemPrompt),
       h("div", { class: "grid" }, ...NUMBER_FIELDS.map(([name, label]) => h("label", {}, label, this.numbers[name]))),
       h("label", { class: "wide" }, "Stop strings", this.stop),
+      this.error,
       h("div", { class: "dialog-buttons" },
         h("button", { value: "cancel", formnovalidate: true, text: "Cancel" }),
         h("button", { value: "save", class: "primary", text: "Save" })));
+    form.addEventListener("submit", (event) => {
+      if (event.submitter?.value !== "save") return;  // Cancel closes the dialog
+      event.preventDefault();
+      this.submit();
+    });
     dialog.append(form);
   }
 
-  /** Resolves to the PATCH body ({system_prompt, settings}) when saved, else null. */
-  edit(conversation) {
+  /** The ranges the server accepts: {name: {min, max}} for each sampling setting. */
+  setLimits(limits) {
+    for (const [name, input] of Object.entries(this.numbers)) setRange(input, limits[name]);
+  }
+
+  /** Shows the chat's settings; Save calls `save({system_prompt, settings})`, and closes the dialog once it is done. */
+  edit(conversation, save) {
+    this.save = save;
     this.systemPrompt.value = conversation.system_prompt;
     this.stop.value = conversation.settings.stop.join("\n");
     for (const [name, input] of Object.entries(this.numbers)) input.value = conversation.settings[name] ?? "";
-    this.dialog.returnValue = "";
+    this.showError(null);
     this.dialog.showModal();
-    return new Promise((resolve) => {
-      this.dialog.addEventListener("close", () => resolve(this.dialog.returnValue === "save" ? this.values() : null),
-        { once: true });
-    });
+  }
+
+  async submit() {
+    try {
+      await this.save(this.values());
+      this.dialog.close();
+    } catch (error) {
+      this.showError(error.message);
+    }
+  }
+
+  showError(message) {
+    this.error.hidden = !message;
+    this.error.textContent = message ?? "";
   }
 
   values() {

@@ -55,9 +55,11 @@ export class ThreadView {
     if (atBottom) requestAnimationFrame(() => this.scrollToBottom());
   }
 
-  /** A message changed as a whole (a reply finished). */
+  /** A message changed as a whole (a reply finished: its stats line shows). */
   update(message) {
+    const atBottom = this.atBottom();
     for (const views of [this.views, this.cards]) views.get(message.id)?.show(message);
+    if (atBottom) this.scrollToBottom();
   }
 
   atBottom() {

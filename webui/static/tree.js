@@ -1,5 +1,8 @@
 // A conversation's messages as a tree: parents, ordered children, branches root..leaf.
 
+/** A reply still being written (by this page or another client): it has no finish reason yet. */
+export const isWriting = (message) => message.role === "assistant" && message.finish_reason == null;
+
 export class Tree {
   constructor(messages = []) {
     this.byId = new Map();
@@ -16,6 +19,21 @@ export class Tree {
     this.byId.set(message.id, message);
     const written = (id) => this.byId.get(id).created_at ?? Infinity;  // one being written comes last
     siblings.sort((a, b) => (written(a) > written(b)) - (written(a) < written(b)));
+  }
+
+  /** Adds the messages that are new or changed (replies written meanwhile); true if there were any. */
+  merge(messages) {
+    const changed = messages.filter((m) => {
+      const known = this.get(m.id);
+      return !known || known.content !== m.content || known.finish_reason !== m.finish_reason;
+    });
+    changed.forEach((m) => this.add(m));
+    return changed.length > 0;
+  }
+
+  /** Whether some reply is still being written. */
+  writing() {
+    return [...this.byId.values()].some(isWriting);
   }
 
   get(id) {
