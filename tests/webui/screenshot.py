@@ -1,5 +1,5 @@
-"""Takes docs/webui.png: the web UI's main screen with a branched chat, at a fixed viewport, against a real
-`localchat serve` on the embedded model.
+"""Takes docs/webui.png and docs/webui-phone.png: the web UI's main screen with a branched chat on a desktop and on
+a phone, against a real `localchat serve` on the embedded model.
 
     .venv/bin/python tests/webui/screenshot.py
 """
@@ -14,12 +14,12 @@ os.environ.setdefault("LOCALCHAT_HOME", tempfile.mkdtemp(prefix="localchat-scree
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
-from webui_page import ChatPage, launch_chromium  # noqa: E402
+from webui_page import ChatPage, launch_chromium, new_page  # noqa: E402
 
 from support import Server, make_home  # noqa: E402
 
-OUTPUT = HERE.parents[1] / "docs" / "webui.png"
-VIEWPORT = {"width": 1440, "height": 900}
+DOCS = HERE.parents[1] / "docs"
+DESKTOP, PHONE = (1440, 900), (390, 844)
 OTHER_CHATS = ["Plan a weekend in Lisbon", "Explain paged attention", "Regex for ISO dates"]
 
 
@@ -28,27 +28,30 @@ def main() -> None:
     try:
         with server.client() as api, sync_playwright() as playwright:
             browser = launch_chromium(playwright)
-            page = browser.new_page(viewport=VIEWPORT, color_scheme="light")
-            chat = ChatPage(page, server, api)
+            DOCS.mkdir(exist_ok=True)
             for title in OTHER_CHATS:
                 api.post("/api/conversations", json={"title": title})
-            chat.sign_in()
-            chat.create_chat(temperature=0.7, max_tokens=48, seed=None)
-            chat.send("What is a KV cache, in two sentences?")
-            chat.wait_replies()
-            chat.messages.last.locator("button.regenerate").click()  # a second branch: the switcher shows 2/2
-            chat.wait_replies()
-            chat.send("Write a Python function that reverses a string.")
-            chat.wait_replies()
-            page.click("#toggle-branches")
-            expect(page.locator("#branches .node.active")).to_have_count(4)
-            page.mouse.move(0, VIEWPORT["height"] - 1)  # no hover effects
-            OUTPUT.parent.mkdir(exist_ok=True)
-            page.screenshot(path=str(OUTPUT))
+            with new_page(browser, *DESKTOP) as page:
+                chat = ChatPage(page, server, api).sign_in()
+                conversation_id = chat.create_chat(temperature=0.7, max_tokens=48, seed=None)
+                chat.send("What is a KV cache, in two sentences?")
+                chat.wait_replies()
+                chat.messages.last.locator("button.regenerate").click()  # a second branch: the switcher shows 2/2
+                chat.wait_replies()
+                chat.send("Write a Python function that reverses a string.")
+                chat.wait_replies()
+                page.click("#toggle-branches")
+                expect(page.locator("#branches .node.active")).to_have_count(4)
+                page.mouse.move(0, DESKTOP[1] - 1)  # no hover effects
+                page.screenshot(path=str(DOCS / "webui.png"))
+            with new_page(browser, *PHONE) as page:  # the same chat, scrolled to its end
+                ChatPage(page, server, api).sign_in().open(conversation_id)
+                page.locator("#message").blur()
+                page.screenshot(path=str(DOCS / "webui-phone.png"))
             browser.close()
     finally:
         server.stop()
-    print(OUTPUT)
+    print(DOCS / "webui.png", DOCS / "webui-phone.png")
 
 
 if __name__ == "__main__":
