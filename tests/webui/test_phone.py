@@ -38,6 +38,11 @@ def test_drawers_and_menu_close_on_escape_a_tap_outside_or_a_choice(phone, api):
     expect(sidebar).to_be_in_viewport(ratio=1)
     page.keyboard.press("Escape")
     expect(sidebar).to_be_hidden()
+    page.keyboard.press("Control+k")  # searching opens it too
+    expect(page.locator("#search")).to_be_focused()
+    expect(sidebar).to_be_in_viewport(ratio=1)
+    page.keyboard.press("Escape")
+    expect(sidebar).to_be_hidden()
     page.click("#open-sidebar")
     page.mouse.click(PHONE[0] - 10, PHONE[1] // 2)  # on the scrim, right of the drawer
     expect(sidebar).to_be_hidden()

@@ -365,7 +365,7 @@ class App {
   }
 
   focusSearch() {
-    this.panels.openSidebar(true);
+    this.panels.revealSidebar();
     $("search").focus();
     $("search").select();
   }

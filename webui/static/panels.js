@@ -51,6 +51,11 @@ export class Panels {
     this.elements.sidebarButton.setAttribute("aria-expanded", String(open));
   }
 
+  /** Opens the chat list's drawer where it is one (Ctrl+K searches in it). */
+  revealSidebar() {
+    if (this.elements.sidebarButton.checkVisibility()) this.openSidebar(true);
+  }
+
   openMenu(open) {
     this.elements.app.classList.toggle("menu-open", open);
     this.elements.menuButton.setAttribute("aria-expanded", String(open));
