@@ -8,6 +8,7 @@ import threading
 import uuid
 from collections.abc import AsyncIterator
 
+from localchat.engine.config import EngineConfig
 from localchat.engine.llm_engine import LLMEngine
 from localchat.engine.outputs import RequestOutput
 from localchat.engine.sampling_params import SamplingParams
@@ -21,7 +22,8 @@ class EngineFailed(RuntimeError):
 
 
 class AsyncLLM:
-    """`AsyncLLM()` loads the embedded model; see LLMEngine for the arguments.
+    """`AsyncLLM()` loads the embedded model; the keyword arguments are EngineConfig's fields, and
+    on_progress(stage, fraction) hears how loading goes.
 
     One thread owns the engine. Callers hand it commands (add, abort) through a queue that it
     drains between steps, and receive deltas on their own event loop.
@@ -30,8 +32,8 @@ class AsyncLLM:
     the loop goes on serving the others. Only if the engine cannot be brought back to a clean state does
     it stop for good: then `error` says why, and every later request is refused."""
 
-    def __init__(self, model: str | None = None, **engine_args):
-        self.engine = LLMEngine(model, **engine_args)
+    def __init__(self, model: str | None = None, on_progress=None, **engine_args):
+        self.engine = LLMEngine(EngineConfig(model, **engine_args), on_progress)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._wake = threading.Event()
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}

@@ -33,6 +33,7 @@ class BlockPool:
         self.root_hash = hash(("localchat", salt))  # parent hash of a sequence's first block
         self.never_used = set(range(num_blocks))
         self.first_used: list[int] = []  # blocks handed out for the first time, whose memory must be cleared
+        self.num_cached_free = 0  # free blocks that still hold a reusable prefix (hashed, count 0)
 
     @property
     def num_free(self) -> int:
@@ -42,11 +43,6 @@ class BlockPool:
     @property
     def num_used(self) -> int:
         return len(self.blocks) - len(self.free_queue)
-
-    @property
-    def num_cached_free(self) -> int:
-        """Free blocks that still hold a reusable prefix."""
-        return sum(1 for i in self.free_queue if self.blocks[i].hash is not None)
 
     def allocate(self) -> int:
         """A fresh block with count 1, evicting the least recently used free block's cached content."""
@@ -60,6 +56,7 @@ class BlockPool:
         if block.hash is not None:
             del self.cached[block.hash]
             block.hash, block.token_ids = None, ()
+            self.num_cached_free -= 1
         block.ref_count = 1
         return block_id
 
@@ -75,6 +72,7 @@ class BlockPool:
         block = self.blocks[block_id]
         if block.ref_count == 0:
             del self.free_queue[block_id]
+            self.num_cached_free -= block.hash is not None
         block.ref_count += 1
 
     def release(self, block_id: int) -> None:
@@ -85,6 +83,8 @@ class BlockPool:
             self.free_queue[block_id] = None
             if block.hash is None:
                 self.free_queue.move_to_end(block_id, last=False)
+            else:
+                self.num_cached_free += 1
 
     def register(self, block_id: int, block_hash: int, token_ids: Sequence[int]) -> None:
         """Make a full block findable by its hash. A second block with the same content is not registered."""
@@ -98,3 +98,4 @@ class BlockPool:
         for block in self.blocks:
             block.hash, block.token_ids = None, ()
         self.cached.clear()
+        self.num_cached_free = 0

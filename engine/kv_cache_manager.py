@@ -15,21 +15,27 @@ class KVCacheManager:
     def num_blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
+    def hash_blocks(self, seq: Sequence) -> None:
+        """Hash seq's blocks whose tokens are all known, once each: the prompt's when it is added, an output
+        block when its last token is appended. A block's hash chains every token before it."""
+        if not self.enable_prefix_caching:
+            return
+        bs = self.block_size
+        parent = seq.block_hashes[-1] if seq.block_hashes else self.pool.root_hash
+        for i in range(len(seq.block_hashes), len(seq) // bs):
+            parent = hash_block(parent, seq.token_ids[i * bs : (i + 1) * bs])
+            seq.block_hashes.append(parent)
+
     def find_cached_prefix(self, seq: Sequence) -> list[tuple[int, int]]:
         """(hash, block id) of the longest run of cached full blocks that starts seq's tokens.
 
         Never the whole sequence: its last token must be computed to give logits."""
-        if not self.enable_prefix_caching:
-            return []
-        found, parent = [], self.pool.root_hash
-        for i in range((len(seq) - 1) // self.block_size):
-            tokens = seq.token_ids[i * self.block_size : (i + 1) * self.block_size]
-            block_hash = hash_block(parent, tokens)
-            block_id = self.pool.lookup(block_hash, tokens)
+        found, bs = [], self.block_size
+        for i, block_hash in enumerate(seq.block_hashes[: (len(seq) - 1) // bs]):
+            block_id = self.pool.lookup(block_hash, seq.token_ids[i * bs : (i + 1) * bs])
             if block_id is None:
                 break
             found.append((block_hash, block_id))
-            parent = block_hash
         return found
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int, cached_prefix: list[tuple[int, int]] = ()) -> bool:
@@ -44,10 +50,9 @@ class KVCacheManager:
         revived = sum(1 for _, block_id in cached_prefix if self.pool.blocks[block_id].ref_count == 0)
         if num_new_blocks + copy_last + revived > self.pool.num_free:
             return False
-        for block_hash, block_id in cached_prefix:
+        for _, block_id in cached_prefix:
             self.pool.share(block_id)
             seq.block_table.append(block_id)
-            seq.block_hashes.append(block_hash)
         seq.num_computed_tokens = num_computed
         if copy_last:
             shared = seq.block_table[-1]
@@ -57,17 +62,14 @@ class KVCacheManager:
         seq.block_table.extend(self.pool.allocate() for _ in range(num_new_blocks))
         return True
 
-    def cache_full_blocks(self, seq: Sequence) -> None:
-        """Register the blocks that seq's computed tokens have just filled, chaining their hashes."""
-        if not self.enable_prefix_caching:
-            return
-        bs = self.block_size
-        parent = seq.block_hashes[-1] if seq.block_hashes else self.pool.root_hash
-        for i in range(len(seq.block_hashes), seq.num_computed_tokens // bs):
-            tokens = seq.token_ids[i * bs : (i + 1) * bs]
-            parent = hash_block(parent, tokens)
-            self.pool.register(seq.block_table[i], parent, tokens)
-            seq.block_hashes.append(parent)
+    def commit(self, seq: Sequence, num_new_tokens: int) -> None:
+        """seq's next num_new_tokens tokens are now in the cache: count them, and make the blocks they filled
+        findable by their hashes."""
+        bs, before = self.block_size, seq.num_computed_tokens
+        seq.num_computed_tokens += num_new_tokens
+        if self.enable_prefix_caching:
+            for i in range(before // bs, seq.num_computed_tokens // bs):
+                self.pool.register(seq.block_table[i], seq.block_hashes[i], seq.token_ids[i * bs : (i + 1) * bs])
 
     def fork(self, child: Sequence) -> None:
         """child was copied from a sequence (Sequence.fork): it now owns every block too, the partial last one
@@ -80,7 +82,6 @@ class KVCacheManager:
         for block_id in reversed(seq.block_table):
             self.pool.release(block_id)
         seq.block_table.clear()
-        seq.block_hashes.clear()
         seq.num_computed_tokens = 0
 
     def take_block_updates(self) -> tuple[list[tuple[int, int]], list[int]]:

@@ -1,5 +1,6 @@
 """The offline entry point: generate replies for a list of prompts or chats."""
 
+from localchat.engine.config import EngineConfig
 from localchat.engine.llm_engine import LLMEngine
 from localchat.engine.outputs import RequestOutput
 from localchat.engine.sampling_params import SamplingParams
@@ -8,10 +9,11 @@ Prompt = str | list[int]
 
 
 class LLM:
-    """`LLM()` loads the embedded model; see LLMEngine for the arguments."""
+    """`LLM()` loads the embedded model; the keyword arguments are EngineConfig's fields, and
+    on_progress(stage, fraction) hears how loading goes."""
 
-    def __init__(self, model: str | None = None, **engine_args):
-        self.engine = LLMEngine(model, **engine_args)
+    def __init__(self, model: str | None = None, on_progress=None, **engine_args):
+        self.engine = LLMEngine(EngineConfig(model, **engine_args), on_progress)
 
     @property
     def tokenizer(self):

@@ -18,6 +18,12 @@ class ScheduledBatch:
     def num_tokens(self) -> int:
         return sum(self.num_new_tokens)
 
+    @property
+    def sample_rows(self) -> list[int]:
+        """The sequences whose last token is computed in this step: they get logits and a new token."""
+        return [i for i, (seq, n) in enumerate(zip(self.seqs, self.num_new_tokens))
+                if seq.num_computed_tokens + n == len(seq)]
+
 
 class Scheduler:
     def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int):
@@ -30,9 +36,6 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
-
-    def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
 
     def schedule(self) -> ScheduledBatch:
         """Decodes first, then chunks of prefills, within one token budget. When blocks run out the

@@ -28,11 +28,12 @@ class Sequence:
     generator: torch.Generator | None = None
     seq_id: int = field(default_factory=lambda: next(_seq_ids))
     status: SequenceStatus = SequenceStatus.WAITING
+    # block_table and num_computed_tokens are written by the KVCacheManager alone
     num_computed_tokens: int = 0  # tokens whose K and V are in the cache
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache at the first admission
     num_admissions: int = 0  # more than one after a preemption
     block_table: list[int] = field(default_factory=list)
-    block_hashes: list[int] = field(default_factory=list)  # one per leading full, hashed block
+    block_hashes: list[int] = field(default_factory=list)  # content hash of each full block (KVCacheManager)
     num_forks_pending: int = 0  # replies still to fork from this one once its prompt is computed
     finish_reason: str | None = None
 

@@ -2,6 +2,7 @@ import atexit
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -20,8 +21,18 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+@pytest.fixture(scope="session")
+def server(tmp_path_factory) -> Iterator:
+    """The one real `localchat serve` (embedded engine) that the app, terminal UI and browser tests share: it
+    starts once per session. Tests that need a process of their own (a kill, a restart, other flags) start it."""
+    from support import running_server  # after LOCALCHAT_HOME is set above: support reads it
+
+    with running_server(tmp_path_factory.mktemp("serve-home"), kv_blocks=768) as process:
+        yield process
+
+
 @pytest.fixture
 def api(server) -> httpx.Client:
-    """An authorized HTTP client of the `server` fixture of the test's folder (a real `localchat serve`)."""
+    """An authorized HTTP client of the shared `server`."""
     with server.client() as client:
         yield client

@@ -5,7 +5,7 @@ from collections import defaultdict
 from localchat.app.protocol import ConversationTree, Message
 
 
-class Branches:
+class MessageTree:
     """The messages of one conversation, indexed by id and by parent (children in the order written)."""
 
     def __init__(self, messages: list[Message] = ()):
@@ -15,7 +15,7 @@ class Branches:
             self.add(message)
 
     @classmethod
-    def of(cls, tree: ConversationTree) -> "Branches":
+    def of(cls, tree: ConversationTree) -> "MessageTree":
         return cls(tree.messages)
 
     def add(self, message: Message) -> None:

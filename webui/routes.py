@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from litestar import get
+from litestar import Response, get
 from litestar.datastructures import CacheControlHeader, ResponseHeader
 from litestar.exceptions import NotFoundException
 from litestar.params import FromPath
@@ -37,6 +37,12 @@ async def static_file(name: FromPath[str]) -> File:
     if path is None:
         raise NotFoundException(f"no static file {name!r}")
     return File(path, filename=name, content_disposition_type="inline", media_type=MEDIA_TYPES[path.suffix])
+
+
+def signin_failed_page() -> Response:
+    """The page a used or expired login link lands on (403): what happened and what to run."""
+    return Response((STATIC_DIR / "signin-failed.html").read_bytes(), status_code=403, media_type="text/html",
+                    headers=SECURITY_HEADERS)
 
 
 route_handlers = [index, static_file]

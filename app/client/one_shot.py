@@ -41,10 +41,11 @@ def _from_engine_process(url: str, messages: list[dict], sampling: dict) -> Iter
 
 def _in_process(messages: list[dict], model: str | None, sampling: dict) -> Iterator[str]:
     from localchat.engine import SamplingParams
+    from localchat.engine.config import EngineConfig
     from localchat.engine.llm_engine import LLMEngine
 
     print("loading the model (no engine process is running)...", file=sys.stderr, flush=True)
-    engine = LLMEngine(model)
+    engine = LLMEngine(EngineConfig(model))
     request_id = engine.add_request(engine.apply_chat_template(messages), SamplingParams(**sampling))
     while engine.has_unfinished_requests():
         for delta in engine.step():

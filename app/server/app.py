@@ -24,7 +24,7 @@ from localchat.app.server.backends import Backend, BackendNotReady, BackendReque
 from localchat.app.server.config import MAX_REQUEST_BYTES, ServerConfig
 from localchat.app.server.conversations import ActiveRequests, Conversations
 from localchat.app.server.conversations_api import ConversationController, SearchController
-from localchat.app.server.openai_api import OpenAIController
+from localchat.app.server.openai_api import OpenAIController, OpenAIRelay
 from localchat.app.server.security import (
     COOKIE_NAME,
     LOGIN_CODE_TTL_S,
@@ -36,6 +36,7 @@ from localchat.app.server.security import (
 from localchat.app.server.store import Store, StoreError
 from localchat.engine.sampling_params import LIMITS, MAX_STOP_STRINGS, MIN_TEMPERATURE
 from localchat.webui import route_handlers as webui_routes
+from localchat.webui.routes import signin_failed_page
 
 VERSION = version("localchat")
 log = logging.getLogger("localchat.app")
@@ -105,8 +106,7 @@ class AuthController(Controller):
                     code: FromQuery[str]) -> Response:
         """Trade a one-time code for a browser session cookie, then open the app."""
         if not codes.redeem(code):
-            raise HTTPException(status_code=403, detail="this login link was used or has expired; "
-                                                        "run `localchat web` for a new one")
+            return signin_failed_page()  # a person reads this: a page that says what to run, not JSON
         cookie = Cookie(key=COOKIE_NAME, value=sessions.create(), httponly=True, samesite="strict", path="/",
                         max_age=int(sessions.ttl_s))
         return Redirect("/", cookies=[cookie], status_code=303)
@@ -235,8 +235,9 @@ def create_app(settings: ServerConfig | None = None, *, backend: Backend | None 
         return Provide(lambda: obj, sync_to_thread=False, use_cache=True)
 
     app = Litestar(
-        route_handlers=[SystemController, AuthController, LimitsController, OpenAIController, ConversationController,
-                        SearchController, *webui_routes],
+        route_handlers=[SystemController, AuthController, LimitsController,
+                        OpenAIRelay if isinstance(backend, RemoteBackend) else OpenAIController,
+                        ConversationController, SearchController, *webui_routes],
         dependencies={"store": value(store), "backend": value(backend), "active": value(active),
                       "conversations": value(conversations), "codes": value(codes), "sessions": value(sessions),
                       "throughput": value(throughput)},

@@ -1,7 +1,7 @@
 """The OpenAI-compatible API under /v1: models, chat completions and completions, whole or streamed.
 
-With the embedded engine each request becomes one engine request (n replies share the prompt's KV blocks);
-with a remote backend the request is validated here and relayed to that server as it is.
+With the embedded engine (OpenAIController) each prompt becomes one engine request (n replies share the prompt's
+KV blocks); with a remote backend (OpenAIRelay) the request is validated here and relayed to that server as it is.
 """
 
 import asyncio
@@ -37,7 +37,7 @@ from localchat.app.protocol import (
     TopLogprob,
     Usage,
 )
-from localchat.app.server.backends import Backend, RemoteBackend, Update
+from localchat.app.server.backends import Backend, EmbeddedBackend, RemoteBackend, Update
 from localchat.app.server.config import MAX_CHOICES, MAX_PROMPTS
 from localchat.app.server.conversations import ActiveRequests
 from localchat.engine.outputs import CompletionOutput, RequestOutput, TokenLogprob
@@ -47,22 +47,19 @@ COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # as OpenAI's /v1/completions
 
 
 class OpenAIController(Controller):
+    """/v1 on the embedded engine: each request becomes one engine request per prompt."""
+
     path = "/v1"
 
     @get("/models")
-    async def models(self, backend: NamedDependency[Backend]) -> Response[ModelList]:
-        if isinstance(backend, RemoteBackend):
-            return await _relay(backend, "GET", "/v1/models", None)
+    async def models(self, backend: NamedDependency[EmbeddedBackend]) -> Response[ModelList]:
         backend.ensure_ready()
         return Response(ModelList(data=[Model(id=backend.model_name, created=int(time.time()))]))
 
     @post("/chat/completions", status_code=200)
-    async def chat_completions(self, request: Request, data: JSONBody[ChatCompletionRequest],
-                               backend: NamedDependency[Backend],
+    async def chat_completions(self, data: JSONBody[ChatCompletionRequest], backend: NamedDependency[EmbeddedBackend],
                                active: NamedDependency[ActiveRequests]) -> Response[ChatCompletion]:
         """Streamed (stream: true) as server-sent events of ChatCompletionChunk, ending with `data: [DONE]`."""
-        if isinstance(backend, RemoteBackend):
-            return await _relay(backend, "POST", "/v1/chat/completions", await request.body())
         req = data
         _check_model(req, backend)
         if req.top_logprobs is not None and not req.logprobs:
@@ -84,11 +81,9 @@ class OpenAIController(Controller):
                                        usage=job.usage()))
 
     @post("/completions", status_code=200)
-    async def completions(self, request: Request, data: JSONBody[CompletionRequest], backend: NamedDependency[Backend],
+    async def completions(self, data: JSONBody[CompletionRequest], backend: NamedDependency[EmbeddedBackend],
                           active: NamedDependency[ActiveRequests]) -> Response[Completion]:
         """Streamed (stream: true) as server-sent events of Completion chunks, ending with `data: [DONE]`."""
-        if isinstance(backend, RemoteBackend):
-            return await _relay(backend, "POST", "/v1/completions", await request.body())
         req = data
         _check_model(req, backend)
         if req.echo and req.logprobs is not None:
@@ -277,6 +272,27 @@ def _completion_logprobs(backend: Backend, logprobs: list[TokenLogprob] | None) 
     return CompletionLogprobs(tokens=tokens, token_logprobs=[lp.logprob for lp in logprobs],
                               top_logprobs=[{backend.token_text(i): v for i, v in lp.top} for lp in logprobs],
                               text_offset=offsets)
+
+
+class OpenAIRelay(Controller):
+    """/v1 in front of a remote server (--engine-url): each request is checked here, as the embedded engine's
+    are, then relayed to that server as it is, and its answer streamed back."""
+
+    path = "/v1"
+
+    @get("/models")
+    async def models(self, backend: NamedDependency[RemoteBackend]) -> Response[ModelList]:
+        return await _relay(backend, "GET", "/v1/models", None)
+
+    @post("/chat/completions", status_code=200)
+    async def chat_completions(self, request: Request, data: JSONBody[ChatCompletionRequest],
+                               backend: NamedDependency[RemoteBackend]) -> Response[ChatCompletion]:
+        return await _relay(backend, "POST", "/v1/chat/completions", await request.body())
+
+    @post("/completions", status_code=200)
+    async def completions(self, request: Request, data: JSONBody[CompletionRequest],
+                          backend: NamedDependency[RemoteBackend]) -> Response[Completion]:
+        return await _relay(backend, "POST", "/v1/completions", await request.body())
 
 
 async def _relay(backend: RemoteBackend, method: str, path: str, body: bytes | None) -> Response:

@@ -11,6 +11,11 @@ from localchat.engine.attention import AttentionMetadata
 from localchat.engine.quantization import Int4Linear, Int8Head
 
 
+def head_dim(config: PretrainedConfig) -> int:
+    """Attention head size: the config's own, else hidden_size / heads."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
 class RMSNorm(nn.Module):
     def __init__(self, size: int, eps: float):
         super().__init__()
@@ -22,14 +27,14 @@ class RMSNorm(nn.Module):
 
 
 class RotaryEmbedding(nn.Module):
-    def __init__(self, config: PretrainedConfig, head_dim: int, max_positions: int, device: torch.device):
+    def __init__(self, config: PretrainedConfig, dim: int, max_positions: int, device: torch.device):
         super().__init__()
         rope = dict(getattr(config, "rope_parameters", None) or {})
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         with torch.device(device):  # the model itself may be built on the meta device
             if rope_type == "default":
                 base = rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))
-                inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+                inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
                 scaling = 1.0
             else:
                 inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, device)
@@ -55,7 +60,7 @@ class Attention(nn.Module):
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
+        self.head_dim = head_dim(config)
         self.scale = self.head_dim**-0.5
         attention_bias = getattr(config, "attention_bias", False)
         qkv_bias = attention_bias or config.model_type == "qwen2"
@@ -126,8 +131,7 @@ class LlamaForCausalLM(nn.Module):
         """Build under torch.device("meta") and call load_weights: the rotary tables go to rope_device."""
         super().__init__()
         self.config = config
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.rotary = RotaryEmbedding(config, head_dim, max_positions, rope_device)
+        self.rotary = RotaryEmbedding(config, head_dim(config), max_positions, rope_device)
         # an explicit weight skips Embedding's normal_ init, which on the meta device imports torch._dynamo (~1 s)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size,
                                          _weight=torch.empty(config.vocab_size, config.hidden_size))

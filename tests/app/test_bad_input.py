@@ -8,6 +8,8 @@ import pytest
 
 from support import sse_events
 
+pytestmark = pytest.mark.slow  # a real `localchat serve`: left out of `./dev test --fast`
+
 MODEL = "SmolLM2-135M-Instruct"
 CHAT = "/v1/chat/completions"
 

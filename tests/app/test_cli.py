@@ -1,6 +1,10 @@
 """The `localchat` command: its help, `models`, and `chat` answered by a running engine or in-process."""
 
+import pytest
+
 from support import Server, make_home
+
+pytestmark = pytest.mark.slow  # real `localchat` processes: left out of `./dev test --fast`
 
 GREEDY = ("--temperature", "0", "--max-tokens", "12")
 QUESTION = "Name one colour."

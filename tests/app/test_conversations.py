@@ -7,6 +7,8 @@ import pytest
 
 from support import stream_api, stream_in_background
 
+pytestmark = pytest.mark.slow  # a real `localchat serve`: left out of `./dev test --fast`
+
 # A long system prompt, so that a turn's new tokens are a small share of its prompt.
 SYSTEM = " ".join(f"Rule {i}: be kind, be brief, and answer in plain English." for i in range(24))
 SHORT = {"max_tokens": 8, "temperature": 0.0}

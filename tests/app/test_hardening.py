@@ -17,6 +17,8 @@ import pytest
 
 from support import Server, make_home, sse_events, stream_api, stream_in_background
 
+pytestmark = pytest.mark.slow  # real `localchat serve` processes: left out of `./dev test --fast`
+
 CHAT = "/v1/chat/completions"
 
 

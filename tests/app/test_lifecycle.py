@@ -11,6 +11,8 @@ import pytest
 
 from support import Server, free_port, make_home, sse_events, stream_api, stream_in_background
 
+pytestmark = pytest.mark.slow  # real `localchat serve` processes: left out of `./dev test --fast`
+
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):

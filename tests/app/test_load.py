@@ -1,11 +1,13 @@
 """32 concurrent streaming clients on a real `localchat serve`: all finish with complete replies, no error,
 no leaked KV block."""
-
 import asyncio
 import json
 import time
 
 import httpx
+import pytest
+
+pytestmark = pytest.mark.slow  # a real `localchat serve` under load: left out of `./dev test --fast`
 
 CLIENTS = 32
 MAX_TOKENS = 8

@@ -4,6 +4,8 @@ import httpx
 import openai
 import pytest
 
+pytestmark = pytest.mark.slow  # a real `localchat serve`: left out of `./dev test --fast`
+
 MODEL = "SmolLM2-135M-Instruct"
 LONG_SYSTEM = " ".join(f"Rule {i}: answer politely and briefly, in plain words." for i in range(30))
 

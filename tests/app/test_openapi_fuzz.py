@@ -9,6 +9,8 @@ from schemathesis.checks import not_a_server_error
 
 from support import running_server
 
+pytestmark = pytest.mark.slow  # a real `localchat serve`: left out of `./dev test --fast`
+
 EXAMPLES_PER_OPERATION = 6
 
 

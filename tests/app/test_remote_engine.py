@@ -6,6 +6,8 @@ import pytest
 
 from support import Server, make_home, stream_api
 
+pytestmark = pytest.mark.slow  # real `localchat serve` processes: left out of `./dev test --fast`
+
 MODEL = "SmolLM2-135M-Instruct"
 
 

@@ -6,6 +6,8 @@ import stat
 import httpx
 import pytest
 
+pytestmark = pytest.mark.slow  # a real `localchat serve`: left out of `./dev test --fast`
+
 
 @pytest.fixture
 def anonymous(server):
@@ -80,5 +82,7 @@ def test_the_login_url_sets_a_cookie_that_passes_same_origin_requests_only(serve
 
 
 def test_a_bad_login_code_is_refused(anonymous):
-    assert anonymous.get("/auth", params={"code": "guessed"}).status_code == 403
+    refused = anonymous.get("/auth", params={"code": "guessed"})
+    assert refused.status_code == 403 and refused.headers["content-type"].startswith("text/html")
+    assert "localchat web" in refused.text and "Content-Security-Policy" in refused.headers
     assert anonymous.get("/auth").status_code == 400

@@ -7,6 +7,8 @@ import pytest
 from localchat.engine import LLM, AsyncLLM, SamplingParams
 from localchat.engine.async_llm import EngineFailed
 
+pytestmark = pytest.mark.slow  # the embedded model: left out of `./dev test --fast`
+
 PROMPT = [{"role": "user", "content": "Write a haiku about autumn leaves."}]
 
 

@@ -1,9 +1,9 @@
 """Tests for the KV cache manager and its block pool.
 
-A hypothesis state machine drives a KVCacheManager the way the scheduler and the engine do (admission with
-prefix hits, chunked prefills, decodes, forks, preemptions, frees) while it simulates the KV memory itself:
-every slot holds the whole token prefix its key and value were computed from, so a prefix hit or a
-copy-on-write that hands a sequence the wrong memory shows up as an unreadable token.
+A hypothesis state machine drives the real Scheduler over a KVCacheManager (admission with prefix hits,
+chunked prefills within a token budget, decodes, preemptions when blocks run out, forks, frees) while it
+simulates the KV memory itself: every slot holds the whole token prefix its key and value were computed from,
+so a prefix hit or a copy-on-write that hands a sequence the wrong memory shows up as an unreadable token.
 """
 
 from hypothesis import HealthCheck, settings
@@ -13,13 +13,16 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from localchat.engine.block_pool import BlockPool, hash_block
 from localchat.engine.kv_cache_manager import KVCacheManager
 from localchat.engine.sampling_params import SamplingParams
-from localchat.engine.sequence import Sequence
+from localchat.engine.scheduler import ScheduledBatch, Scheduler
+from localchat.engine.sequence import Sequence, SequenceStatus
 
 VOCAB = 3  # a small vocabulary, so that prompts share prefixes and the cache gets hits
 
 
-def make_seq(tokens: list[int], request_id: str = "r") -> Sequence:
-    return Sequence(request_id, 0, list(tokens), len(tokens), SamplingParams())
+def make_seq(kv: KVCacheManager, tokens: list[int], request_id: str = "r") -> Sequence:
+    seq = Sequence(request_id, 0, list(tokens), len(tokens), SamplingParams())
+    kv.hash_blocks(seq)
+    return seq
 
 
 def blocks_for(num_tokens: int, bs: int) -> int:
@@ -49,18 +52,18 @@ def snapshot(kv: KVCacheManager, seqs: list[Sequence]) -> tuple:
     )
 
 
-class KVCacheMachine(RuleBasedStateMachine):
-    """The manager, driven step by step like the scheduler and the engine drive it, over simulated KV memory."""
+class SchedulerMachine(RuleBasedStateMachine):
+    """The real Scheduler and KVCacheManager, stepped as the engine steps them, over simulated KV memory."""
 
-    @initialize(num_blocks=st.integers(8, 40), block_size=st.integers(1, 5), prefix_caching=st.booleans())
-    def setup(self, num_blocks: int, block_size: int, prefix_caching: bool) -> None:
+    @initialize(num_blocks=st.integers(8, 40), block_size=st.integers(1, 5), prefix_caching=st.booleans(),
+                max_num_seqs=st.integers(1, 6), budget=st.integers(1, 24))
+    def setup(self, num_blocks: int, block_size: int, prefix_caching: bool, max_num_seqs: int, budget: int) -> None:
         self.kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching=prefix_caching)
-        self.bs = block_size
+        self.scheduler = Scheduler(self.kv, max_num_seqs, budget)
+        self.bs, self.budget = block_size, budget
         self.num_blocks = num_blocks
         self.mem: dict[int, tuple[int, ...] | None] = {}  # slot -> the token prefix its K and V were computed from
         self.cleared: set[int] = set()  # blocks cleared before their first use
-        self.waiting: list[Sequence] = []  # added or preempted, no blocks
-        self.running: list[Sequence] = []  # admitted, owning blocks
         self.history: list[list[int]] = []  # token ids of every sequence so far, for multi-turn prompts
         self.num_requests = 0
         self.was_reset = False  # reset_cache leaves formerly cached free blocks where they were in the queue
@@ -71,7 +74,7 @@ class KVCacheMachine(RuleBasedStateMachine):
         return block_id * self.bs + offset
 
     def live(self) -> list[Sequence]:
-        return self.waiting + self.running
+        return list(self.scheduler.waiting) + self.scheduler.running
 
     def expected_hit(self, seq: Sequence) -> int:
         """Blocks of the longest prefix of seq (never its last token) whose memory a cached block holds."""
@@ -83,50 +86,29 @@ class KVCacheMachine(RuleBasedStateMachine):
             k += 1
         return k
 
-    def allocate(self, seq: Sequence, n: int, cached: list[tuple[int, int]] = ()) -> bool:
-        """allocate_slots, checked: it succeeds exactly when the pool has the blocks, and a failure changes nothing."""
-        kv, pool, bs = self.kv, self.kv.pool, self.bs
-        num_computed = seq.num_computed_tokens + len(cached) * bs
-        assert num_computed + n <= len(seq), "the test asks only for tokens the sequence has"
-        table_before = list(seq.block_table)
-        copy = num_computed % bs != 0 and pool.blocks[seq.block_table[-1]].ref_count > 1
-        revived = sum(1 for _, b in cached if pool.blocks[b].ref_count == 0)
-        need = blocks_for(num_computed + n, bs) - len(seq.block_table) - len(cached) + copy + revived
-        before = snapshot(kv, self.live())
-        ok = kv.allocate_slots(seq, n, cached)
-        if not ok:
-            assert need > pool.num_free, f"allocation of {need} blocks failed with {pool.num_free} free"
-            assert snapshot(kv, self.live()) == before, "a failed allocate_slots changed the manager"
-            return False
-        assert need <= len(before[1]), "allocate_slots over-committed the pool"
-        assert seq.num_computed_tokens == num_computed
-        assert len(seq.block_table) == blocks_for(num_computed + n, bs)
-        assert len(set(seq.block_table)) == len(seq.block_table)
-        # blocks the new tokens go to are owned by seq alone and hold no cached prefix
-        for pos in range(num_computed, num_computed + n):
-            block = pool.blocks[seq.block_table[pos // bs]]
-            assert block.ref_count == 1 and block.hash is None
-        # the computed part of the table is unchanged, but for a copied last block
-        keep = num_computed // bs if copy else blocks_for(num_computed, bs)
-        assert seq.block_table[:keep] == (table_before + [b for _, b in cached])[:keep]
-        return True
+    def check_batch(self, batch: ScheduledBatch) -> None:
+        assert batch.num_tokens <= self.budget  # max_num_seqs bounds admissions; forks join the running batch
+        assert len(set(batch.seqs)) == len(batch.seqs)
+        for seq, n in zip(batch.seqs, batch.num_new_tokens):
+            assert seq.status is SequenceStatus.RUNNING and 1 <= n <= seq.num_uncomputed_tokens
+            assert len(seq.block_table) == blocks_for(seq.num_computed_tokens + n, self.bs)
+            assert len(set(seq.block_table)) == len(seq.block_table)
 
-    def forward(self, batch: list[tuple[Sequence, int]]) -> None:
-        """What the model runner and the engine do with a scheduled batch: clear and copy blocks, write the
-        K and V of the new tokens, then count them as computed and cache the full blocks."""
-        copies, cleared = self.kv.take_block_updates()
-        for b in cleared:
+    def forward(self, batch: ScheduledBatch) -> None:
+        """What the model runner does with a scheduled batch: clear and copy blocks, write the K and V of the
+        new tokens. Then the engine commits them."""
+        for b in batch.cleared:
             assert b not in self.cleared, f"block {b} cleared twice as first used"
             assert all(self.slot(b, j) not in self.mem for j in range(self.bs)), f"block {b} was used before"
             self.cleared.add(b)
             for j in range(self.bs):
                 self.mem[self.slot(b, j)] = None
-        for src, dst in copies:
+        for src, dst in batch.copies:
             assert src != dst
             assert self.kv.pool.blocks[dst].ref_count == 1
             for j in range(self.bs):
                 self.mem[self.slot(dst, j)] = self.mem.get(self.slot(src, j))
-        for seq, n in batch:
+        for seq, n in zip(batch.seqs, batch.num_new_tokens):
             for pos in range(seq.num_computed_tokens, seq.num_computed_tokens + n):
                 block_id = seq.block_table[pos // self.bs]
                 block = self.kv.pool.blocks[block_id]
@@ -134,31 +116,16 @@ class KVCacheMachine(RuleBasedStateMachine):
                 assert block.ref_count == 1, f"write into block {block_id} shared by {block.ref_count} sequences"
                 assert block.hash is None, f"write into hashed block {block_id}"
                 self.mem[self.slot(block_id, pos % self.bs)] = tuple(seq.token_ids[: pos + 1])
-        for seq, n in batch:
-            seq.num_computed_tokens += n
-            self.kv.cache_full_blocks(seq)
 
-    def free(self, seq: Sequence) -> None:
-        """kv.free, checked: the cached blocks it frees join the back of the free queue, tail first."""
+    def finish(self, seq: Sequence) -> None:
+        """scheduler.finish, checked: the cached blocks it frees join the back of the free queue, tail first."""
         table = list(seq.block_table)
-        self.kv.free(seq)
-        assert seq.block_table == [] and seq.num_computed_tokens == 0 and seq.block_hashes == []
+        self.scheduler.finish(seq, "stop")
+        assert seq.block_table == [] and seq.num_computed_tokens == 0
         pool = self.kv.pool
         freed = [b for b in reversed(table) if pool.blocks[b].ref_count == 0 and pool.blocks[b].hash is not None]
         assert list(pool.free_queue)[len(pool.free_queue) - len(freed):] == freed
-
-    def finish(self, seq: Sequence) -> None:
-        self.free(seq)
-        if seq in self.running:
-            self.running.remove(seq)
-        else:
-            self.waiting.remove(seq)
         self.history.append(list(seq.token_ids))
-
-    def preempt(self, seq: Sequence) -> None:
-        self.free(seq)
-        self.running.remove(seq)
-        self.waiting.insert(0, seq)
 
     # ---- rules ---------------------------------------------------------------------------------------
 
@@ -169,96 +136,69 @@ class KVCacheMachine(RuleBasedStateMachine):
         a new turn that may be empty."""
         if long == 0:  # sometimes a prompt that exhausts a small pool
             tokens = tokens * 6
-        earlier = self.history + [list(s.token_ids) for s in self.running]
+        earlier = self.history + [list(s.token_ids) for s in self.scheduler.running]
         if reuse and earlier:
             base = data.draw(st.sampled_from(earlier), label="earlier conversation")
             if reuse == 1:
                 base = base[: data.draw(st.integers(1, len(base)), label="part")]
             tokens = base + tokens[: data.draw(st.integers(0, len(tokens)), label="new turn")]
         self.num_requests += 1
-        self.waiting.append(make_seq(tokens, f"r{self.num_requests}"))
+        self.scheduler.add(make_seq(self.kv, tokens, f"r{self.num_requests}"))
 
-    @precondition(lambda self: self.waiting)
-    @rule(data=st.data())
-    def admit(self, data: st.DataObject) -> None:
-        """The scheduler's admission: the cached prefix, then slots for a first chunk, then its forward."""
-        seq = self.waiting[data.draw(st.integers(0, len(self.waiting) - 1), label="waiting")]
-        cached = self.kv.find_cached_prefix(seq)
-        assert len(cached) * self.bs <= len(seq) - 1, "a prefix hit covered the last token"
-        assert len(cached) == self.expected_hit(seq)
-        assert [h for h, _ in cached] == chain_hashes(self.kv.pool, seq.token_ids, self.bs)[: len(cached)]
-        n = data.draw(st.integers(1, len(seq) - len(cached) * self.bs), label="chunk")
-        if not self.allocate(seq, n, cached):
-            return
-        self.waiting.remove(seq)
-        self.running.append(seq)
-        self.forward([(seq, n)])
-        self.after_forward(seq, data)
-
-    @precondition(lambda self: self.running)
+    @precondition(lambda self: self.live())
     @rule(data=st.data())
     def step(self, data: st.DataObject) -> None:
-        """One batch of running sequences (decodes and prefill chunks); a failed allocation preempts the
-        newest unscheduled sequence, as the scheduler does, or the sequence itself."""
-        order = data.draw(st.permutations(range(len(self.running))), label="order")
-        count = data.draw(st.integers(1, len(self.running)), label="batch size")
-        chosen = [self.running[i] for i in order[:count]]
-        batch: list[tuple[Sequence, int]] = []
-        for seq in chosen:
-            if seq not in self.running:  # preempted earlier in this step
-                continue
-            n = data.draw(st.integers(1, seq.num_uncomputed_tokens), label="new tokens")
-            while not self.allocate(seq, n):
-                scheduled = [s for s, _ in batch]
-                victim = next((s for s in reversed(self.running) if s is not seq and s not in scheduled), seq)
-                self.preempt(victim)
-                if victim is seq:
-                    break
-            else:
-                batch.append((seq, n))
+        """One engine step: schedule, forward, commit, then for each sequence whose tokens are all computed:
+        finish, fork, or append a sampled token."""
+        expected = {seq: self.expected_hit(seq) for seq in self.scheduler.waiting if seq.num_admissions == 0}
+        batch = self.scheduler.schedule()
+        self.check_batch(batch)
+        first_admitted = [seq for seq in batch.seqs if seq in expected]
+        for i, seq in enumerate(first_admitted):
+            assert seq.num_cached_tokens <= len(seq) - 1, "a prefix hit covered the last token"
+            assert seq.num_cached_tokens <= expected[seq] * self.bs  # an earlier admission may evict
+            if i == 0:
+                assert seq.num_cached_tokens == expected[seq] * self.bs
+        sample_rows = batch.sample_rows
         self.forward(batch)
-        for seq, _ in batch:
-            self.after_forward(seq, data)
+        for seq, n in zip(batch.seqs, batch.num_new_tokens):
+            self.kv.commit(seq, n)
+        for i in sample_rows:
+            self.after_forward(batch.seqs[i], data)
 
     def after_forward(self, seq: Sequence, data: st.DataObject) -> None:
-        """The engine after the forward: a sequence whose tokens are all computed forks, stops, or gets its
-        sampled token appended, to compute in the next step."""
-        if seq.num_computed_tokens < len(seq):
-            return
         if data.draw(st.integers(0, 5), label="finish?") == 0:
             self.finish(seq)
             return
         family = [seq]
         for k in range(data.draw(st.integers(0, 2) if data.draw(st.integers(0, 3)) == 0 else st.just(0))):
-            child = seq.fork(k + 1, None)
-            self.kv.fork(child)
-            self.running.append(child)
-            family.append(child)
+            family.append(self.scheduler.fork(seq.fork(k + 1, None)))
         for s in family:
             s.token_ids.append(data.draw(st.integers(0, VOCAB - 1), label="sampled"))
+            self.kv.hash_blocks(s)
 
-    @precondition(lambda self: self.running)
+    @precondition(lambda self: self.scheduler.running)
     @rule(data=st.data())
     def fork_running(self, data: st.DataObject) -> None:
         """A fork of a running sequence between steps: the child shares every block, then diverges."""
-        seq = self.running[data.draw(st.integers(0, len(self.running) - 1), label="parent")]
-        child = seq.fork(1, None)
-        self.kv.fork(child)
-        self.running.append(child)
+        running = self.scheduler.running
+        seq = running[data.draw(st.integers(0, len(running) - 1), label="parent")]
+        child = self.scheduler.fork(seq.fork(1, None))
         if data.draw(st.booleans(), label="diverge"):  # give the child a different last (uncomputed) token
-            if child.num_uncomputed_tokens > 0 and len(child) > child.num_prompt_tokens:
+            if child.num_uncomputed_tokens > 0 and len(child) > child.num_prompt_tokens and len(child) % self.bs:
                 child.token_ids[-1] = (child.token_ids[-1] + 1) % VOCAB
 
     @precondition(lambda self: self.live())
     @rule(data=st.data())
-    def free_sequence(self, data: st.DataObject) -> None:
+    def finish_sequence(self, data: st.DataObject) -> None:
         live = self.live()
-        self.finish(live[data.draw(st.integers(0, len(live) - 1), label="freed")])
+        self.finish(live[data.draw(st.integers(0, len(live) - 1), label="finished")])
 
-    @precondition(lambda self: self.running)
+    @precondition(lambda self: self.scheduler.running)
     @rule(data=st.data())
     def preempt_sequence(self, data: st.DataObject) -> None:
-        self.preempt(self.running[data.draw(st.integers(0, len(self.running) - 1), label="preempted")])
+        running = self.scheduler.running
+        self.scheduler.preempt(running[data.draw(st.integers(0, len(running) - 1), label="preempted")])
 
     @rule(really=st.integers(0, 4))
     def reset_prefix_cache(self, really: int) -> None:
@@ -268,7 +208,7 @@ class KVCacheMachine(RuleBasedStateMachine):
         self.kv.pool.reset_cache()
         self.was_reset = True
         assert not self.kv.pool.cached
-        for seq in self.waiting:
+        for seq in self.scheduler.waiting:
             assert self.kv.find_cached_prefix(seq) == []
 
     # ---- invariants ----------------------------------------------------------------------------------
@@ -286,6 +226,7 @@ class KVCacheMachine(RuleBasedStateMachine):
         assert set(pool.free_queue) == {i for i, n in enumerate(owners) if n == 0}
         assert pool.num_used + pool.num_free == self.num_blocks
         assert pool.num_used == sum(1 for n in owners if n > 0)
+        assert pool.num_cached_free == sum(1 for b in pool.free_queue if pool.blocks[b].hash is not None)
         assert self.kv.pending_copies == []
 
     @invariant()
@@ -314,17 +255,18 @@ class KVCacheMachine(RuleBasedStateMachine):
 
     @invariant()
     def live_sequences_read_their_tokens(self) -> None:
-        for seq in self.running:
+        for seq in self.live():
+            expected = chain_hashes(self.kv.pool, seq.token_ids, self.bs)
+            assert seq.block_hashes == (expected if self.kv.enable_prefix_caching else [])
+        for seq in self.scheduler.running:
             assert seq.num_computed_tokens <= len(seq)
             assert len(seq.block_table) == blocks_for(seq.num_computed_tokens, self.bs)
             for pos in range(seq.num_computed_tokens):
                 slot = self.slot(seq.block_table[pos // self.bs], pos % self.bs)
                 assert self.mem.get(slot) == tuple(seq.token_ids[: pos + 1]), (
                     f"sequence {seq.request_id}/{seq.index} reads the wrong K/V at position {pos}")
-            expected = chain_hashes(self.kv.pool, seq.token_ids[: seq.num_computed_tokens], self.bs)
-            assert seq.block_hashes == (expected if self.kv.enable_prefix_caching else [])
-        for seq in self.waiting:
-            assert seq.block_table == [] and seq.num_computed_tokens == 0 and seq.block_hashes == []
+        for seq in self.scheduler.waiting:
+            assert seq.block_table == [] and seq.num_computed_tokens == 0
 
     def teardown(self) -> None:
         if not hasattr(self, "kv"):
@@ -337,9 +279,9 @@ class KVCacheMachine(RuleBasedStateMachine):
         assert pool.num_free == self.num_blocks and pool.num_used == 0
 
 
-KVCacheMachine.TestCase.settings = settings(
+SchedulerMachine.TestCase.settings = settings(
     max_examples=300, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-TestKVCacheMachine = KVCacheMachine.TestCase
+TestSchedulerMachine = SchedulerMachine.TestCase
 
 
 # ---- examples ------------------------------------------------------------------------------------------
@@ -347,12 +289,11 @@ TestKVCacheMachine = KVCacheMachine.TestCase
 
 def compute(kv: KVCacheManager, seq: Sequence, n: int, cached: list[tuple[int, int]] = ()) -> None:
     assert kv.allocate_slots(seq, n, cached)
-    seq.num_computed_tokens += n
-    kv.cache_full_blocks(seq)
+    kv.commit(seq, n)
 
 
 def run_prompt(kv: KVCacheManager, tokens: list[int]) -> Sequence:
-    seq = make_seq(tokens)
+    seq = make_seq(kv, tokens)
     cached = kv.find_cached_prefix(seq)
     compute(kv, seq, len(seq) - len(cached) * kv.block_size, cached)
     return seq
@@ -413,7 +354,7 @@ def test_eviction_of_the_tail_keeps_the_head_findable() -> None:
     kv.free(seq)
     for _ in range(3):  # the two never-used blocks and the partial one
         kv.pool.allocate()
-    probe = make_seq([1, 2, 3, 4, 5, 6, 7])
+    probe = make_seq(kv, [1, 2, 3, 4, 5, 6, 7])
     assert len(kv.find_cached_prefix(probe)) == 3
     kv.pool.allocate()  # evicts [5 6], the tail
     assert len(kv.find_cached_prefix(probe)) == 2
@@ -424,9 +365,9 @@ def test_eviction_of_the_tail_keeps_the_head_findable() -> None:
 def test_prefix_hit_never_covers_the_last_token() -> None:
     kv = KVCacheManager(num_blocks=10, block_size=4)
     kv.free(run_prompt(kv, list(range(8))))
-    same = make_seq(list(range(8)))
+    same = make_seq(kv, list(range(8)))
     assert len(kv.find_cached_prefix(same)) == 1  # not both: the last token must be computed for logits
-    longer = make_seq(list(range(9)))
+    longer = make_seq(kv, list(range(9)))
     assert len(kv.find_cached_prefix(longer)) == 2
     compute(kv, same, 4, kv.find_cached_prefix(same))
     assert same.num_computed_tokens == 8
@@ -435,8 +376,8 @@ def test_prefix_hit_never_covers_the_last_token() -> None:
 def test_prefix_hit_needs_the_same_whole_prefix() -> None:
     kv = KVCacheManager(num_blocks=10, block_size=2)
     kv.free(run_prompt(kv, [1, 2, 3, 4, 5]))
-    assert len(kv.find_cached_prefix(make_seq([9, 9, 3, 4, 5]))) == 0  # same second block, other first block
-    assert len(kv.find_cached_prefix(make_seq([1, 2, 3, 9, 5]))) == 1
+    assert len(kv.find_cached_prefix(make_seq(kv, [9, 9, 3, 4, 5]))) == 0  # same second block, other first block
+    assert len(kv.find_cached_prefix(make_seq(kv, [1, 2, 3, 9, 5]))) == 1
 
 
 def test_least_recently_freed_prefix_is_evicted_first() -> None:
@@ -445,7 +386,7 @@ def test_least_recently_freed_prefix_is_evicted_first() -> None:
     b = run_prompt(kv, [2, 2, 2, 2, 2])
     kv.free(a)
     kv.free(b)
-    probe_a, probe_b = make_seq([1, 1, 1, 1, 1]), make_seq([2, 2, 2, 2, 2])
+    probe_a, probe_b = make_seq(kv, [1, 1, 1, 1, 1]), make_seq(kv, [2, 2, 2, 2, 2])
     kv.pool.allocate(), kv.pool.allocate()  # the two partial blocks
     assert len(kv.find_cached_prefix(probe_a)) == 2 and len(kv.find_cached_prefix(probe_b)) == 2
     kv.pool.allocate(), kv.pool.allocate()
@@ -457,7 +398,7 @@ def test_a_prefix_hit_makes_the_prefix_recently_used() -> None:
     kv.free(run_prompt(kv, [1, 1, 1, 1, 1]))
     kv.free(run_prompt(kv, [2, 2, 2, 2, 2]))
     kv.free(run_prompt(kv, [1, 1, 1, 1, 1, 3]))  # hits and frees [1 1] [1 1] again: now newer than [2 2]s
-    probe_a, probe_b = make_seq([1, 1, 1, 1, 1]), make_seq([2, 2, 2, 2, 2])
+    probe_a, probe_b = make_seq(kv, [1, 1, 1, 1, 1]), make_seq(kv, [2, 2, 2, 2, 2])
     for _ in range(4):
         kv.pool.allocate()
     assert len(kv.find_cached_prefix(probe_a)) == 2 and len(kv.find_cached_prefix(probe_b)) == 0
@@ -469,7 +410,7 @@ def test_failed_allocation_changes_nothing() -> None:
     kv.take_block_updates()
     child = a.fork(1, None)
     kv.fork(child)
-    big = make_seq(list(range(20)))
+    big = make_seq(kv, list(range(20)))
     before = snapshot(kv, [a, child, big])
     assert not kv.allocate_slots(big, 20)
     a.token_ids.extend([4, 5, 6, 7, 8])
@@ -483,7 +424,7 @@ def test_revived_cached_blocks_count_against_the_free_pool() -> None:
     kv = KVCacheManager(num_blocks=4, block_size=2)
     kv.free(run_prompt(kv, [1, 2, 3, 4, 5]))  # [1 2] [3 4] cached and free, the [5] block free
     other = run_prompt(kv, [9])  # takes one block
-    seq = make_seq([1, 2, 3, 4, 5, 6, 7, 8])
+    seq = make_seq(kv, [1, 2, 3, 4, 5, 6, 7, 8])
     cached = kv.find_cached_prefix(seq)
     assert len(cached) == 2
     before = snapshot(kv, [other, seq])

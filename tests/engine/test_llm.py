@@ -5,6 +5,8 @@ import torch
 
 from localchat.engine import LLM, SamplingParams
 
+pytestmark = pytest.mark.slow  # the embedded model and transformers' reference: left out of `./dev test --fast`
+
 QUESTIONS = [
     "What is the capital of France? Tell me about its history.",
     "Write a short story about a robot who learns to paint.",

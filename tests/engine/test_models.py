@@ -68,5 +68,5 @@ def test_generation_config_eos_and_sliding_window_limit(tokenizer, tmp_path):
     tokenizer.save_pretrained(tmp_path)
     (tmp_path / "generation_config.json").write_text('{"eos_token_id": [7, 9]}')
     llm = LLM(str(tmp_path), dtype="float32")
-    assert {7, 9} <= llm.engine.eos_token_ids
+    assert {7, 9} <= llm.engine.output.eos_token_ids
     assert llm.engine.max_model_len == 96  # no sliding-window attention: the engine stays inside the window

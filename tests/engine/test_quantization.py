@@ -9,6 +9,8 @@ from localchat.engine import LLM, SamplingParams
 from localchat.engine.loader import embedded_gguf_path
 from localchat.engine.quantization import Int4Linear, Int8Head, unpack_q4_1
 
+pytestmark = pytest.mark.slow  # the embedded model and transformers' reference: left out of `./dev test --fast`
+
 
 @pytest.fixture(scope="module")
 def q4_tensor():

@@ -1,8 +1,11 @@
 """packaging/check_wheel.py from the test suite, so that CI builds, installs and uses the wheel."""
-
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # a wheel build and a fresh venv: left out of `./dev test --fast`
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,19 +1,11 @@
-"""Fixtures of the terminal UI tests: one real `localchat serve` (embedded model) for the session, an
-EngineClient per test, and the app driven by Textual's pilot."""
+"""Fixtures of the terminal UI tests: an EngineClient per test of the session's shared `localchat serve`
+(tests/conftest.py), and the app driven by Textual's pilot."""
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
-import pytest
 import pytest_asyncio
 
 from localchat.app.client.engine_client import EngineClient
-from support import Server, running_server
-
-
-@pytest.fixture(scope="session")
-def server(tmp_path_factory) -> Iterator[Server]:
-    with running_server(tmp_path_factory.mktemp("tui-serve-home"), kv_blocks=512) as process:
-        yield process
 
 
 @pytest_asyncio.fixture

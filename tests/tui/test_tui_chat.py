@@ -13,6 +13,8 @@ from localchat.tui.screens.prompt import PromptScreen
 from localchat.tui.widgets.chat_list import ChatList
 from localchat.tui.widgets.message_view import MessageView
 
+pytestmark = pytest.mark.slow  # a real engine process: left out of `./dev test --fast`
+
 SIZE = (120, 40)
 GREEDY = SamplingSettings(temperature=0.0, max_tokens=24)
 VARIED = SamplingSettings(temperature=1.2, max_tokens=10)  # so that sibling replies differ

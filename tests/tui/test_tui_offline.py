@@ -12,8 +12,8 @@ from textual.widgets import DataTable, Label, Tree
 from tui_pilot import switcher_text, wait_until
 
 from localchat.tui.app import LocalChatApp
-from localchat.tui.branches import Branches
 from localchat.tui.config import TuiConfig
+from localchat.tui.message_tree import MessageTree
 from localchat.tui.screens.branch_tree import BranchTreeScreen
 from localchat.tui.screens.chat import ChatScreen
 from localchat.tui.screens.engine_error import EngineErrorScreen
@@ -37,7 +37,7 @@ async def opened(pilot) -> ChatScreen:
 
 def test_the_branch_on_screen_follows_the_active_leaf_then_the_newest_child(tmp_path):
     engine = FakeEngine()
-    branches = Branches(engine.messages["c_sort"])
+    branches = MessageTree(engine.messages["c_sort"])
     assert [m.id for m in branches.path(branches.shown_leaf("m_a2"))] == ["m_u1", "m_a2", "m_u2", "m_a3"]
     assert branches.shown_leaf("m_a1") == "m_a1"
     assert branches.shown_leaf(None) == "m_a3"  # no active leaf: the newest message's branch

@@ -13,6 +13,8 @@ import pytest
 
 from support import free_port, make_home
 
+pytestmark = pytest.mark.slow  # a real terminal and engine process: left out of `./dev test --fast`
+
 TMUX = shutil.which("tmux") or "/usr/bin/tmux"
 
 

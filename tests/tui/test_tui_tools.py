@@ -12,6 +12,8 @@ from localchat.tui.screens.export import ExportScreen
 from localchat.tui.screens.search import SearchScreen
 from localchat.tui.screens.settings import SettingsScreen
 
+pytestmark = pytest.mark.slow  # a real engine process: left out of `./dev test --fast`
+
 SIZE = (120, 40)
 SHORT = SamplingSettings(temperature=0.0, max_tokens=8)
 

@@ -1,19 +1,12 @@
-"""Fixtures of the browser tests: one real `localchat serve` (embedded engine) and one headless Chromium for the
-session; each test gets a fresh browser context (no cookie) and signs in through a one-time login URL."""
+"""Fixtures of the browser tests: one headless Chromium for the session, against the session's shared
+`localchat serve` (tests/conftest.py); each test gets a fresh browser context (no cookie) and signs in through a
+one-time login URL."""
 
 from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 from webui_page import ChatPage, launch_chromium, new_page
-
-from support import Server, running_server
-
-
-@pytest.fixture(scope="session")
-def server(tmp_path_factory) -> Iterator[Server]:
-    with running_server(tmp_path_factory.mktemp("webui-home"), kv_blocks=512) as process:
-        yield process
 
 
 @pytest.fixture(scope="session")

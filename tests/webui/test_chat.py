@@ -3,10 +3,13 @@
 import json
 import re
 
+import pytest
 from playwright.sync_api import expect
 from webui_page import FAST, REPLY_TIMEOUT_MS, wait_until
 
 from support import stream_in_background
+
+pytestmark = pytest.mark.slow  # headless chromium against a real `localchat serve`: left out of `./dev test --fast`
 
 
 def children(messages: list[dict], parent_id: str | None) -> list[dict]:

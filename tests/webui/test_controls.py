@@ -1,9 +1,12 @@
 """Settings, keyboard, copy buttons and themes."""
 
+import pytest
 from playwright.sync_api import expect
 from webui_page import BACKGROUNDS, FAST, wait_until
 
 from support import stream_api
+
+pytestmark = pytest.mark.slow  # headless chromium against a real `localchat serve`: left out of `./dev test --fast`
 
 
 def test_settings_dialog_saves_system_prompt_and_sampling(chat):

@@ -8,6 +8,8 @@ from webui_page import BACKGROUNDS, FAST, ChatPage, assert_fits, new_page
 
 from support import stream_api
 
+pytestmark = pytest.mark.slow  # headless chromium against a real `localchat serve`: left out of `./dev test --fast`
+
 SIZES = {"phone": (390, 844), "tablet": (768, 1024), "desktop": (1440, 900)}
 LONG_TITLE = "A chat about " + "very " * 20 + "long titles"
 TOOLS = ["settings", "toggle-branches", "export-markdown", "export-json"]

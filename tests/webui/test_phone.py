@@ -10,6 +10,8 @@ from webui_page import FAST, REPLY_TIMEOUT_MS, ChatPage, assert_fits, new_page, 
 
 from support import stream_api
 
+pytestmark = pytest.mark.slow  # headless chromium against a real `localchat serve`: left out of `./dev test --fast`
+
 PHONE = (390, 844)
 
 

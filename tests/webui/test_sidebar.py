@@ -1,9 +1,12 @@
 """The chat list and search: new, rename, delete, newest first; search over message text opens the hit."""
 
+import pytest
 from playwright.sync_api import expect
 from webui_page import FAST, REPLY_TIMEOUT_MS, ChatPage, wait_until
 
 from support import stream_api
+
+pytestmark = pytest.mark.slow  # headless chromium against a real `localchat serve`: left out of `./dev test --fast`
 
 
 def chat_ids(chat) -> list[str]:

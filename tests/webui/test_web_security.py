@@ -14,6 +14,8 @@ from webui_page import BACKGROUNDS, FAST, assert_fits, new_page
 
 from support import free_port, stream_api
 
+pytestmark = pytest.mark.slow  # headless chromium against a real `localchat serve`: left out of `./dev test --fast`
+
 SIGNIN_FAILED = Path(__file__).parents[2] / "webui" / "static" / "signin-failed.html"
 INJECTION = '<script>window.injected = 1</script><img src="x" onerror="window.injected = 2"> hello'
 

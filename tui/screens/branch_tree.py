@@ -9,7 +9,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, Tree
 from textual.widgets.tree import TreeNode
 
-from localchat.tui.branches import Branches
+from localchat.tui.message_tree import MessageTree
 
 PREVIEW = 60
 
@@ -17,7 +17,7 @@ PREVIEW = 60
 class BranchTreeScreen(ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "dismiss(None)", "Close", id="cancel")]
 
-    def __init__(self, title: str, branches: Branches, shown: list[str]):
+    def __init__(self, title: str, branches: MessageTree, shown: list[str]):
         super().__init__()
         self.chat_title, self.branches, self.shown = title, branches, shown
 

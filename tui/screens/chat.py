@@ -20,8 +20,8 @@ from localchat.app.protocol import (
     StreamEvent,
     UserEvent,
 )
-from localchat.tui.branches import Branches
 from localchat.tui.engine_work import engine_work
+from localchat.tui.message_tree import MessageTree
 from localchat.tui.screens.branch_tree import BranchTreeScreen
 from localchat.tui.screens.confirm import ConfirmScreen
 from localchat.tui.screens.export import ExportChoice, ExportScreen
@@ -55,7 +55,7 @@ class ChatScreen(Screen):
         super().__init__()
         self.client = client
         self.conversation: Conversation | None = None
-        self.branches = Branches()
+        self.branches = MessageTree()
         self.leaf: str | None = None  # the end of the branch on screen
         self.fork_n: dict[str, int] = {}  # per chat
         self.generating_in: str | None = None  # the chat whose replies are being written
@@ -97,7 +97,7 @@ class ChatScreen(Screen):
 
     async def open(self, conversation_id: str, leaf: str | None = None) -> None:
         tree = await self.client.conversation(conversation_id)
-        self.conversation, self.branches = tree.conversation, Branches.of(tree)
+        self.conversation, self.branches = tree.conversation, MessageTree.of(tree)
         self.sub_title = self.conversation.title
         await self.show_branch(leaf or self.branches.shown_leaf(self.conversation.active_leaf))
         if leaf is not None:
@@ -114,7 +114,7 @@ class ChatScreen(Screen):
 
     def action_new_chat(self) -> None:
         """An empty chat; it is created with its first message."""
-        self.conversation, self.branches, self.sub_title = None, Branches(), ""
+        self.conversation, self.branches, self.sub_title = None, MessageTree(), ""
         self.run_worker(self.show_branch(None))
         self.query_one(ChatList).index = None
         self.composer.focus()
@@ -150,7 +150,7 @@ class ChatScreen(Screen):
     async def open_hit(self, hit: SearchHit | None) -> None:
         if hit is not None:
             tree = await self.client.conversation(hit.conversation_id)
-            await self.open(hit.conversation_id, leaf=Branches.of(tree).newest_leaf(hit.message_id))
+            await self.open(hit.conversation_id, leaf=MessageTree.of(tree).newest_leaf(hit.message_id))
             await self.query_one(ChatList).show(await self.client.list_conversations(), hit.conversation_id)
             if (view := self.view.view_of(hit.message_id)) is not None:
                 view.focus()
@@ -268,7 +268,7 @@ class ChatScreen(Screen):
 
     async def create_chat(self) -> Conversation:
         self.conversation = await self.client.create_conversation()
-        self.branches, self.leaf = Branches(), None
+        self.branches, self.leaf = MessageTree(), None
         await self.query_one(ChatList).show(await self.client.list_conversations(), self.conversation.id)
         return self.conversation
 

@@ -4,7 +4,7 @@ of the shared prefix and replaces only the rest, so a long chat is not rendered 
 from textual.containers import VerticalScroll
 
 from localchat.app.protocol import Message
-from localchat.tui.branches import Branches
+from localchat.tui.message_tree import MessageTree
 from localchat.tui.widgets.message_view import ChatMessage
 
 
@@ -16,7 +16,7 @@ class ConversationView(VerticalScroll, can_focus=False):
     def view_of(self, message_id: str) -> ChatMessage | None:
         return next((view for view in self.views if view.message.id == message_id), None)
 
-    async def show(self, branches: Branches, path: list[Message]) -> None:
+    async def show(self, branches: MessageTree, path: list[Message]) -> None:
         views = self.views
         shared = 0
         while shared < min(len(views), len(path)) and views[shared].message.id == path[shared].id:
@@ -28,13 +28,7 @@ class ConversationView(VerticalScroll, can_focus=False):
         self.show_positions(branches)
         self.anchor()
 
-    async def append(self, message: Message, branches: Branches) -> ChatMessage:
-        view = ChatMessage(message)
-        await self.mount(view)
-        self.show_positions(branches)
-        return view
-
-    def show_positions(self, branches: Branches) -> None:
+    def show_positions(self, branches: MessageTree) -> None:
         for view in self.views:
             siblings = branches.siblings(view.message.id)
             view.show_position(siblings.index(view.message.id), len(siblings))

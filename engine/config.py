@@ -1,0 +1,34 @@
+"""What an engine is asked to be: one object instead of a dozen arguments passed down by hand."""
+
+from dataclasses import dataclass
+
+import torch
+
+QUANTIZATIONS = (None, "q4_1", "auto")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """`LLM(model, **fields)`, `AsyncLLM(model, **fields)` and `LLMEngine(EngineConfig(...))` take these."""
+
+    model: str | None = None  # None: the embedded SmolLM2; else a GGUF file, a safetensors folder or a cached HF id
+    dtype: str | torch.dtype | None = None  # None: bfloat16 on CUDA, float32 on CPU
+    device: str | None = None  # None: CUDA when there is one
+    block_size: int = 16  # tokens per KV block
+    num_kv_blocks: int | None = None  # None: a share of the memory (see llm_engine.default_num_blocks)
+    enable_prefix_caching: bool = True
+    max_model_len: int | None = None  # prompt + reply; None: the model's own limit, within the KV cache
+    max_num_seqs: int = 128  # sequences in one batch
+    max_num_batched_tokens: int = 2048  # tokens in one step (prefill chunks included)
+    attention_backend: str | None = None  # "torch" or "triton"; None: triton on CUDA, torch elsewhere
+    # "q4_1": a Q4_1 GGUF's own 4-bit weights for small steps on CPU (faster decoding, close to but not equal
+    # to the dense weights' outputs); None: dense weights only (exact); "auto": "q4_1" where it applies
+    quantization: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"unknown quantization {self.quantization!r}; use None, 'q4_1' or 'auto'")
+        if self.block_size < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
+            raise ValueError("block_size, max_num_seqs and max_num_batched_tokens must be at least 1")
+        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
+            raise ValueError(f"num_kv_blocks must be at least 1, got {self.num_kv_blocks}")
