@@ -7,7 +7,7 @@ import os
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig
 
 from localchat.engine import LLM, SamplingParams
 from localchat.engine.attention import AttentionMetadata, TorchPagedAttention
@@ -140,14 +140,35 @@ def test_copy_blocks_all_layers(dtype):
     torch.testing.assert_close(cache, expected, atol=0, rtol=0)
 
 
-def test_engine_greedy_tokens_match_torch_backend(tmp_path, monkeypatch):
-    """A tiny random Llama (GQA 2, head dim 64): chunked prefill, prefix hits and copy-on-write forks give
-    the same greedy tokens with either backend."""
+@pytest.mark.parametrize("window", [None, 5, 40])
+def test_one_decode_over_consecutive_blocks(window, nan_allocations):
+    """The step of a lone decode whose blocks are consecutive (the torch path reads them in place)."""
+    gen = torch.Generator().manual_seed(4)
+    meta = AttentionMetadata.build([1], [37], [[3, 4, 5]], 16, DEVICE)
+    assert meta.view(window).decode_span is not None
+    reference, poisoned = random_caches(meta, [[3, 4, 5]], 8, 16, 2, 64, F32, gen, window)
+    query = torch.randn(1, 6, 64, generator=gen).to(DEVICE)
+    expected = TorchPagedAttention.attend(query, reference[0], reference[1], meta, 0.125, window)
+    actual = TritonPagedAttention.attend(query, poisoned[0], poisoned[1], meta, 0.125, window)
+    torch.testing.assert_close(actual, expected, **TOLERANCE[F32])
+
+
+ENGINE_CONFIGS = {
+    "llama": lambda: LlamaConfig(**ENGINE_COMMON),
+    # sliding layers with a window of 12 tokens and global layers
+    "gemma3-window": lambda: Gemma3TextConfig(**ENGINE_COMMON, sliding_window=12, query_pre_attn_scalar=64,
+                                              layer_types=["sliding_attention", "full_attention"]),
+}
+ENGINE_COMMON = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=64, max_position_embeddings=256, initializer_range=0.1)
+
+
+@pytest.mark.parametrize("arch", sorted(ENGINE_CONFIGS))
+def test_engine_greedy_tokens_match_torch_backend(arch, tmp_path, monkeypatch):
+    """A tiny random Llama, and a Gemma 3 with a sliding window (GQA 2, head dim 64): chunked prefill, prefix hits
+    and copy-on-write forks give the same greedy tokens with either backend."""
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=256,
-                         initializer_range=0.1)
-    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    AutoModelForCausalLM.from_config(ENGINE_CONFIGS[arch]()).save_pretrained(tmp_path)
     resolve_model(None).tokenizer.save_pretrained(tmp_path)
     copies = []
     copy_blocks = TritonPagedAttention.copy_blocks
