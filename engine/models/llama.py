@@ -258,6 +258,8 @@ class LlamaForCausalLM(nn.Module):
                 continue
             parent, attr = name.rsplit(".", 1)
             sources = [f"model.{parent}.{piece}.weight" for piece in UNFUSED.get(attr, (attr,))]
+            if f"model.{name}.weight.q" in blocks:  # fused in the file already (Phi-3)
+                sources = [f"model.{name}.weight"]
             if all(f"{source}.q" in blocks for source in sources):
                 q, d, m = (torch.cat([blocks[f"{source}.{part}"] for source in sources]) for part in "qdm")
                 setattr(self.get_submodule(parent), attr, Int4Linear(q, d, m, max_int4_rows, dtype))
