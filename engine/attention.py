@@ -3,10 +3,28 @@
 The cache of one layer is two tensors [num_blocks, block_size, num_kv_heads, head_dim]. A step's tokens
 come as one flat batch; each sequence's keys and values are read through its block table."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+NO_BLOCK = -1  # a block-table entry whose block was freed: out of every layer's sliding window
+
+
+@dataclass
+class KeyView:
+    """The keys that the layers with one attention window see in a step, as TorchPagedAttention reads them: built
+    once per step and window (AttentionMetadata.view) and shared by those layers. A layer with window w lets the
+    token at position q see the keys at positions q - w < p <= q (transformers' convention); window None: p <= q."""
+
+    # one decode whose visible keys lie in consecutive blocks: (first block, its first visible key, number of keys),
+    # read in place
+    decode_span: tuple[int, int, int] | None
+    decode_mask: torch.Tensor | None  # [num_decodes, 1, 1, keys] True where a gathered key is visible
+    decode_blocks: torch.Tensor  # [num_decodes * keys / block_size] the blocks each decode sees, flat and padded
+    prefill_blocks: list[torch.Tensor]  # the blocks each prefilling sequence's new tokens see, in order
+    prefill_num_keys: list[int]  # how many keys of those blocks (up to the last new token)
+    prefill_masks: list[torch.Tensor | None]  # [new, keys] True where a key is visible; None: plain causal
 
 
 @dataclass
@@ -15,21 +33,22 @@ class AttentionMetadata:
 
     positions: torch.Tensor  # [num_tokens] position of each new token in its sequence
     slot_mapping: torch.Tensor  # [num_tokens] cache slot of each new token
+    query_lens: list[int]  # [num_seqs] new tokens of each sequence
     query_start_loc: list[int]  # [num_seqs + 1] where each sequence's new tokens start in the batch
     seq_lens: list[int]  # [num_seqs] context length of each sequence after this step
-    block_tables: torch.Tensor  # [num_seqs, max_blocks] int64, padded with 0
+    tables: list[list[int]]  # [num_seqs] block table of each sequence (NO_BLOCK where a block was freed)
+    block_size: int
+    block_tables: torch.Tensor  # [num_seqs, max_blocks] int64, padded with 0 (and 0 for NO_BLOCK)
     query_start_loc_tensor: torch.Tensor  # the same as tensors on the device, for kernels
     seq_lens_tensor: torch.Tensor
     # the sequences with one new token (decodes), attended in one batched call
     decode_seqs: torch.Tensor  # [num_decodes] their indices among the sequences
     decode_tokens: torch.Tensor  # [num_decodes] their token rows in the batch
-    decode_mask: torch.Tensor | None  # [num_decodes, 1, 1, max_context] True where a key is visible
-    decode_blocks: torch.Tensor  # [num_decodes * max_context / block_size] their block tables, flat and padded
-    decode_span: tuple[int, int] | None  # one decode whose blocks are consecutive: (first block, context length)
+    max_decode_len: int  # the longest decode context (0 without decodes)
     only_decodes: bool  # every sequence decodes: the decode rows are the whole batch, in order
     prefill_seqs: list[int]  # the other sequences, attended one by one
     prefill_seqs_tensor: torch.Tensor  # the same on the device, for kernels
-    prefill_masks: list[torch.Tensor | None]  # [new, context] causal masks over a cached prefix; None: plain causal
+    views: dict[int | None, KeyView] = field(default_factory=dict)  # built on first use, by window
 
     @classmethod
     def build(cls, query_lens: list[int], seq_lens: list[int], block_tables: list[list[int]], block_size: int,
@@ -43,61 +62,95 @@ class AttentionMetadata:
         for n in query_lens:
             starts.append(starts[-1] + n)
         width = max(len(t) for t in block_tables)
-        tables = torch.tensor([t + [0] * (width - len(t)) for t in block_tables], dtype=torch.int64, device=device)
+        padded = [[max(b, 0) for b in t] + [0] * (width - len(t)) for t in block_tables]
         decodes = [i for i, n in enumerate(query_lens) if n == 1]
         prefills = [i for i, n in enumerate(query_lens) if n > 1]
-        decode_mask, decode_blocks, decode_span = None, [], None
-        if len(decodes) == 1 and _consecutive(block_tables[decodes[0]]):
-            decode_span = (block_tables[decodes[0]][0], seq_lens[decodes[0]])  # read in place: no gather, no mask
-        elif decodes:
-            max_blocks = max(len(block_tables[i]) for i in decodes)
-            keys = torch.arange(max_blocks * block_size, device=device)
-            lens = torch.tensor([seq_lens[i] for i in decodes], device=device)
-            decode_mask = (keys[None, :] < lens[:, None])[:, None, None, :]
-            decode_blocks = [b for i in decodes for b in block_tables[i] + [0] * (max_blocks - len(block_tables[i]))]
-        masks = []
-        for i in prefills:
-            new, context = query_lens[i], seq_lens[i]
-            if new == context:
-                masks.append(None)
-            else:
-                rows = torch.arange(context - new, context, device=device)
-                masks.append(torch.arange(context, device=device)[None, :] <= rows[:, None])
         return cls(
             positions=torch.tensor(positions, dtype=torch.int64, device=device),
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
+            query_lens=list(query_lens),
             query_start_loc=starts,
-            seq_lens=seq_lens,
-            block_tables=tables,
+            seq_lens=list(seq_lens),
+            tables=block_tables,
+            block_size=block_size,
+            block_tables=torch.tensor(padded, dtype=torch.int64, device=device),
             query_start_loc_tensor=torch.tensor(starts, dtype=torch.int32, device=device),
             seq_lens_tensor=torch.tensor(seq_lens, dtype=torch.int32, device=device),
             decode_seqs=torch.tensor(decodes, dtype=torch.int64, device=device),
             decode_tokens=torch.tensor([starts[i] for i in decodes], dtype=torch.int64, device=device),
-            decode_mask=decode_mask,
-            decode_blocks=torch.tensor(decode_blocks, dtype=torch.int64, device=device),
-            decode_span=decode_span,
+            max_decode_len=max((seq_lens[i] for i in decodes), default=0),
             only_decodes=not prefills,
             prefill_seqs=prefills,
             prefill_seqs_tensor=torch.tensor(prefills, dtype=torch.int64, device=device),
-            prefill_masks=masks,
         )
 
+    @property
+    def num_decodes(self) -> int:
+        return len(self.decode_seqs)
 
-def _decode_context(cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-    """The decodes' keys (or values) [decodes, kv_heads, context, head_dim]: a view of the cache when one
+    def view(self, window: int | None) -> KeyView:
+        """The keys the layers with this window see (built once per step and window)."""
+        if window not in self.views:
+            self.views[window] = self._build_view(window)
+        return self.views[window]
+
+    def _build_view(self, window: int | None) -> KeyView:
+        bs, device = self.block_size, self.positions.device
+        decodes = [i for i, n in enumerate(self.query_lens) if n == 1]
+        decode_span, decode_mask, decode_blocks = None, None, []
+        if decodes:
+            firsts = [_first_key(self.seq_lens[i] - 1, window) for i in decodes]
+            tables = [self.tables[i][first // bs : -(-self.seq_lens[i] // bs)] for i, first in zip(decodes, firsts)]
+            if len(decodes) == 1 and _consecutive(tables[0]):  # read in place: no gather, no mask
+                first, context = firsts[0], self.seq_lens[decodes[0]]
+                decode_span = (tables[0][0], first % bs, context - first)
+            else:
+                max_blocks = max(len(t) for t in tables)
+                keys = torch.arange(max_blocks * bs, device=device)
+                key_pos = torch.tensor([first // bs * bs for first in firsts], device=device)[:, None] + keys
+                lens = torch.tensor([self.seq_lens[i] for i in decodes], device=device)[:, None]
+                visible = (key_pos < lens) & (key_pos >= torch.tensor(firsts, device=device)[:, None])
+                decode_mask = visible[:, None, None, :]
+                decode_blocks = [b for t in tables for b in t + [0] * (max_blocks - len(t))]
+        prefill_blocks, prefill_num_keys, prefill_masks = [], [], []
+        for i in self.prefill_seqs:
+            new, context = self.query_lens[i], self.seq_lens[i]
+            first_block = _first_key(context - new, window) // bs
+            prefill_blocks.append(torch.tensor(self.tables[i][first_block : -(-context // bs)], device=device))
+            prefill_num_keys.append(context - first_block * bs)
+            if first_block == 0 and new == context and (window is None or context <= window):
+                prefill_masks.append(None)
+                continue
+            rows = torch.arange(context - new, context, device=device)[:, None]
+            keys = torch.arange(first_block * bs, context, device=device)[None, :]
+            mask = keys <= rows
+            if window is not None:
+                mask &= keys > rows - window
+            prefill_masks.append(mask)
+        return KeyView(decode_span, decode_mask, torch.tensor(decode_blocks, dtype=torch.int64, device=device),
+                       prefill_blocks, prefill_num_keys, prefill_masks)
+
+
+def _first_key(position: int, window: int | None) -> int:
+    """The first key that a token at this position sees."""
+    return 0 if window is None else max(0, position - window + 1)
+
+
+def _decode_context(cache: torch.Tensor, view: KeyView) -> torch.Tensor:
+    """The decodes' visible keys (or values) [decodes, kv_heads, keys, head_dim]: a view of the cache when one
     sequence's blocks are consecutive, else gathered (padded, masked by decode_mask)."""
     block_size, kv_heads, head_dim = cache.shape[1:]
-    if meta.decode_span is not None:
-        first, context = meta.decode_span
-        blocks = cache[first : first - (-context // block_size)]
-        return blocks.view(-1, kv_heads, head_dim)[:context].transpose(0, 1)[None]
+    if view.decode_span is not None:
+        first_block, first_key, num_keys = view.decode_span
+        blocks = cache[first_block : first_block - (-(first_key + num_keys) // block_size)]
+        return blocks.view(-1, kv_heads, head_dim)[first_key : first_key + num_keys].transpose(0, 1)[None]
     # index_select, not cache[blocks]: advanced indexing into the big cache is ~1000x slower on CPU
-    decodes = len(meta.decode_mask)
-    return cache.index_select(0, meta.decode_blocks).view(decodes, -1, kv_heads, head_dim).transpose(1, 2)
+    decodes = len(view.decode_mask)
+    return cache.index_select(0, view.decode_blocks).view(decodes, -1, kv_heads, head_dim).transpose(1, 2)
 
 
 def _consecutive(table: list[int]) -> bool:
-    return table[-1] - table[0] == len(table) - 1 and table == list(range(table[0], table[-1] + 1))
+    return table[0] >= 0 and table[-1] - table[0] == len(table) - 1 and table == list(range(table[0], table[-1] + 1))
 
 
 class TorchPagedAttention:
@@ -113,13 +166,15 @@ class TorchPagedAttention:
 
     @staticmethod
     def attend(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
-               scale: float) -> torch.Tensor:
-        """query [num_tokens, num_heads, head_dim] -> [num_tokens, num_heads, head_dim]."""
+               scale: float, window: int | None = None) -> torch.Tensor:
+        """query [num_tokens, num_heads, head_dim] -> [num_tokens, num_heads, head_dim]; window: the layer's sliding
+        window (each token sees its last `window` positions), None for the whole context."""
         kv_heads, head_dim = k_cache.shape[2:]
-        if meta.decode_span is not None or meta.decode_mask is not None:
-            keys, values = (_decode_context(cache, meta) for cache in (k_cache, v_cache))
+        view = meta.view(window)
+        if meta.num_decodes:
+            keys, values = (_decode_context(cache, view) for cache in (k_cache, v_cache))
             q = (query if meta.only_decodes else query[meta.decode_tokens]).unsqueeze(2)  # [decodes, heads, 1, dim]
-            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=meta.decode_mask, scale=scale,
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=view.decode_mask, scale=scale,
                                                enable_gqa=True).squeeze(2)
             if meta.only_decodes:
                 return o
@@ -127,13 +182,13 @@ class TorchPagedAttention:
             out[meta.decode_tokens] = o
         else:
             out = torch.empty_like(query)
-        for i, mask in zip(meta.prefill_seqs, meta.prefill_masks):
-            start, end, context = meta.query_start_loc[i], meta.query_start_loc[i + 1], meta.seq_lens[i]
-            blocks = meta.block_tables[i, : -(-context // k_cache.shape[1])]
+        for i, blocks, num_keys, mask in zip(meta.prefill_seqs, view.prefill_blocks, view.prefill_num_keys,
+                                             view.prefill_masks):
+            start, end = meta.query_start_loc[i], meta.query_start_loc[i + 1]
             # keys and values repeated per query head: SDPA's fused CPU kernel does not take grouped heads
             group = query.shape[1] // kv_heads
-            keys = k_cache.index_select(0, blocks).view(-1, kv_heads, head_dim)[:context]
-            values = v_cache.index_select(0, blocks).view(-1, kv_heads, head_dim)[:context]
+            keys = k_cache.index_select(0, blocks).view(-1, kv_heads, head_dim)[:num_keys]
+            values = v_cache.index_select(0, blocks).view(-1, kv_heads, head_dim)[:num_keys]
             keys = keys.repeat_interleave(group, 1).transpose(0, 1)[None]  # 4-D, or SDPA falls back to its slow path
             values = values.repeat_interleave(group, 1).transpose(0, 1)[None]
             q = query[start:end].transpose(0, 1)[None]

@@ -36,13 +36,10 @@ class LLMEngine:
         source = resolve_model(config.model)
         self.model_name = source.name
         self.tokenizer = source.tokenizer
-        model_config = source.config
+        model_config = source.config.get_text_config()  # a multimodal model's text part (Gemma 3)
         self.device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = _dtype(config.dtype, self.device)
         limit = model_config.max_position_embeddings
-        window = getattr(model_config, "sliding_window", None)
-        if window and (model_config.model_type == "mistral" or getattr(model_config, "use_sliding_window", False)):
-            limit = min(limit, window)  # no sliding-window attention: stay within the window, where it is exact
         if config.max_model_len is not None and not 1 < config.max_model_len <= limit:
             raise ValueError(f"max_model_len must be in [2, {limit}] for {source.name}, got {config.max_model_len}")
         block_size = config.block_size
@@ -56,7 +53,7 @@ class LLMEngine:
                                  salt=hash((source.name, str(self.dtype))))
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler()
-        self.output = OutputProcessor(self.tokenizer, _eos_token_ids(source), self.max_model_len)
+        self.output = OutputProcessor(self.tokenizer, _eos_token_ids(source, model_config), self.max_model_len)
         self._request_ids = itertools.count()
         self.prompt_tokens = self.cached_prompt_tokens = 0
 
@@ -191,10 +188,10 @@ class LLMEngine:
         return None if seed is None else torch.Generator(self.device).manual_seed(seed)
 
 
-def _eos_token_ids(source) -> set[int]:
-    """End-of-reply tokens: the tokenizer's, the config's and generation_config.json's (chat models list theirs
-    there)."""
-    found = [source.tokenizer.eos_token_id, source.config.eos_token_id]
+def _eos_token_ids(source, model_config) -> set[int]:
+    """End-of-reply tokens: the tokenizer's, the (text) config's and generation_config.json's (chat models list
+    theirs there)."""
+    found = [source.tokenizer.eos_token_id, getattr(model_config, "eos_token_id", None)]
     generation_config = source.weight_files[0].parent / "generation_config.json"
     if generation_config.is_file():
         found.append(json.loads(generation_config.read_text()).get("eos_token_id"))

@@ -45,6 +45,18 @@ _BLOCK_NAMES = {
     "attn_norm": "input_layernorm",
     "ffn_norm": "post_attention_layernorm",
 }
+# Per architecture (the config's model_type), the block names that differ from _BLOCK_NAMES: llama.cpp names a tensor
+# by its role, so Gemma 3's ffn_norm is the norm before its MLP and Phi-3's fused tensors keep their HF layout.
+_ARCH_BLOCK_NAMES = {
+    "gemma3_text": {
+        "post_attention_norm": "post_attention_layernorm",
+        "ffn_norm": "pre_feedforward_layernorm",
+        "post_ffw_norm": "post_feedforward_layernorm",
+    },
+    "phi3": {"attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"},  # q|k|v rows and gate|up rows
+}
+# GGUF tensors that are configuration, not weights: Phi-3's LongRoPE factors (_gguf_config_fixes reads them)
+_CONFIG_TENSORS = ("rope_factors_long.weight", "rope_factors_short.weight")
 
 
 @dataclass
@@ -145,17 +157,21 @@ def _convert_gguf(path: Path, name: str, out: Path) -> None:
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     reader = gguf.GGUFReader(path)
+    _gguf_config_fixes(config, reader)
     # llama.cpp permutes the q and k rows of "llama" models for its rotary layout; other architectures keep HF's.
     permuted = config.model_type == "llama"
     tensors, q4 = {}, {}
     for tensor in reader.tensors:
-        hf_name = _hf_name(tensor.name)
+        if tensor.name in _CONFIG_TENSORS:
+            continue
+        hf_name = _hf_name(tensor.name, config.model_type)
         heads = None
         if permuted and ".self_attn.q_proj." in hf_name:
             heads = config.num_attention_heads
         elif permuted and ".self_attn.k_proj." in hf_name:
             heads = config.num_key_value_heads
-        weight = np.array(gguf.quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
+        weight = _from_llama_cpp(config.model_type, tensor.name,
+                                 np.array(gguf.quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32))
         tensors[hf_name] = torch.from_numpy(_unpermute(weight, heads) if heads else weight)
         if tensor.tensor_type == gguf.GGMLQuantizationType.Q4_1:
             for part, array in zip("qdm", unpack_q4_1(np.asarray(tensor.data))):
@@ -170,15 +186,63 @@ def _convert_gguf(path: Path, name: str, out: Path) -> None:
     AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(out)
 
 
-def _hf_name(gguf_name: str) -> str:
+def _hf_name(gguf_name: str, model_type: str) -> str:
     stem, suffix = gguf_name.rsplit(".", 1)
     if stem.startswith("blk."):
         _, layer, part = stem.split(".", 2)
-        if part in _BLOCK_NAMES:
-            return f"model.layers.{layer}.{_BLOCK_NAMES[part]}.{suffix}"
+        names = {**_BLOCK_NAMES, **_ARCH_BLOCK_NAMES.get(model_type, {})}
+        if part in names:
+            return f"model.layers.{layer}.{names[part]}.{suffix}"
     elif stem in _TOP_LEVEL_NAMES:
         return f"{_TOP_LEVEL_NAMES[stem]}.{suffix}"
     raise ValueError(f"unsupported GGUF tensor {gguf_name!r}")
+
+
+def _from_llama_cpp(model_type: str, gguf_name: str, weight: np.ndarray) -> np.ndarray:
+    """Undo a change llama.cpp's converter makes to a tensor's values: it stores Gemma 3's norm weights w as 1 + w
+    (its RMSNorm multiplies by the weight, Gemma's by 1 + w). transformers' GGUF loading subtracts the same 1."""
+    if model_type == "gemma3_text" and gguf_name.endswith("norm.weight"):
+        return weight - 1
+    return weight
+
+
+def _gguf_config_fixes(config: PretrainedConfig, reader: gguf.GGUFReader) -> None:
+    """Set what transformers' config from a GGUF file leaves out for Phi-3 and Gemma 3, as llama.cpp reads the file.
+
+    Phi-3: the sliding window (0: none), the rotary width (partial_rotary_factor) and the LongRoPE factors, which
+    the file holds as tensors. Gemma 3: the rope scaling of its global layers, and the attention scale of the 27B
+    (hidden_size / heads, not head_dim: llama.cpp tells it by its 62 layers)."""
+
+    arch = reader.fields["general.architecture"].contents()
+
+    def value(key: str):
+        field = reader.fields.get(key.format(arch=arch))
+        return None if field is None else field.contents()
+
+    if config.model_type == "phi3":
+        window = value(gguf.Keys.Attention.SLIDING_WINDOW)
+        if window is not None:
+            config.sliding_window = window or None
+        rope = dict(config.rope_parameters)
+        rotary_dims = value(gguf.Keys.Rope.DIMENSION_COUNT)
+        if rotary_dims:
+            rope["partial_rotary_factor"] = rotary_dims / (config.hidden_size // config.num_attention_heads)
+        factors = {t.name: np.asarray(t.data, dtype=np.float32).tolist() for t in reader.tensors
+                   if t.name in _CONFIG_TENSORS}
+        if factors:
+            original = value(gguf.Keys.Rope.SCALING_ORIG_CTX_LEN) or config.max_position_embeddings
+            rope.update(rope_type="longrope", long_factor=factors["rope_factors_long.weight"],
+                        short_factor=factors["rope_factors_short.weight"], original_max_position_embeddings=original)
+            config.original_max_position_embeddings = original
+            if (attention_factor := value(gguf.Keys.Rope.SCALING_ATTN_FACTOR)) is not None:
+                rope["attention_factor"] = attention_factor
+        config.rope_parameters = rope
+    elif config.model_type == "gemma3_text":
+        scaling, factor = value(gguf.Keys.Rope.SCALING_TYPE), value(gguf.Keys.Rope.SCALING_FACTOR)
+        if scaling == "linear" and factor and factor != 1.0:
+            config.rope_parameters["full_attention"].update(rope_type="linear", factor=factor)
+        if config.num_hidden_layers == 62:
+            config.query_pre_attn_scalar = config.hidden_size // config.num_attention_heads
 
 
 def _unpermute(weight: np.ndarray, n_head: int) -> np.ndarray:

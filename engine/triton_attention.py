@@ -2,8 +2,9 @@
 
 Four kernels over a layer's cache [num_blocks, block_size, num_kv_heads, head_dim] (float32 accumulation):
 store (new K/V into their slots), split-K decode attention (+ a reduce over the splits), causal prefill
-attention over a chunk and its cached prefix, and a block copy for copy-on-write. attention.TorchPagedAttention
-is the reference they are tested against (on CPU with TRITON_INTERPRET=1)."""
+attention over a chunk and its cached prefix, and a block copy for copy-on-write. The attention kernels take the
+layer's sliding window (the token at position q sees the keys q - window < p <= q) and read no key outside it.
+attention.TorchPagedAttention is the reference they are tested against (on CPU with TRITON_INTERPRET=1)."""
 
 import torch
 import triton
@@ -16,6 +17,7 @@ DECODE_BLOCK_N = 64  # keys per decode iteration
 DECODE_TARGET_PROGRAMS = 512  # split long contexts until a decode launch has about this many programs
 PREFILL_BLOCK_M, PREFILL_BLOCK_N = 64, 64  # query rows per program, keys per iteration
 COPY_BLOCK = 1024  # elements per copy program
+NO_WINDOW = 1 << 30  # the window of a layer that sees its whole context
 
 
 @triton.jit
@@ -53,30 +55,31 @@ def _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, pos, end, kv_head, d, s_cb, s_
 
 @triton.jit
 def _softmax_step(q, k, v, visible, m, denom, acc, qk_scale):
-    """One online-softmax update (base 2) of the running max m, sum denom and output acc with a tile of keys;
-    each row must see at least one key, in this tile or an earlier one."""
+    """One online-softmax update (base 2) of the running max m, sum denom and output acc with a tile of keys; a row
+    that has seen no key yet keeps m = -inf and denom = 0."""
     s = tl.where(visible, tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale, float("-inf"))
     m_new = tl.maximum(m, tl.max(s, 1))
-    p = tl.exp2(s - m_new[:, None])
-    alpha = tl.exp2(m - m_new)
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no NaN from -inf - -inf
+    p = tl.exp2(s - m_safe[:, None])
+    alpha = tl.exp2(m - m_safe)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
     return m_new, denom * alpha + tl.sum(p, 1), acc
 
 
 @triton.jit
 def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, seqs_ptr, tokens_ptr,
-                   acc_ptr, ml_ptr, qk_scale, split_len,
+                   acc_ptr, ml_ptr, qk_scale, split_len, window,
                    s_qt, s_qh, s_cb, s_ct, s_ch, s_tab, s_acc_s, s_acc_h, s_ml_s, s_ml_h,
                    BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
                    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_F32: tl.constexpr):
     """One program per (decode, KV head, split): the GROUP query heads sharing that KV head attend to the
-    split's keys [split * split_len, +split_len) of the context. Writes the unnormalized output and the
-    running max and sum (base 2) for _reduce_kernel."""
+    split's keys [first + split * split_len, +split_len) of the context, whose first visible key is first. Writes
+    the unnormalized output and the running max and sum (base 2) for _reduce_kernel."""
     i, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     seq = tl.load(seqs_ptr + i)
     token = tl.load(tokens_ptr + i)
     seq_len = tl.load(seq_lens_ptr + seq)
-    start = split * split_len
+    start = tl.maximum(seq_len - window, 0) + split * split_len
     end = tl.minimum(start + split_len, seq_len)
     g = tl.arange(0, BLOCK_G)
     d = tl.arange(0, BLOCK_D)
@@ -101,7 +104,7 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, seq_lens_ptr, se
 
 
 @triton.jit
-def _reduce_kernel(acc_ptr, ml_ptr, out_ptr, seq_lens_ptr, seqs_ptr, tokens_ptr, split_len,
+def _reduce_kernel(acc_ptr, ml_ptr, out_ptr, seq_lens_ptr, seqs_ptr, tokens_ptr, split_len, window,
                    s_acc_s, s_acc_h, s_ml_s, s_ml_h, s_ot, s_oh,
                    HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
     """One program per (decode, query head): combine the splits that hold keys into the output row."""
@@ -110,7 +113,7 @@ def _reduce_kernel(acc_ptr, ml_ptr, out_ptr, seq_lens_ptr, seqs_ptr, tokens_ptr,
     token = tl.load(tokens_ptr + i)
     s = tl.arange(0, BLOCK_S)
     d = tl.arange(0, BLOCK_D)
-    used = s < tl.cdiv(seq_len, split_len)
+    used = s < tl.cdiv(tl.minimum(seq_len, window), split_len)
     ml = ml_ptr + i * s_ml_s + head * s_ml_h + s * 2
     m = tl.load(ml, mask=used, other=float("-inf"))
     denom = tl.load(ml + 1, mask=used, other=0.0)
@@ -123,13 +126,13 @@ def _reduce_kernel(acc_ptr, ml_ptr, out_ptr, seq_lens_ptr, seqs_ptr, tokens_ptr,
 
 @triton.jit
 def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, tables_ptr, seq_lens_ptr, query_start_ptr,
-                    seqs_ptr, qk_scale,
+                    seqs_ptr, qk_scale, window,
                     s_qt, s_qh, s_ot, s_oh, s_cb, s_ct, s_ch, s_tab,
                     BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_F32: tl.constexpr):
     """One program per (prefilling sequence, tile of its new tokens, query head). The new tokens sit at
-    positions seq_len - query_len .. seq_len - 1 and see every key up to their own position: the cached
-    prefix and, causally, each other."""
+    positions seq_len - query_len .. seq_len - 1 and see the keys of the cached prefix and, causally, each other:
+    those within the window up to their own position."""
     seq = tl.load(seqs_ptr + tl.program_id(0))
     tile, head = tl.program_id(1), tl.program_id(2)
     kv_head = head // GROUP
@@ -148,13 +151,15 @@ def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, tables_ptr, seq_le
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     denom = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    # keys up to the tile's last position (none for a tile past this sequence's new tokens)
+    # keys from the window of the tile's first position up to its last position (none for a tile past this
+    # sequence's new tokens)
+    first = tl.maximum(seq_len - q_len + tile * BLOCK_M - window + 1, 0)
     end = tl.where(tile * BLOCK_M < q_len, tl.minimum(seq_len, seq_len - q_len + (tile + 1) * BLOCK_M), 0)
-    for n in range(0, end, BLOCK_N):
+    for n in range(first, end, BLOCK_N):
         pos = n + tl.arange(0, BLOCK_N)
         k, v = _kv_tile(k_cache_ptr, v_cache_ptr, tables_ptr + seq * s_tab, pos, end, kv_head, d,
                         s_cb, s_ct, s_ch, BLOCK_SIZE, HEAD_DIM, DOT_F32)
-        visible = (pos < end)[None, :] & (pos[None, :] <= q_pos[:, None])  # every row sees key 0 in the first tile
+        visible = (pos < end)[None, :] & (pos[None, :] <= q_pos[:, None]) & (pos[None, :] > q_pos[:, None] - window)
         m, denom, acc = _softmax_step(q, k, v, visible, m, denom, acc, qk_scale)
     out = acc / tl.maximum(denom, 1.0)[:, None]  # denom >= 1 on a new token's row (its max adds 1), 0 on padding
     out_offs = (q_start + rows)[:, None] * s_ot + head * s_oh + d[None, :]
@@ -191,8 +196,9 @@ class TritonPagedAttention:
 
     @staticmethod
     def attend(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
-               scale: float) -> torch.Tensor:
-        """query [num_tokens, num_heads, head_dim] -> [num_tokens, num_heads, head_dim]."""
+               scale: float, window: int | None = None) -> torch.Tensor:
+        """query [num_tokens, num_heads, head_dim] -> [num_tokens, num_heads, head_dim]; window: the layer's sliding
+        window (each token sees its last `window` positions), None for the whole context."""
         out = torch.empty_like(query)
         _, block_size, num_kv_heads, head_dim = k_cache.shape
         num_heads = query.shape[1]
@@ -200,11 +206,12 @@ class TritonPagedAttention:
         block_d = triton.next_power_of_2(head_dim)
         dot_f32 = query.device.type == "cpu"  # the interpreter's dot cannot multiply bfloat16 (it has no numpy type)
         cache_strides = (k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), meta.block_tables.stride(0))
-        num_decodes = len(meta.decode_seqs)
+        window = window or NO_WINDOW
+        num_decodes = meta.num_decodes
         if num_decodes:
-            # split the longest context (decode_mask's width bounds it) so that the launch fills the GPU;
-            # splits past a shorter context do nothing
-            num_tiles = triton.cdiv(meta.decode_mask.shape[-1], DECODE_BLOCK_N)
+            # split the longest context within the window so that the launch fills the GPU; splits past a shorter
+            # context do nothing
+            num_tiles = triton.cdiv(min(meta.max_decode_len, window), DECODE_BLOCK_N)
             tiles_per_split = triton.cdiv(num_tiles, max(1, DECODE_TARGET_PROGRAMS // (num_decodes * num_kv_heads)))
             splits = triton.cdiv(num_tiles, tiles_per_split)
             split_len = tiles_per_split * DECODE_BLOCK_N
@@ -212,13 +219,13 @@ class TritonPagedAttention:
             ml = torch.empty(num_decodes, num_heads, splits, 2, dtype=torch.float32, device=query.device)
             _decode_kernel[(num_decodes, num_kv_heads, splits)](
                 query, k_cache, v_cache, meta.block_tables, meta.seq_lens_tensor, meta.decode_seqs,
-                meta.decode_tokens, acc, ml, scale * LOG2E, split_len,
+                meta.decode_tokens, acc, ml, scale * LOG2E, split_len, window,
                 query.stride(0), query.stride(1), *cache_strides, acc.stride(0), acc.stride(1),
                 ml.stride(0), ml.stride(1),
                 BLOCK_SIZE=block_size, GROUP=group, HEAD_DIM=head_dim, BLOCK_G=max(16, triton.next_power_of_2(group)),
                 BLOCK_N=DECODE_BLOCK_N, BLOCK_D=block_d, DOT_F32=dot_f32)
             _reduce_kernel[(num_decodes, num_heads)](
-                acc, ml, out, meta.seq_lens_tensor, meta.decode_seqs, meta.decode_tokens, split_len,
+                acc, ml, out, meta.seq_lens_tensor, meta.decode_seqs, meta.decode_tokens, split_len, window,
                 acc.stride(0), acc.stride(1), ml.stride(0), ml.stride(1), out.stride(0), out.stride(1),
                 HEAD_DIM=head_dim, BLOCK_S=triton.next_power_of_2(splits), BLOCK_D=block_d)
         if meta.prefill_seqs:
@@ -227,7 +234,7 @@ class TritonPagedAttention:
             grid = (len(meta.prefill_seqs), triton.cdiv(max_query_len, PREFILL_BLOCK_M), num_heads)
             _prefill_kernel[grid](
                 query, k_cache, v_cache, out, meta.block_tables, meta.seq_lens_tensor, meta.query_start_loc_tensor,
-                meta.prefill_seqs_tensor, scale * LOG2E,
+                meta.prefill_seqs_tensor, scale * LOG2E, window,
                 query.stride(0), query.stride(1), out.stride(0), out.stride(1), *cache_strides,
                 BLOCK_SIZE=block_size, GROUP=group, HEAD_DIM=head_dim,
                 BLOCK_M=PREFILL_BLOCK_M, BLOCK_N=PREFILL_BLOCK_N, BLOCK_D=block_d, DOT_F32=dot_f32)

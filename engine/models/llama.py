@@ -1,4 +1,8 @@
-"""The Llama family (Llama 2/3, SmolLM2, Mistral, Qwen2/2.5, Qwen3) over a flat batch and a paged KV cache."""
+"""The Llama family (Llama 2/3, SmolLM2, Mistral, Qwen2/2.5, Qwen3, Phi-3) over a flat batch and a paged KV cache.
+
+Phi-3 is Llama with its projections already fused in the checkpoint (qkv_proj, gate_up_proj), a rotary embedding
+over part of each head (partial_rotary_factor) and LongRoPE scaling. Mistral and Phi-3 attend within a sliding
+window, as do the sliding layers of Qwen2/Qwen3 configs that use one (layer_windows)."""
 
 from collections.abc import Iterable
 
@@ -10,10 +14,26 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from localchat.engine.attention import AttentionMetadata
 from localchat.engine.quantization import Int4Linear, Int8Head
 
+ACTIVATIONS = {"silu": nn.functional.silu, "gelu_pytorch_tanh": lambda x: nn.functional.gelu(x, approximate="tanh")}
+
 
 def head_dim(config: PretrainedConfig) -> int:
     """Attention head size: the config's own, else hidden_size / heads."""
     return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def layer_windows(config: PretrainedConfig) -> list[int | None]:
+    """Each layer's sliding window w (the token at position q sees the keys at q - w < p <= q, transformers'
+    convention), None for a layer that sees its whole context. As transformers reads a config: with `layer_types`
+    (Gemma 3, Qwen2/3) the "sliding_attention" layers have the window, else (Mistral, Phi-3) every layer has it;
+    no window when `sliding_window` is unset (Qwen2/3 unset it unless `use_sliding_window`)."""
+    window = getattr(config, "sliding_window", None)
+    if not window or getattr(config, "use_sliding_window", True) is False:
+        window = None
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None:
+        return [window if kind == "sliding_attention" else None for kind in layer_types]
+    return [window] * config.num_hidden_layers
 
 
 class RMSNorm(nn.Module):
@@ -27,37 +47,52 @@ class RMSNorm(nn.Module):
 
 
 class RotaryEmbedding(nn.Module):
-    def __init__(self, config: PretrainedConfig, dim: int, max_positions: int, device: torch.device):
+    def __init__(self, config: PretrainedConfig, dim: int, max_positions: int, device: torch.device,
+                 layer_type: str | None = None):
+        """The cos and sin tables of positions [0, max_positions) for heads of size dim, from the config's rope
+        parameters (those of layer_type's layers where they differ by layer, as in Gemma 3). Only the first
+        partial_rotary_factor of each head rotates."""
         super().__init__()
-        rope = dict(getattr(config, "rope_parameters", None) or {})
+        rope = getattr(config, "rope_parameters", None) or {}
+        rope = dict(rope[layer_type] if layer_type is not None else rope)
         rope_type = rope.get("rope_type", rope.get("type", "default"))
+        rotary_dim = int(dim * rope.get("partial_rotary_factor", 1.0))
         with torch.device(device):  # the model itself may be built on the meta device
             if rope_type == "default":
                 base = rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))
-                inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+                inv_freq = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float) / rotary_dim))
                 scaling = 1.0
             else:
-                inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, device)
+                kwargs = {} if layer_type is None else {"layer_type": layer_type}
+                if rope_type == "longrope":
+                    # its long factors when the engine may run past the original context, for every position (as
+                    # vLLM does; transformers switches by the length of the sequence at hand, which a cache cannot)
+                    kwargs["seq_len"] = max_positions
+                inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, device, **kwargs)
             freqs = torch.arange(max_positions, dtype=torch.float)[:, None] * inv_freq[None, :]
             emb = torch.cat((freqs, freqs), dim=-1)
         self.register_buffer("cos", emb.cos() * scaling, persistent=False)
         self.register_buffer("sin", emb.sin() * scaling, persistent=False)
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin [tokens, 1, head_dim] of a step's positions, computed once for every layer."""
+        """cos and sin [tokens, 1, rotary_dim] of a step's positions, computed once for every layer."""
         return self.cos[positions].to(dtype)[:, None, :], self.sin[positions].to(dtype)[:, None, :]
 
 
 def rotate(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """x [tokens, heads, head_dim] rotated by its tokens' positions."""
+    """x [tokens, heads, head_dim] rotated by its tokens' positions (its first rotary_dim features)."""
     cos, sin = rope
+    if cos.shape[-1] < x.shape[-1]:  # a partial rotary embedding: the rest of each head passes through
+        return torch.cat((rotate(x[..., : cos.shape[-1]], rope), x[..., cos.shape[-1] :]), dim=-1)
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
 class Attention(nn.Module):
-    def __init__(self, config: PretrainedConfig):
+    def __init__(self, config: PretrainedConfig, window: int | None = None):
+        """window: this layer's sliding window (see layer_windows), None for the whole context."""
         super().__init__()
+        self.window = window
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = head_dim(config)
@@ -87,7 +122,7 @@ class Attention(nn.Module):
         qk = rotate(qk, rope)  # q and k in one pass
         q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
         self.backend.store(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
-        out = self.backend.attend(q, self.k_cache, self.v_cache, meta, self.scale)
+        out = self.backend.attend(q, self.k_cache, self.v_cache, meta, self.scale, self.window)
         return self.o_proj(out.view(-1, self.q_size))
 
 
@@ -98,17 +133,21 @@ class MLP(nn.Module):
         self.intermediate_size = config.intermediate_size
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=bias)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=bias)
+        activation = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", "silu")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unsupported activation {activation!r}; supported: {', '.join(ACTIVATIONS)}")
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
-        return self.down_proj(nn.functional.silu(gate) * up)
+        return self.down_proj(self.activation(gate) * up)
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: PretrainedConfig):
+    def __init__(self, config: PretrainedConfig, window: int | None = None):
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = Attention(config)
+        self.self_attn = Attention(config, window)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
@@ -127,20 +166,34 @@ UNFUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_pr
 
 
 class LlamaForCausalLM(nn.Module):
+    """A decoder over the paged cache; another family subclasses it with its own layer_class and norm_class (and
+    whatever of build_rotary, forward and checkpoint_name differs)."""
+
+    layer_class = DecoderLayer  # built as layer_class(config, window)
+    norm_class = RMSNorm
+
     def __init__(self, config: PretrainedConfig, max_positions: int, rope_device: torch.device):
         """Build under torch.device("meta") and call load_weights: the rotary tables go to rope_device."""
         super().__init__()
         self.config = config
-        self.rotary = RotaryEmbedding(config, head_dim(config), max_positions, rope_device)
+        self.rotary = self.build_rotary(max_positions, rope_device)
         # an explicit weight skips Embedding's normal_ init, which on the meta device imports torch._dynamo (~1 s)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size,
                                          _weight=torch.empty(config.vocab_size, config.hidden_size))
-        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        windows = layer_windows(config)
+        self.layers = nn.ModuleList(self.layer_class(config, window) for window in windows)
+        self.norm = self.norm_class(config.hidden_size, config.rms_norm_eps)
+        # the window that every layer attends within (None if a layer sees its whole context): the KV blocks
+        # before it are out of every layer's reach
+        self.sliding_window = None if None in windows else max(windows)
+        self.final_logit_softcapping = getattr(config, "final_logit_softcapping", None)
         self.tie_word_embeddings = getattr(config, "tie_word_embeddings", False)
         self.lm_head = (None if self.tie_word_embeddings
                         else nn.Linear(config.hidden_size, config.vocab_size, bias=False))
         self.int8_head: Int8Head | None = None  # with the GGUF's 4-bit weights (use_q4_weights)
+
+    def build_rotary(self, max_positions: int, device: torch.device) -> nn.Module:
+        return RotaryEmbedding(self.config, head_dim(self.config), max_positions, device)
 
     def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """Hidden states [num_tokens, hidden] of one flat batch of new tokens."""
@@ -152,8 +205,12 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.int8_head is not None:
-            return self.int8_head(hidden)
-        return torch.nn.functional.linear(hidden, self.head_weight).float()
+            logits = self.int8_head(hidden)
+        else:
+            logits = torch.nn.functional.linear(hidden, self.head_weight).float()
+        if self.final_logit_softcapping:  # Gemma's soft cap: cap * tanh(logits / cap)
+            logits = torch.tanh(logits / self.final_logit_softcapping) * self.final_logit_softcapping
+        return logits
 
     @property
     def head_weight(self) -> torch.Tensor:
@@ -166,8 +223,8 @@ class LlamaForCausalLM(nn.Module):
         params = dict(self.named_parameters())
         shards: dict[str, dict[int, torch.Tensor]] = {}
         for name, tensor in weights:
-            name = name.removeprefix("model.")
-            if name == "lm_head.weight" and self.lm_head is None:
+            name = self.checkpoint_name(name)
+            if name is None or (name == "lm_head.weight" and self.lm_head is None):
                 continue
             piece = next((p for p in FUSED if f".{p}." in name), None)
             shard = 0
@@ -188,6 +245,10 @@ class LlamaForCausalLM(nn.Module):
             param = torch.nn.Parameter(tensor.to(device=device, dtype=dtype), requires_grad=False)
             setattr(self.get_submodule(module), attr, param)
 
+    def checkpoint_name(self, name: str) -> str | None:
+        """This model's parameter name for a checkpoint's weight name; None for a weight it does not use."""
+        return name.removeprefix("model.")
+
     def use_q4_weights(self, blocks: dict[str, torch.Tensor], max_int4_rows: int, dtype: torch.dtype) -> None:
         """Run each linear layer whose weights the GGUF stores as Q4_1 (blocks from ModelSource.q4_file) on
         those 4-bit weights, and the logits head on int8 weights: see quantization.py."""
@@ -197,6 +258,8 @@ class LlamaForCausalLM(nn.Module):
                 continue
             parent, attr = name.rsplit(".", 1)
             sources = [f"model.{parent}.{piece}.weight" for piece in UNFUSED.get(attr, (attr,))]
+            if f"model.{name}.weight.q" in blocks:  # fused in the file already (Phi-3)
+                sources = [f"model.{name}.weight"]
             if all(f"{source}.q" in blocks for source in sources):
                 q, d, m = (torch.cat([blocks[f"{source}.{part}"] for source in sources]) for part in "qdm")
                 setattr(self.get_submodule(parent), attr, Int4Linear(q, d, m, max_int4_rows, dtype))

@@ -5,14 +5,26 @@ from pathlib import Path
 
 import gguf
 import huggingface_hub.constants
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (
+    Gemma3TextConfig,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Phi3Config,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from localchat.engine import loader, model_catalog
 from localchat.engine.dirs import user_dir
 from localchat.engine.loader import SUPPORTED_ARCHITECTURES, ModelSource, load_weights, resolve_model
+from localchat.engine.model_runner import MODEL_CLASSES
+from localchat.engine.models.llama import FUSED
 
 MESSAGES = [
     {"role": "system", "content": "You are terse."},
@@ -116,6 +128,95 @@ def test_unpermute_inverts_llama_cpp_permutation():
     weight = torch.randn(n_head * head_dim, width).numpy()
     permuted = weight.reshape(n_head, 2, head_dim // 2, width).swapaxes(1, 2).reshape(weight.shape)
     assert (loader._unpermute(permuted, n_head) == weight).all()
+
+
+TINY = dict(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2)
+
+
+@pytest.mark.parametrize("arch, config", [
+    (gguf.MODEL_ARCH.GEMMA3, Gemma3TextConfig(**TINY, head_dim=16)),
+    (gguf.MODEL_ARCH.PHI3, Phi3Config(**TINY, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+], ids=["gemma3", "phi3"])
+def test_gguf_tensor_names_cover_the_model(arch, config):
+    """Every tensor llama.cpp writes for the architecture names a weight of the engine's model (the fused ones
+    included), and together they name them all."""
+    with torch.device("meta"):
+        model = MODEL_CLASSES[config.model_type](config, 16, torch.device("meta"))
+    params = set(dict(model.named_parameters()))
+    gguf_names = [gguf.TENSOR_NAMES[t].format(bid=layer) + ".weight" for t in gguf.MODEL_TENSORS[arch]
+                  for layer in range(config.num_hidden_layers)]
+    covered = set()
+    for gguf_name in dict.fromkeys(gguf_names):
+        if gguf_name in loader._CONFIG_TENSORS or (gguf_name == "output.weight" and model.lm_head is None):
+            continue
+        name = model.checkpoint_name(loader._hf_name(gguf_name, config.model_type))
+        name = next((name.replace(piece, fused) for piece, (fused, _) in FUSED.items() if f".{piece}." in name), name)
+        assert name in params, (gguf_name, name)
+        covered.add(name)
+    assert covered == params
+
+
+def test_llama_cpp_gemma_norms_are_shifted_back():
+    weight = np.array([1.5, 0.75], dtype=np.float32)
+    for name in ("blk.0.attn_norm.weight", "blk.3.post_ffw_norm.weight", "blk.1.attn_q_norm.weight",
+                 "output_norm.weight"):
+        assert (loader._from_llama_cpp("gemma3_text", name, weight) == weight - 1).all()
+    assert loader._from_llama_cpp("gemma3_text", "blk.0.attn_q.weight", weight) is weight
+    assert loader._from_llama_cpp("llama", "blk.0.attn_norm.weight", weight) is weight
+
+
+def _gguf_metadata(path: Path, arch: str, fields: dict, tensors: dict) -> gguf.GGUFReader:
+    writer = gguf.GGUFWriter(path, arch)
+    for key, value in fields.items():
+        writer.add_key_value(key.format(arch=arch), value, gguf.GGUFValueType.get_type(value))
+    for name, tensor in tensors.items():
+        writer.add_tensor(name, tensor)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return gguf.GGUFReader(path)
+
+
+def test_gguf_config_fixes_for_phi3(tmp_path):
+    """A Phi-3 128k-style file: its window, partial rotary width and LongRoPE factors reach the config."""
+    long, short = np.linspace(1, 4, 4, dtype=np.float32), np.linspace(1, 1.5, 4, dtype=np.float32)
+    reader = _gguf_metadata(tmp_path / "phi3.gguf", "phi3", {
+        gguf.Keys.Attention.SLIDING_WINDOW: 2047, gguf.Keys.Rope.DIMENSION_COUNT: 8,
+        gguf.Keys.Rope.SCALING_ORIG_CTX_LEN: 4096, gguf.Keys.Rope.SCALING_ATTN_FACTOR: 1.19,
+    }, {"rope_factors_long.weight": long, "rope_factors_short.weight": short})
+    config = Phi3Config(**{**TINY, "max_position_embeddings": 131072}, pad_token_id=0, bos_token_id=1,
+                        eos_token_id=2)
+    loader._gguf_config_fixes(config, reader)
+    assert config.sliding_window == 2047
+    rope = config.rope_parameters
+    assert rope["rope_type"] == "longrope" and rope["partial_rotary_factor"] == 0.5
+    assert rope["original_max_position_embeddings"] == config.original_max_position_embeddings == 4096
+    assert rope["long_factor"] == long.tolist() and rope["short_factor"] == short.tolist()
+    assert rope["attention_factor"] == pytest.approx(1.19)
+    config.validate_rope()
+
+    phi4 = Phi3Config(**TINY, pad_token_id=0, bos_token_id=1, eos_token_id=2, sliding_window=7)
+    loader._gguf_config_fixes(phi4, _gguf_metadata(tmp_path / "phi4.gguf", "phi3", {
+        gguf.Keys.Attention.SLIDING_WINDOW: 0}, {}))  # llama.cpp writes 0 for no window
+    assert phi4.sliding_window is None and phi4.rope_parameters["rope_type"] == "default"
+
+
+def test_gguf_config_fixes_for_gemma3(tmp_path):
+    """Gemma 3 4B-style linear scaling of the global layers; the 27B's attention scale from its 62 layers."""
+    reader = _gguf_metadata(tmp_path / "gemma3.gguf", "gemma3", {
+        gguf.Keys.Rope.SCALING_TYPE: "linear", gguf.Keys.Rope.SCALING_FACTOR: 8.0}, {})
+    config = Gemma3TextConfig(**TINY, head_dim=16)
+    loader._gguf_config_fixes(config, reader)
+    assert config.rope_parameters["full_attention"]["rope_type"] == "linear"
+    assert config.rope_parameters["full_attention"]["factor"] == 8.0
+    assert config.rope_parameters["sliding_attention"]["rope_type"] == "default"
+    assert config.query_pre_attn_scalar == 256
+    big = Gemma3TextConfig(**{**TINY, "num_hidden_layers": 62, "hidden_size": 5376, "num_attention_heads": 32},
+                           head_dim=128)
+    loader._gguf_config_fixes(big, _gguf_metadata(tmp_path / "gemma3-27b.gguf", "gemma3", {}, {}))
+    assert big.query_pre_attn_scalar == 168
 
 
 def _save_tiny(folder: Path, model: torch.nn.Module, tokenizer) -> None:

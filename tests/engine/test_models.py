@@ -1,8 +1,21 @@
-"""Tiny random-weight models of each supported architecture: the engine's logits equal transformers'."""
+"""Tiny random-weight models of each supported architecture: the engine's logits equal transformers'.
+
+The windowed models attend within a sliding window shorter than the prompts (8 to 16 tokens, blocks of 4), so
+chunked prefill, decodes, prefix hits and forks all cross it."""
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+from transformers import (
+    AutoModelForCausalLM,
+    Gemma3Config,
+    Gemma3ForConditionalGeneration,
+    Gemma3TextConfig,
+    LlamaConfig,
+    MistralConfig,
+    Phi3Config,
+    Qwen2Config,
+    Qwen3Config,
+)
 
 from localchat.engine import LLM, SamplingParams
 from localchat.engine.loader import resolve_model
@@ -18,7 +31,41 @@ CONFIGS = {
     "mistral": lambda: MistralConfig(**COMMON, num_key_value_heads=2, sliding_window=None),
     "qwen2": lambda: Qwen2Config(**COMMON, num_key_value_heads=2, tie_word_embeddings=True),
     "qwen3": lambda: Qwen3Config(**COMMON, num_key_value_heads=2, head_dim=32, tie_word_embeddings=True),
+    "mistral-window": lambda: MistralConfig(**COMMON, num_key_value_heads=2, sliding_window=12),
+    "qwen2-window": lambda: Qwen2Config(**{**COMMON, "num_hidden_layers": 3}, num_key_value_heads=2,
+                                        use_sliding_window=True, sliding_window=9, max_window_layers=1),
+    "phi3-window-partial-rope": lambda: Phi3Config(**COMMON, **PHI3_TOKENS, num_key_value_heads=2, sliding_window=10,
+                                                   partial_rotary_factor=0.5, tie_word_embeddings=False),
+    # LongRoPE with an original context of 4: every compared sequence is longer, so transformers uses the long
+    # factors, as the engine does for any max_model_len past the original context
+    "phi3-longrope": lambda: Phi3Config(**COMMON, **PHI3_TOKENS, num_key_value_heads=4,
+                                        original_max_position_embeddings=4, rope_parameters=LONGROPE),
+    "gemma3": lambda: gemma3_text_config(),
 }
+
+
+PHI3_TOKENS = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0)  # its defaults are past a tiny vocabulary
+LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 4,
+            "long_factor": [1.0 + i / 4 for i in range(8)], "short_factor": [1.0 + i / 16 for i in range(8)]}
+
+
+def gemma3_text_config(**overrides) -> Gemma3TextConfig:
+    """Sliding (window 8, local base 10k) and global layers (base 1M, linear scaling), q/k norms, GQA, soft-capped
+    logits, query_pre_attn_scalar apart from head_dim."""
+    fields = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=32, max_position_embeddings=256, initializer_range=0.1,
+                  rms_norm_eps=1e-6, sliding_window=8, query_pre_attn_scalar=24, final_logit_softcapping=5.0,
+                  layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+                  rope_scaling={"rope_type": "linear", "factor": 4.0}, rope_local_base_freq=100.0)
+    return Gemma3TextConfig(**{**fields, **overrides})
+
+
+def randomize_norms(model: torch.nn.Module) -> None:
+    """Norm weights start all equal (Gemma's at 0, for a scale of 1) and biases at 0: make them matter."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
 
 
 @pytest.fixture(scope="module")
@@ -26,21 +73,15 @@ def tokenizer():
     return resolve_model(None).tokenizer
 
 
-@pytest.mark.parametrize("arch", sorted(CONFIGS))
-def test_prefill_and_decode_logits_match_transformers(arch, tokenizer, tmp_path):
-    torch.manual_seed(0)
-    reference = AutoModelForCausalLM.from_config(CONFIGS[arch](), dtype=torch.float32).eval()
-    if arch == "qwen2":  # its q/k/v biases start at zero: make them matter
-        with torch.no_grad():
-            for name, p in reference.named_parameters():
-                if name.endswith("bias"):
-                    p.normal_(0, 0.1)
-    reference.save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
+def saved(reference: torch.nn.Module, tokenizer, path) -> str:
+    reference.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
 
-    # small blocks and a small token budget: prompts span many blocks and prefill in chunks
-    llm = LLM(str(tmp_path), dtype="float32", block_size=4, max_num_batched_tokens=24)
-    seen: list[tuple[list[int], torch.Tensor]] = []
+
+def record_logits(llm: LLM) -> list[tuple[list[int], torch.Tensor]]:
+    """Every (tokens so far, logits) the engine samples from from now on, forks included."""
+    seen = []
     sample = llm.engine.sampler
 
     def recording_sampler(logits, rows):
@@ -48,25 +89,86 @@ def test_prefill_and_decode_logits_match_transformers(arch, tokenizer, tmp_path)
         return sample(logits, rows)
 
     llm.engine.sampler = recording_sampler
-    generator = torch.Generator().manual_seed(1)
-    prompts = [torch.randint(0, 512, (n,), generator=generator).tolist() for n in (5, 23, 41)]
-    outputs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=33, ignore_eos=True))
+    return seen
+
+
+@torch.no_grad()
+def assert_logits_match(reference: torch.nn.Module, seen: list[tuple[list[int], torch.Tensor]], outputs) -> None:
+    """Each recorded row equals transformers' logits at the last of its tokens: one forward per finished reply
+    (a causal model's logits at every position of it) covers the rows on its way."""
+    finished = [o.prompt_token_ids + list(c.token_ids) for o in outputs for c in o.outputs]
+    logits = [reference(torch.tensor([tokens])).logits[0] for tokens in finished]
+    for tokens, ours in seen:
+        k = next(k for k, final in enumerate(finished) if final[: len(tokens)] == tokens)
+        torch.testing.assert_close(ours, logits[k][len(tokens) - 1], atol=1e-4, rtol=1e-4)
+
+
+def random_prompts(lengths, seed=1) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 512, (n,), generator=generator).tolist() for n in lengths]
+
+
+@pytest.mark.parametrize("arch", sorted(CONFIGS))
+def test_prefill_and_decode_logits_match_transformers(arch, tokenizer, tmp_path):
+    torch.manual_seed(0)
+    reference = AutoModelForCausalLM.from_config(CONFIGS[arch](), dtype=torch.float32).eval()
+    randomize_norms(reference)
+
+    # small blocks and a small token budget: prompts span many blocks and prefill in chunks
+    llm = LLM(saved(reference, tokenizer, tmp_path), dtype="float32", block_size=4, max_num_batched_tokens=24)
+    seen = record_logits(llm)
+    outputs = llm.generate(random_prompts((5, 23, 41)), SamplingParams(temperature=0, max_tokens=33, ignore_eos=True))
 
     assert [len(o.outputs[0].token_ids) for o in outputs] == [33, 33, 33]
     assert len(seen) == 3 * 33  # prefill, then 32 decode steps per prompt
-    with torch.no_grad():
-        for tokens, ours in seen:
-            theirs = reference(torch.tensor([tokens])).logits[0, -1]
-            torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+    assert_logits_match(reference, seen, outputs)
     assert llm.stats()["kv_blocks_used"] == 0
 
 
-def test_generation_config_eos_and_sliding_window_limit(tokenizer, tmp_path):
+@pytest.mark.parametrize("arch", ["gemma3", "mistral-window"])
+def test_windowed_prefix_hits_and_forks_match_transformers(arch, tokenizer, tmp_path):
+    """A second request finds a cached prefix far longer than the window, and forks n=3 sampled replies that
+    diverge (copy-on-write of the shared last block): every row still equals transformers'."""
+    torch.manual_seed(0)
+    reference = AutoModelForCausalLM.from_config(CONFIGS[arch](), dtype=torch.float32).eval()
+    randomize_norms(reference)
+    llm = LLM(saved(reference, tokenizer, tmp_path), dtype="float32", block_size=4, max_num_batched_tokens=16)
+    shared, first, second = random_prompts((30, 3, 6))
+    seen = record_logits(llm)
+    outputs = llm.generate([shared + first], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+    params = SamplingParams(n=3, temperature=1.0, seed=5, max_tokens=12, ignore_eos=True)
+    outputs += llm.generate([shared + second], params)
+
+    assert outputs[1].num_cached_tokens == 28  # seven full blocks, far past the window
+    replies = [tuple(c.token_ids) for c in outputs[1].outputs]
+    assert len(set(replies)) == 3
+    assert len(seen) == 4 + 3 * 12
+    assert_logits_match(reference, seen, outputs)
+    assert llm.stats()["kv_blocks_used"] == 0
+
+
+def test_multimodal_gemma3_checkpoint_runs_its_text_model(tokenizer, tmp_path):
+    """A `gemma3` checkpoint (vision tower, projector and text model): the engine loads its text part alone."""
+    torch.manual_seed(0)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                  patch_size=14)
+    # no logit soft cap: transformers' multimodal class leaves it out (no Gemma 3 release sets one)
+    text_config = gemma3_text_config(final_logit_softcapping=None).to_dict()
+    config = Gemma3Config(text_config=text_config, vision_config=vision, mm_tokens_per_image=4)
+    reference = Gemma3ForConditionalGeneration(config).eval()
+    randomize_norms(reference)
+    llm = LLM(saved(reference, tokenizer, tmp_path), dtype="float32", block_size=4)
+    assert llm.engine.runner.model.config.model_type == "gemma3_text"
+    seen = record_logits(llm)
+    outputs = llm.generate(random_prompts((19,)), SamplingParams(temperature=0, max_tokens=5, ignore_eos=True))
+    assert_logits_match(reference, seen, outputs)
+
+
+def test_generation_config_eos_and_a_context_past_the_sliding_window(tokenizer, tmp_path):
     torch.manual_seed(0)
     config = MistralConfig(**{**COMMON, "max_position_embeddings": 512}, num_key_value_heads=2, sliding_window=96)
-    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
+    path = saved(AutoModelForCausalLM.from_config(config), tokenizer, tmp_path)
     (tmp_path / "generation_config.json").write_text('{"eos_token_id": [7, 9]}')
-    llm = LLM(str(tmp_path), dtype="float32")
+    llm = LLM(path, dtype="float32")
     assert {7, 9} <= llm.engine.output.eos_token_ids
-    assert llm.engine.max_model_len == 96  # no sliding-window attention: the engine stays inside the window
+    assert llm.engine.max_model_len == 512  # sliding-window attention: the whole context, not just the window

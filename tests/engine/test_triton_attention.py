@@ -7,7 +7,7 @@ import os
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig
 
 from localchat.engine import LLM, SamplingParams
 from localchat.engine.attention import AttentionMetadata, TorchPagedAttention
@@ -55,12 +55,14 @@ def random_batch(seqs: list[tuple[int, int]], block_size: int, num_blocks: int, 
 
 
 def random_caches(meta: AttentionMetadata, tables: list[list[int]], num_blocks: int, block_size: int,
-                  num_kv_heads: int, head_dim: int, dtype: torch.dtype, gen: torch.Generator):
-    """(reference, poisoned) K and V caches: random in every context slot, zero or NaN elsewhere."""
+                  num_kv_heads: int, head_dim: int, dtype: torch.dtype, gen: torch.Generator,
+                  window: int | None = None):
+    """(reference, poisoned) K and V caches: random in every context slot that a new token can see (within the
+    window), zero or NaN elsewhere."""
     shape = (2, num_blocks * block_size, num_kv_heads, head_dim)
     in_context = torch.zeros(num_blocks * block_size, dtype=torch.bool)
-    for table, context in zip(tables, meta.seq_lens):
-        for p in range(context):
+    for table, new, context in zip(tables, meta.query_lens, meta.seq_lens):
+        for p in range(0 if window is None else max(0, context - new - window + 1), context):
             in_context[table[p // block_size] * block_size + p % block_size] = True
     values = torch.randn(shape, generator=gen).to(dtype)
     reference = torch.where(in_context[:, None, None], values, 0.0).view(2, num_blocks, block_size, num_kv_heads,
@@ -69,15 +71,16 @@ def random_caches(meta: AttentionMetadata, tables: list[list[int]], num_blocks: 
     return reference.to(DEVICE), poisoned.to(DEVICE)
 
 
-def check_attend(seqs, dtype, num_kv_heads, group, head_dim, block_size, seed=0):
+def check_attend(seqs, dtype, num_kv_heads, group, head_dim, block_size, seed=0, window=None):
     gen = torch.Generator().manual_seed(seed)
     num_blocks = sum(-(-c // block_size) for _, c in seqs) + 5
     meta, tables = random_batch(seqs, block_size, num_blocks, gen)
-    reference, poisoned = random_caches(meta, tables, num_blocks, block_size, num_kv_heads, head_dim, dtype, gen)
+    reference, poisoned = random_caches(meta, tables, num_blocks, block_size, num_kv_heads, head_dim, dtype, gen,
+                                        window)
     query = torch.randn(sum(n for n, _ in seqs), num_kv_heads * group, head_dim, generator=gen).to(dtype).to(DEVICE)
     scale = head_dim**-0.5
-    expected = TorchPagedAttention.attend(query, reference[0], reference[1], meta, scale)
-    actual = TritonPagedAttention.attend(query, poisoned[0], poisoned[1], meta, scale)
+    expected = TorchPagedAttention.attend(query, reference[0], reference[1], meta, scale, window)
+    actual = TritonPagedAttention.attend(query, poisoned[0], poisoned[1], meta, scale, window)
     torch.testing.assert_close(actual, expected, **TOLERANCE[dtype])
 
 
@@ -91,11 +94,21 @@ def test_attend_mixed_batch_matches_torch(dtype, num_kv_heads, group, head_dim, 
     check_attend(DECODES + PREFILLS, dtype, num_kv_heads, group, head_dim, block_size)
 
 
-@pytest.mark.parametrize("target_programs", [1, 6, 512])
-def test_decode_split_k(target_programs, nan_allocations, monkeypatch):
-    """A long context in 1, 2 or one split per tile of keys, next to contexts shorter than a split."""
+@pytest.mark.parametrize("dtype, window, block_size", [
+    (F32, 1, 16), (F32, 8, 16), (F32, 16, 8), (F32, 20, 16), (F32, 64, 16), (F32, 65, 16), (BF16, 24, 16),
+])
+def test_attend_sliding_window_matches_torch(dtype, window, block_size, nan_allocations):
+    """A sliding window in decodes, whole prompts and chunks over a cached prefix; keys outside every window
+    are NaN for the kernels."""
+    check_attend(DECODES + PREFILLS + [(100, 150), (1, 200)], dtype, 1, 3, 64, block_size, window=window)
+
+
+@pytest.mark.parametrize("target_programs, window", [(1, None), (6, None), (512, None), (6, 150), (512, 100)])
+def test_decode_split_k(target_programs, window, nan_allocations, monkeypatch):
+    """A long context in 1, 2 or one split per tile of keys, next to contexts shorter than a split; with a window,
+    the splits cover the window only."""
     monkeypatch.setattr(triton_attention, "DECODE_TARGET_PROGRAMS", target_programs)
-    check_attend([(1, 300), (1, 17), (1, 1)], F32, 1, 3, 64, 16)
+    check_attend([(1, 300), (1, 17), (1, 1)], F32, 1, 3, 64, 16, window=window)
 
 
 @pytest.mark.parametrize("dtype", [F32, BF16, F16])
@@ -127,14 +140,35 @@ def test_copy_blocks_all_layers(dtype):
     torch.testing.assert_close(cache, expected, atol=0, rtol=0)
 
 
-def test_engine_greedy_tokens_match_torch_backend(tmp_path, monkeypatch):
-    """A tiny random Llama (GQA 2, head dim 64): chunked prefill, prefix hits and copy-on-write forks give
-    the same greedy tokens with either backend."""
+@pytest.mark.parametrize("window", [None, 5, 40])
+def test_one_decode_over_consecutive_blocks(window, nan_allocations):
+    """The step of a lone decode whose blocks are consecutive (the torch path reads them in place)."""
+    gen = torch.Generator().manual_seed(4)
+    meta = AttentionMetadata.build([1], [37], [[3, 4, 5]], 16, DEVICE)
+    assert meta.view(window).decode_span is not None
+    reference, poisoned = random_caches(meta, [[3, 4, 5]], 8, 16, 2, 64, F32, gen, window)
+    query = torch.randn(1, 6, 64, generator=gen).to(DEVICE)
+    expected = TorchPagedAttention.attend(query, reference[0], reference[1], meta, 0.125, window)
+    actual = TritonPagedAttention.attend(query, poisoned[0], poisoned[1], meta, 0.125, window)
+    torch.testing.assert_close(actual, expected, **TOLERANCE[F32])
+
+
+ENGINE_CONFIGS = {
+    "llama": lambda: LlamaConfig(**ENGINE_COMMON),
+    # sliding layers with a window of 12 tokens and global layers
+    "gemma3-window": lambda: Gemma3TextConfig(**ENGINE_COMMON, sliding_window=12, query_pre_attn_scalar=64,
+                                              layer_types=["sliding_attention", "full_attention"]),
+}
+ENGINE_COMMON = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=64, max_position_embeddings=256, initializer_range=0.1)
+
+
+@pytest.mark.parametrize("arch", sorted(ENGINE_CONFIGS))
+def test_engine_greedy_tokens_match_torch_backend(arch, tmp_path, monkeypatch):
+    """A tiny random Llama, and a Gemma 3 with a sliding window (GQA 2, head dim 64): chunked prefill, prefix hits
+    and copy-on-write forks give the same greedy tokens with either backend."""
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=256,
-                         initializer_range=0.1)
-    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    AutoModelForCausalLM.from_config(ENGINE_CONFIGS[arch]()).save_pretrained(tmp_path)
     resolve_model(None).tokenizer.save_pretrained(tmp_path)
     copies = []
     copy_blocks = TritonPagedAttention.copy_blocks
