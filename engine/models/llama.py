@@ -8,7 +8,7 @@ from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from localchat.engine.attention import AttentionMetadata
-from localchat.engine.quantization import Int4Linear, Int8Head
+from localchat.engine.packed_linear import GGUFEmbedding, PackedLinear
 
 
 def head_dim(config: PretrainedConfig) -> int:
@@ -123,7 +123,6 @@ FUSED = {
     "q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
     "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
 }
-UNFUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 
 
 class LlamaForCausalLM(nn.Module):
@@ -140,7 +139,6 @@ class LlamaForCausalLM(nn.Module):
         self.tie_word_embeddings = getattr(config, "tie_word_embeddings", False)
         self.lm_head = (None if self.tie_word_embeddings
                         else nn.Linear(config.hidden_size, config.vocab_size, bias=False))
-        self.int8_head: Int8Head | None = None  # with the GGUF's 4-bit weights (use_q4_weights)
 
     def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """Hidden states [num_tokens, hidden] of one flat batch of new tokens."""
@@ -151,13 +149,10 @@ class LlamaForCausalLM(nn.Module):
         return self.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.int8_head is not None:
-            return self.int8_head(hidden)
-        return torch.nn.functional.linear(hidden, self.head_weight).float()
-
-    @property
-    def head_weight(self) -> torch.Tensor:
-        return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        """float32 logits; a tied head multiplies by the embedding."""
+        if self.lm_head is None:
+            return torch.nn.functional.linear(hidden, self.embed_tokens.weight).float()
+        return self.lm_head(hidden).float()
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype,
@@ -188,15 +183,29 @@ class LlamaForCausalLM(nn.Module):
             param = torch.nn.Parameter(tensor.to(device=device, dtype=dtype), requires_grad=False)
             setattr(self.get_submodule(module), attr, param)
 
-    def use_q4_weights(self, blocks: dict[str, torch.Tensor], max_int4_rows: int, dtype: torch.dtype) -> None:
-        """Run each linear layer whose weights the GGUF stores as Q4_1 (blocks from ModelSource.q4_file) on
-        those 4-bit weights, and the logits head on int8 weights: see quantization.py."""
-        self.int8_head = Int8Head(self.head_weight, max_int4_rows)
-        for name, module in list(self.named_modules()):
-            if not isinstance(module, nn.Linear) or module.bias is not None:
-                continue
-            parent, attr = name.rsplit(".", 1)
-            sources = [f"model.{parent}.{piece}.weight" for piece in UNFUSED.get(attr, (attr,))]
-            if all(f"{source}.q" in blocks for source in sources):
-                q, d, m = (torch.cat([blocks[f"{source}.{part}"] for source in sources]) for part in "qdm")
-                setattr(self.get_submodule(parent), attr, Int4Linear(q, d, m, max_int4_rows, dtype))
+    @torch.no_grad()
+    def load_packed(self, tensors: dict[str, torch.Tensor], dtype: torch.dtype, device: torch.device) -> None:
+        """A GGUF's weights as loader.load_packed gives them: each linear layer (and the logits head) becomes a
+        PackedLinear, the embedding a GGUFEmbedding over its raw rows, and the rest (norms) load as usual."""
+        by_module: dict[str, dict[str, torch.Tensor]] = {}
+        dense = {}
+        packed_modules = self._packed_modules()
+        for name, tensor in tensors.items():
+            short = name.removeprefix("model.")
+            module = next((m for m in packed_modules if short.startswith(m + ".")), None)
+            if module is None:
+                dense[name] = tensor
+            else:
+                by_module.setdefault(module, {})[short[len(module) + 1:]] = tensor
+        for module, parts in by_module.items():
+            parent, _, attr = module.rpartition(".")
+            if module == "embed_tokens":
+                embedding = GGUFEmbedding(parts["raw"], int(parts["ggml_type"]), self.config.hidden_size, dtype)
+                self.embed_tokens = embedding
+            else:
+                setattr(self.get_submodule(parent) if parent else self, attr, PackedLinear(parts))
+        self.load_weights(dense.items(), dtype, device)
+
+    def _packed_modules(self) -> list[str]:
+        linears = [name for name, module in self.named_modules() if isinstance(module, nn.Linear | PackedLinear)]
+        return ["embed_tokens", "lm_head", *linears]
