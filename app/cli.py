@@ -37,10 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--engine-model", default=None, help="the model name on --engine-url (default: its first)")
     serve.add_argument("--kv-blocks", type=int, default=None, help="KV cache size in 16-token blocks")
     serve.add_argument("--max-model-len", type=int, default=None, help="longest prompt + reply, in tokens")
-    serve.add_argument("--quantization", choices=("none", "q4_1", "auto"), default=None,
-                       help="none (default): dense weights, outputs independent of batching and caching; q4_1 (auto: "
-                            "where it applies): a Q4_1 GGUF's own 4-bit weights for small steps on CPU, faster "
-                            "decoding but outputs that depend on the step's size")
+    serve.add_argument("--quantization", choices=("auto", "packed", "none"), default=None,
+                       help="auto (default): a GGUF runs its own quantized weights on CPU (little memory, fast, "
+                            "reproducible for a seed); none: dense float32 weights, exact against transformers")
     web = commands.add_parser("web", help="open the web UI in a browser through a one-time login URL")
     web.add_argument("--print", action="store_true", help="only print the one-time URL")
     chat = commands.add_parser("chat", help="ask one question and print the reply (nothing is stored)",
@@ -96,15 +95,16 @@ def chat(args) -> int:
 def models(args) -> int:
     from localchat.engine.model_catalog import find_models, hf_cache_dir, model_dirs
 
-    rows = [(m.name, m.architecture or "?", f"{m.size_bytes / 1e6:,.0f} MB", m.format, m.source,
+    rows = [(m.name, m.architecture or "?", m.quantization or m.format, f"{m.size_bytes / 1e6:,.0f} MB",
+             f"{m.memory_bytes / 1e6:,.0f} MB" if m.memory_bytes else "?", m.source,
              "" if m.supported else "not supported") for m in find_models()]
-    header = ("MODEL", "ARCHITECTURE", "SIZE", "FORMAT", "FOUND IN", "")
+    header = ("MODEL", "ARCHITECTURE", "WEIGHTS", "FILE", "MEMORY", "FOUND IN", "")
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
     searched = ", ".join(str(p) for p in [hf_cache_dir(), *model_dirs()])
-    print(f"\nsearched: {searched} (more folders: $LOCALCHAT_MODEL_DIRS); use one with --model NAME",
-          file=sys.stderr)
+    print(f"\nsearched: {searched} (more folders: $LOCALCHAT_MODEL_DIRS); use one with --model NAME; "
+          "MEMORY is its weights as the engine holds them, before the KV cache", file=sys.stderr)
     return 0
 
 

@@ -29,7 +29,7 @@ def hf_model(dtype: torch.dtype = torch.float32):
     from localchat.engine.loader import resolve_model
 
     source = resolve_model(None)
-    model = AutoModelForCausalLM.from_pretrained(source.weight_files[0].parent, dtype=dtype).eval()
+    model = AutoModelForCausalLM.from_pretrained(source.dense_files()[0].parent, dtype=dtype).eval()
     return model, source.tokenizer
 
 
@@ -78,10 +78,11 @@ def machine() -> dict:
             "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M")}
 
 
-def result_name(benchmark: str, dtype: str, quantization: str | None) -> str:
-    """results/<benchmark>[-<dtype>][-<quantization>]: one file per configuration (float32 dense is the plain name)."""
+def result_name(benchmark: str, dtype: str, quantization: str) -> str:
+    """results/<benchmark>[-<dtype>][-dense]: one file per configuration (float32 on the default weights is the
+    plain name; -dense: quantization="none")."""
     return benchmark + (f"-{dtype}" if dtype not in ("float32", None) else "") + (
-        f"-{quantization}" if quantization else "")
+        "-dense" if quantization == "none" else "")
 
 
 def report(name: str, rows: list[dict], summary: dict) -> None:

@@ -31,7 +31,8 @@ def run(llm: LLM, requests: list[tuple[list[int], SamplingParams]], one_after_an
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quantization", default=None, help="q4_1: the GGUF's 4-bit weights for small steps")
+    parser.add_argument("--quantization", default="auto", choices=("auto", "none"),
+                        help="auto: the GGUF's own weights, packed (the default); none: dense float32")
     parser.add_argument("--dtype", default=None)
     args = parser.parse_args()
     threads = set_threads()

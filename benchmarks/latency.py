@@ -44,7 +44,8 @@ def hf_latency(model, prompt: list[int]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quantization", default=None, help="q4_1: the GGUF's 4-bit weights for small steps")
+    parser.add_argument("--quantization", default="auto", choices=("auto", "none"),
+                        help="auto: the GGUF's own weights, packed (the default); none: dense float32")
     parser.add_argument("--dtype", default=None, help="engine dtype (default: the engine's CPU default)")
     parser.add_argument("--skip-peer", action="store_true")
     args = parser.parse_args()
@@ -53,7 +54,7 @@ def main() -> None:
     (prompt,) = synthetic_chats(llm.tokenizer, 1, PROMPT_TOKENS, PROMPT_TOKENS, seed=1)
     prompt = (prompt * 2)[:PROMPT_TOKENS]
     engine_latency(llm, prompt[:64])  # warm up
-    system = f"localchat ({llm.engine.dtype}, {args.quantization or 'dense'})"
+    system = f"localchat ({llm.engine.dtype}, {'packed' if llm.engine.packed else 'dense'})"
     rows = [{"system": system, **engine_latency(llm, prompt)}]
     if not args.skip_peer:
         model, _ = hf_model(torch.float32)

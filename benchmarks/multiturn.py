@@ -75,7 +75,8 @@ def hf_ttft(model, prompts_per_turn: list[list[list[int]]]) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quantization", default=None, help="q4_1: the GGUF's 4-bit weights for small steps")
+    parser.add_argument("--quantization", default="auto", choices=("auto", "none"),
+                        help="auto: the GGUF's own weights, packed (the default); none: dense float32")
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--skip-peer", action="store_true")
     args = parser.parse_args()

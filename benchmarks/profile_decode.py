@@ -16,7 +16,7 @@ TOP = 15
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--quantization", default=None)
+    parser.add_argument("--quantization", default="auto", choices=("auto", "none"))
     parser.add_argument("--steps", type=int, default=64)
     args = parser.parse_args()
     threads = set_threads()

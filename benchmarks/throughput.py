@@ -85,7 +85,8 @@ def run_sequential(model, prompts, lengths) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quantization", default=None, help="q4_1: the GGUF's 4-bit weights for small steps")
+    parser.add_argument("--quantization", default="auto", choices=("auto", "none"),
+                        help="auto: the GGUF's own weights, packed (the default); none: dense float32")
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--sequential-sample", type=int, default=6,
@@ -97,7 +98,7 @@ def main() -> None:
     prompts, lengths = workload(llm.tokenizer, args.requests)
     run_engine(llm, prompts[:4], [8] * 4)  # warm up
     engine = run_engine(llm, prompts, lengths)
-    rows = [{"system": f"localchat ({llm.engine.dtype}, {args.quantization or 'dense'})", **engine}]
+    rows = [{"system": f"localchat ({llm.engine.dtype}, {'packed' if llm.engine.packed else 'dense'})", **engine}]
     summary = {"threads": threads, "requests": len(prompts), "mean_prompt": statistics.mean(map(len, prompts)),
                "mean_output": statistics.mean(lengths)}
     if not args.skip_peer:

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import torch
 
-QUANTIZATIONS = (None, "q4_1", "auto")
+QUANTIZATIONS = ("auto", "packed", "none")
 
 
 @dataclass(frozen=True)
@@ -21,13 +21,14 @@ class EngineConfig:
     max_num_seqs: int = 128  # sequences in one batch
     max_num_batched_tokens: int = 2048  # tokens in one step (prefill chunks included)
     attention_backend: str | None = None  # "torch" or "triton"; None: triton on CUDA, torch elsewhere
-    # "q4_1": a Q4_1 GGUF's own 4-bit weights for small steps on CPU (faster decoding, close to but not equal
-    # to the dense weights' outputs); None: dense weights only (exact); "auto": "q4_1" where it applies
-    quantization: str | None = None
+    # "auto": a GGUF on the CPU runs its own quantized weights, packed for torch's weight-only kernels (little
+    # memory, fast decoding, reproducible for a seed; see packed_linear.py), anything else dense weights;
+    # "none": dense float weights (exact, for comparison with transformers); "packed": the GGUF's own or fail
+    quantization: str = "auto"
 
     def __post_init__(self) -> None:
         if self.quantization not in QUANTIZATIONS:
-            raise ValueError(f"unknown quantization {self.quantization!r}; use None, 'q4_1' or 'auto'")
+            raise ValueError(f"unknown quantization {self.quantization!r}; use one of {', '.join(QUANTIZATIONS)}")
         if self.block_size < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("block_size, max_num_seqs and max_num_batched_tokens must be at least 1")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:

@@ -8,7 +8,7 @@ import torch
 
 from localchat.engine.config import EngineConfig
 from localchat.engine.kv_cache_manager import KVCacheManager
-from localchat.engine.loader import count_weights, load_weights, resolve_model
+from localchat.engine.loader import count_weights, load_packed, load_weights, resolve_model
 from localchat.engine.model_runner import ModelRunner
 from localchat.engine.models.llama import head_dim
 from localchat.engine.output_processor import OutputProcessor, RequestState
@@ -45,10 +45,15 @@ class LLMEngine:
         block_size = config.block_size
         num_kv_blocks = config.num_kv_blocks or default_num_blocks(model_config, block_size, self.dtype, self.device)
         self.max_model_len = min(config.max_model_len or limit, num_kv_blocks * block_size)
-        weights = _reporting(load_weights(source, self.dtype), count_weights(source), progress)
-        self.runner = ModelRunner(model_config, weights, self.dtype, self.device,
-                                  block_size, num_kv_blocks, self.max_model_len, config.attention_backend,
-                                  _q4_file(source, config.quantization, self.device))
+        self.packed = _runs_packed(source, config.quantization, self.device)
+        if self.packed:
+            progress("loading the packed weights (a first start packs the GGUF file's)", None)
+            weights = load_packed(source)
+        else:
+            progress("loading weights (a first start converts the model file)", None)
+            weights = _reporting(load_weights(source, self.dtype), count_weights(source), progress)
+        self.runner = ModelRunner(model_config, weights, self.packed, self.dtype, self.device,
+                                  block_size, num_kv_blocks, self.max_model_len, config.attention_backend)
         self.kv = KVCacheManager(num_kv_blocks, block_size, config.enable_prefix_caching,
                                  salt=hash((source.name, str(self.dtype))))
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens)
@@ -192,7 +197,7 @@ def _eos_token_ids(source, model_config) -> set[int]:
     """End-of-reply tokens: the tokenizer's, the (text) config's and generation_config.json's (chat models list
     theirs there)."""
     found = [source.tokenizer.eos_token_id, getattr(model_config, "eos_token_id", None)]
-    generation_config = source.weight_files[0].parent / "generation_config.json"
+    generation_config = source.folder / "generation_config.json"
     if generation_config.is_file():
         found.append(json.loads(generation_config.read_text()).get("eos_token_id"))
     ids = set()
@@ -201,12 +206,13 @@ def _eos_token_ids(source, model_config) -> set[int]:
     return ids
 
 
-def _q4_file(source, quantization: str | None, device: torch.device):
-    if quantization is None or (quantization == "auto" and (source.q4_file is None or device.type != "cpu")):
-        return None
-    if source.q4_file is None or device.type != "cpu":
-        raise ValueError("quantization='q4_1' needs a Q4_1 GGUF model and the CPU (torch's int4 CPU kernel)")
-    return source.q4_file
+def _runs_packed(source, quantization: str, device: torch.device) -> bool:
+    """A GGUF on the CPU runs its own (packed) weights unless quantization="none" asks for dense float ones;
+    "packed" insists (and fails elsewhere)."""
+    possible = source.gguf_file is not None and device.type == "cpu"
+    if quantization == "packed" and not possible:
+        raise ValueError("quantization='packed' needs a GGUF model on the CPU (torch's weight-only CPU kernels)")
+    return possible and quantization != "none"
 
 
 def _reporting(weights: Iterator, total: int, progress: Callable[[str, float | None], None]) -> Iterator:

@@ -1,10 +1,15 @@
-"""Turns a model argument into files the engine can load: a config, a tokenizer and safetensors weights.
+"""Turns a model argument into what the engine loads: a config, a tokenizer, and the weights.
 
 A model is the embedded SmolLM2 GGUF (`None`), a `.gguf` file, a folder with `config.json` and
 `*.safetensors`, or a Hugging Face model id already in the local HF cache. Nothing here touches the network.
-A GGUF file is dequantized once into a cache folder holding float32 safetensors with Hugging Face names,
-`config.json` and the tokenizer files; later loads read only that folder. The 4-bit Q4_1 weights of a GGUF
-file are also kept as they are (`q4_1/blocks.safetensors`) so the engine can run them without loss.
+
+A GGUF file gets a cache folder holding `config.json` and the tokenizer files (written once), and its weights in
+the form the engine runs, made on first use: `packed-<kernel layout>.safetensors`, the file's quantized
+matrices as packed weights for torch's weight-only kernels (packed_linear.py), its small tensors (norms, biases)
+in float32, and the token embedding's raw GGUF rows (the default on CPU), or `model.safetensors`, every weight
+dequantized to float32 (quantization="none": exact, for comparison with transformers). Later loads read only
+the cache. An architecture or tensor type the engine cannot run is refused from the file's header, before any
+conversion.
 """
 
 import hashlib
@@ -20,15 +25,18 @@ import torch
 from huggingface_hub import snapshot_download
 from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
 
 from .dirs import user_dir
+from .gguf_header import GGUFHeader, read_header
 from .model_catalog import EMBEDDED_NAME, SUPPORTED_ARCHITECTURES, embedded_gguf_path
-from .quantization import unpack_q4_1
+from .packed_linear import KERNEL_LAYOUT, REPRESENTATIONS, GGUFMatrix, pack
 
-CACHE_FORMAT = 2  # bump when the cache folder's contents change
-Q4_FILE = "q4_1/blocks.safetensors"
+CACHE_FORMAT = 3  # bump when the cache folder's contents change
+DENSE_FILE = "model.safetensors"
+PACKED_FILE = f"packed-{hashlib.sha256(KERNEL_LAYOUT.encode()).hexdigest()[:12]}.safetensors"
+EMBEDDING_TYPE_KEY = "model.embed_tokens.ggml_type"  # the embedding's GGML type id, beside its raw rows
 
 # GGUF tensor names -> Hugging Face names; block tensors are `blk.N.<part>.<weight|bias>`.
 _TOP_LEVEL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
@@ -57,6 +65,10 @@ _ARCH_BLOCK_NAMES = {
 }
 # GGUF tensors that are configuration, not weights: Phi-3's LongRoPE factors (_gguf_config_fixes reads them)
 _CONFIG_TENSORS = ("rope_factors_long.weight", "rope_factors_short.weight")
+# the engine's fused linear layers and the HF matrices stacked into each (in this order)
+FUSED_LINEARS = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+                 "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj")}
+PLAIN_LINEARS = ("self_attn.o_proj", "mlp.down_proj")
 
 
 @dataclass
@@ -64,8 +76,22 @@ class ModelSource:
     name: str
     config: PretrainedConfig
     tokenizer: PreTrainedTokenizerBase
-    weight_files: list[Path]
-    q4_file: Path | None = None  # a GGUF's Q4_1 weights: `<name>.q`, `<name>.d`, `<name>.m` per HF weight name
+    folder: Path  # config.json and the tokenizer; for a GGUF, its cache folder
+    gguf_file: Path | None = None
+
+    def dense_files(self) -> list[Path]:
+        """The safetensors files of every weight with Hugging Face names (a GGUF's are made on first use)."""
+        if self.gguf_file is not None and not (self.folder / DENSE_FILE).is_file():
+            config = self.config.get_text_config()
+            _write_atomically(self.folder / DENSE_FILE, lambda tmp: _write_dense(self.gguf_file, config, tmp))
+        return sorted(f for f in self.folder.glob("*.safetensors") if not f.name.startswith("packed-"))
+
+    def packed_file(self) -> Path:
+        """A GGUF's packed weights (made on first use)."""
+        path = self.folder / PACKED_FILE
+        if not path.is_file():
+            _write_atomically(path, lambda tmp: _write_packed(self.gguf_file, self.config.get_text_config(), tmp))
+        return path
 
 
 def resolve_model(model: str | None) -> ModelSource:
@@ -92,7 +118,7 @@ def resolve_model(model: str | None) -> ModelSource:
 def count_weights(source: ModelSource) -> int:
     """How many tensors load_weights will yield (read from the files' headers)."""
     total = 0
-    for file in source.weight_files:
+    for file in source.dense_files():
         with safe_open(file, framework="pt") as f:
             total += sum(1 for name in f.keys() if not name.endswith("rotary_emb.inv_freq"))
     return total
@@ -100,48 +126,59 @@ def count_weights(source: ModelSource) -> int:
 
 def load_weights(source: ModelSource, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield every (Hugging Face parameter name, tensor cast to `dtype`) of `source`."""
-    for file in source.weight_files:
+    for file in source.dense_files():
         with safe_open(file, framework="pt") as f:
             for name in f.keys():
                 if not name.endswith("rotary_emb.inv_freq"):
                     yield name, f.get_tensor(name).to(dtype)
 
 
+def load_packed(source: ModelSource) -> dict[str, torch.Tensor]:
+    """A GGUF's packed weights, by the engine's module names (see _write_packed)."""
+    return load_file(source.packed_file())
+
+
 def _from_folder(folder: Path, name: str) -> ModelSource:
-    weight_files = sorted(folder.glob("*.safetensors"))
-    if not (folder / "config.json").is_file() or not weight_files:
+    if not (folder / "config.json").is_file() or not any(folder.glob("*.safetensors")):
         raise ValueError(f"model {name!r} not found: {folder} has no config.json and *.safetensors files")
     config = AutoConfig.from_pretrained(folder)
-    _check_supported(config, name)
-    return ModelSource(name, config, AutoTokenizer.from_pretrained(folder), weight_files)
+    _check_supported(config.model_type, name)
+    return ModelSource(name, config, AutoTokenizer.from_pretrained(folder), folder)
 
 
-def _check_supported(config: PretrainedConfig, name: str) -> None:
-    if config.model_type not in SUPPORTED_ARCHITECTURES:
+def _check_supported(architecture: str | None, name: str) -> None:
+    if architecture not in SUPPORTED_ARCHITECTURES:
         raise ValueError(
-            f"model {name!r} has architecture {config.model_type!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+            f"model {name!r} has architecture {architecture!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
 
 
+def check_gguf(header: GGUFHeader, name: str) -> None:
+    """Refuse, from the header alone, a GGUF whose architecture or tensor types the engine cannot run."""
+    _check_supported(header.architecture, name)
+    unsupported = sorted({t.type_name for t in header.tensors} - {q.name for q in REPRESENTATIONS})
+    if unsupported:
+        raise ValueError(f"model {name!r} has tensors of type {', '.join(unsupported)}; supported: "
+                         f"{', '.join(q.name for q in REPRESENTATIONS)}")
+
+
 def _from_gguf(path: Path, name: str) -> ModelSource:
-    """Load a GGUF model through its cache folder, converting it first if the cache is missing or stale."""
+    """A GGUF model through its cache folder: config and tokenizer written once; weights when first loaded."""
     cache = _gguf_cache_dir(path)
-    if not cache.is_dir():
+    if not (cache / "config.json").is_file():
+        check_gguf(read_header(path), name)  # before the slow part
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}-", dir=cache.parent))
         try:
-            _convert_gguf(path, name, tmp)
+            _write_config_and_tokenizer(path, tmp)
             try:
                 tmp.rename(cache)
             except OSError:
-                if not cache.is_dir():  # else another process finished the same conversion first
+                if not (cache / "config.json").is_file():  # else another process finished the same work first
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    source = _from_folder(cache, name)
-    q4_file = cache / Q4_FILE
-    source.q4_file = q4_file if q4_file.is_file() else None
-    return source
+    return ModelSource(name, AutoConfig.from_pretrained(cache), AutoTokenizer.from_pretrained(cache), cache, path)
 
 
 def _gguf_cache_dir(path: Path) -> Path:
@@ -150,40 +187,95 @@ def _gguf_cache_dir(path: Path) -> Path:
     return user_dir("cache") / "models" / f"{path.stem}-{key}"
 
 
-def _convert_gguf(path: Path, name: str, out: Path) -> None:
-    """Write config.json, the tokenizer files and float32 model.safetensors of the GGUF file into `out`."""
+def _write_atomically(path: Path, write) -> None:
+    """write(tmp) a file beside `path`, then move it into place: a crash never leaves half a file."""
+    tmp = path.with_name(f".{path.name}.{tempfile.gettempprefix()}-{id(path)}")
+    try:
+        write(tmp)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _write_config_and_tokenizer(path: Path, out: Path) -> None:
     config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
-    _check_supported(config, name)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    reader = gguf.GGUFReader(path)
-    _gguf_config_fixes(config, reader)
-    # llama.cpp permutes the q and k rows of "llama" models for its rotary layout; other architectures keep HF's.
+    config.tie_word_embeddings = not any(t.name == "output.weight" for t in read_header(path).tensors)
+    _gguf_config_fixes(config, gguf.GGUFReader(path))
+    config.save_pretrained(out)
+    AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(out)
+
+
+def _gguf_tensors(path: Path, config: PretrainedConfig) -> dict[str, "GGUFMatrix"]:
+    """Every tensor of the file by its Hugging Face name, with the row order that undoes llama.cpp's permutation
+    of q and k (it permutes them for "llama" models' rotary layout; other architectures keep HF's)."""
     permuted = config.model_type == "llama"
-    tensors, q4 = {}, {}
-    for tensor in reader.tensors:
+    tensors = {}
+    for tensor in gguf.GGUFReader(path).tensors:
         if tensor.name in _CONFIG_TENSORS:
             continue
         hf_name = _hf_name(tensor.name, config.model_type)
+        shape = (tensor.data.shape[0], int(tensor.shape[0])) if len(tensor.shape) == 2 else (int(tensor.shape[0]),)
         heads = None
         if permuted and ".self_attn.q_proj." in hf_name:
             heads = config.num_attention_heads
         elif permuted and ".self_attn.k_proj." in hf_name:
             heads = config.num_key_value_heads
-        weight = _from_llama_cpp(config.model_type, tensor.name,
-                                 np.array(gguf.quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32))
-        tensors[hf_name] = torch.from_numpy(_unpermute(weight, heads) if heads else weight)
-        if tensor.tensor_type == gguf.GGMLQuantizationType.Q4_1:
-            for part, array in zip("qdm", unpack_q4_1(np.asarray(tensor.data))):
-                rows = _unpermute(array, heads) if heads else array
-                q4[f"{hf_name}.{part}"] = torch.from_numpy(np.ascontiguousarray(rows))
-    config.tie_word_embeddings = "lm_head.weight" not in tensors
-    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
-    if q4:
-        (out / Q4_FILE).parent.mkdir()
-        save_file(q4, out / Q4_FILE, metadata={"format": "pt"})
-    config.save_pretrained(out)
-    AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(out)
+        rows = _unpermute(np.arange(shape[0]), heads) if heads else None
+        tensors[hf_name] = GGUFMatrix(tensor.data, tensor.tensor_type, shape, rows)
+    return tensors
+
+
+def _dequantized(matrix: GGUFMatrix) -> torch.Tensor:
+    weight = np.array(gguf.quants.dequantize(matrix.data, matrix.tensor_type), dtype=np.float32)
+    return torch.from_numpy(weight if matrix.rows is None else weight[matrix.rows])
+
+
+def _small_tensors(matrices: dict[str, GGUFMatrix], config: PretrainedConfig) -> dict[str, torch.Tensor]:
+    """Tensors kept in float32 by their Hugging Face names, with Gemma 3's norm weights w shifted back: llama.cpp's
+    converter stores them as 1 + w (its RMSNorm multiplies by the weight, Gemma's by 1 + w), and transformers'
+    GGUF loading subtracts the same 1."""
+    shift = config.model_type == "gemma3_text"
+    return {name: _dequantized(m) - 1 if shift and name.endswith("norm.weight") else _dequantized(m)
+            for name, m in matrices.items()}
+
+
+def _write_dense(path: Path, config: PretrainedConfig, out: Path) -> None:
+    """Every weight dequantized to float32, with Hugging Face names."""
+    tensors = _small_tensors(_gguf_tensors(path, config), config)
+    save_file(tensors, out, metadata={"format": "pt"})
+
+
+def _write_packed(path: Path, config: PretrainedConfig, out: Path) -> None:
+    """The engine's module names -> tensors: each linear layer (q/k/v and gate/up fused) packed by
+    packed_linear.pack with its bias; the logits head packed too (from the token embedding when they are
+    tied); the token embedding's raw GGUF rows and type, read row by row at run time; every other tensor (the
+    norms) in float32."""
+    matrices = _gguf_tensors(path, config)
+    tensors: dict[str, torch.Tensor] = {}
+
+    def add_linear(module: str, sources: list[str]) -> None:
+        packed = pack([matrices.pop(f"{source}.weight") for source in sources])
+        tensors.update({f"{module}.{key}": tensor for key, tensor in packed.items()})
+        biases = [matrices.pop(f"{s}.bias") for s in sources if f"{s}.bias" in matrices]
+        if biases:
+            tensors[f"{module}.bias"] = torch.cat([_dequantized(b) for b in biases])
+
+    for layer in range(config.num_hidden_layers):
+        prefix = f"model.layers.{layer}"
+        for fused, parts in FUSED_LINEARS.items():
+            fused_in_file = f"{prefix}.{fused}.weight" in matrices  # Phi-3 stores q|k|v and gate|up as one matrix
+            add_linear(f"{prefix}.{fused}", [f"{prefix}.{p}" for p in ((fused,) if fused_in_file else parts)])
+        for plain in PLAIN_LINEARS:
+            add_linear(f"{prefix}.{plain}", [f"{prefix}.{plain}"])
+    embedding = matrices.pop("model.embed_tokens.weight")
+    head = matrices.pop("lm_head.weight", embedding)
+    tensors |= {f"lm_head.{key}": t for key, t in pack([head], head=True).items()}
+    tensors["model.embed_tokens.raw"] = torch.from_numpy(np.array(embedding.data).view(np.uint8))
+    tensors[EMBEDDING_TYPE_KEY] = torch.tensor([int(embedding.tensor_type)])
+    tensors |= _small_tensors(matrices, config)
+    save_file(tensors, out, metadata={"format": "pt"})
 
 
 def _hf_name(gguf_name: str, model_type: str) -> str:
@@ -196,14 +288,6 @@ def _hf_name(gguf_name: str, model_type: str) -> str:
     elif stem in _TOP_LEVEL_NAMES:
         return f"{_TOP_LEVEL_NAMES[stem]}.{suffix}"
     raise ValueError(f"unsupported GGUF tensor {gguf_name!r}")
-
-
-def _from_llama_cpp(model_type: str, gguf_name: str, weight: np.ndarray) -> np.ndarray:
-    """Undo a change llama.cpp's converter makes to a tensor's values: it stores Gemma 3's norm weights w as 1 + w
-    (its RMSNorm multiplies by the weight, Gemma's by 1 + w). transformers' GGUF loading subtracts the same 1."""
-    if model_type == "gemma3_text" and gguf_name.endswith("norm.weight"):
-        return weight - 1
-    return weight
 
 
 def _gguf_config_fixes(config: PretrainedConfig, reader: gguf.GGUFReader) -> None:

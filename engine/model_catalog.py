@@ -5,10 +5,12 @@ neither torch nor transformers."""
 import importlib.util
 import json
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from localchat.engine.dirs import user_dir
+from localchat.engine.gguf_header import read_header
 
 # config model_types (a GGUF's general.architecture); "gemma3" is the multimodal Gemma 3, run as its text part
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3", "gemma3_text")
@@ -26,6 +28,8 @@ class LocalModel:
     architecture: str | None  # the config's model_type (a GGUF's general.architecture)
     size_bytes: int
     path: Path
+    quantization: str | None = None  # a GGUF's main tensor type ("Q4_K", ...); None for safetensors
+    memory_bytes: int | None = None  # what its weights take in memory, as the engine holds them
 
     @property
     def supported(self) -> bool:
@@ -106,18 +110,14 @@ def _folder_model(folder: Path, source: str, name: str | None = None) -> LocalMo
     except (OSError, ValueError):
         architecture = None
     size = sum(f.stat().st_size for f in folder.glob("*.safetensors"))  # stat follows the cache's symlinks
-    return LocalModel(name or str(folder), source, "safetensors", architecture, size, folder)
+    # held in float32 on the CPU: twice a float16/bfloat16 checkpoint (the usual kind)
+    return LocalModel(name or str(folder), source, "safetensors", architecture, size, folder, None, 2 * size)
 
 
 def _gguf_model(path: Path, source: str, name: str | None = None) -> LocalModel:
-    return LocalModel(name or str(path), source, "gguf", _gguf_architecture(path), path.stat().st_size, path)
-
-
-def _gguf_architecture(path: Path) -> str | None:
-    from gguf import GGUFReader
-
     try:
-        field = GGUFReader(path).fields.get("general.architecture")
-    except (OSError, ValueError):
-        return None
-    return None if field is None else bytes(field.parts[field.data[0]]).decode()
+        header = read_header(path)
+    except (OSError, ValueError, struct.error):
+        return LocalModel(name or str(path), source, "gguf", None, path.stat().st_size, path)
+    return LocalModel(name or str(path), source, "gguf", header.architecture, path.stat().st_size, path,
+                      header.quantization, header.held_bytes())

@@ -1,9 +1,8 @@
 """Turns a scheduled batch into flat tensors, runs the model once, and returns the logits to sample from."""
 
-from pathlib import Path
+from collections.abc import Iterable
 
 import torch
-from safetensors.torch import load_file
 from transformers import PretrainedConfig
 
 from localchat.engine.attention import AttentionMetadata, get_backend
@@ -21,25 +20,22 @@ MODEL_CLASSES = {
     "gemma3_text": Gemma3ForCausalLM,
 }
 
-# Up to this many tokens in a step, linear layers stored as Q4_1 run on the 4-bit kernel (memory-bound);
-# above, on their dense copy (compute-bound).
-MAX_INT4_ROWS = 8
-
 
 class ModelRunner:
-    def __init__(self, config: PretrainedConfig, weights, dtype: torch.dtype, device: torch.device,
-                 block_size: int, num_blocks: int, max_model_len: int, attention_backend: str | None = None,
-                 q4_file: Path | None = None):
-        """config: the text model's (PretrainedConfig.get_text_config()); q4_file: the GGUF's Q4_1 weights, to run
-        small steps on the 4-bit kernel (see quantization.py)."""
+    def __init__(self, config: PretrainedConfig, weights: Iterable[tuple[str, torch.Tensor]] | dict[str, torch.Tensor],
+                 packed: bool, dtype: torch.dtype, device: torch.device, block_size: int, num_blocks: int,
+                 max_model_len: int, attention_backend: str | None = None):
+        """config: the text model's (PretrainedConfig.get_text_config()); weights: dense (name, tensor) pairs with
+        Hugging Face names, or (packed) a GGUF's packed weights as loader.load_packed gives them."""
         self.device, self.dtype, self.block_size = device, dtype, block_size
         if config.model_type not in MODEL_CLASSES:
             raise ValueError(f"no model class for architecture {config.model_type!r}")
         with torch.device("meta"):  # no memory and no random init for weights about to be replaced
             self.model = MODEL_CLASSES[config.model_type](config, max_model_len, rope_device=device)
-        self.model.load_weights(weights, dtype, device)
-        if q4_file is not None:
-            self.model.use_q4_weights(load_file(q4_file), MAX_INT4_ROWS, dtype)
+        if packed:
+            self.model.load_packed(weights, dtype, device)
+        else:
+            self.model.load_weights(weights, dtype, device)
         self.model.eval()
         self.backend = get_backend(attention_backend, device)
         attn = self.model.layers[0].self_attn

@@ -59,15 +59,13 @@ import torch
 from gguf import GGMLQuantizationType as Q
 from torch import nn
 
+from localchat.engine.gguf_header import HELD_AS
+
 GROUP = 32  # weights per int4 scale and zero
 CHUNK_ROWS = 4096  # rows converted at once; a multiple of every layout's row block, so chunks pack independently
 KERNEL_LAYOUT = f"torch-{torch.__version__}-{torch.backends.cpu.get_cpu_capability()}"
 
-REPRESENTATIONS = {
-    Q.Q4_0: "int4", Q.Q4_1: "int4", Q.Q4_K: "int4", Q.Q8_0: "int4 x2",
-    Q.Q5_0: "int8", Q.Q5_1: "int8", Q.Q5_K: "int8", Q.Q6_K: "int8",
-    Q.F16: "bf16", Q.BF16: "bf16", Q.F32: "bf16",
-}
+REPRESENTATIONS = {Q[name]: representation for name, representation in HELD_AS.items()}
 MAX_RELATIVE_ERROR = {qtype: 0.02 if representation == "int8" else 0.01
                       for qtype, representation in REPRESENTATIONS.items()}
 
@@ -88,26 +86,35 @@ class GGUFMatrix:
         return self.shape[0] if self.rows is None else len(self.rows)
 
 
-def pack(matrices: Sequence[GGUFMatrix]) -> dict[str, torch.Tensor]:
+def pack(matrices: Sequence[GGUFMatrix], head: bool = False) -> dict[str, torch.Tensor]:
     """The packed tensors of `matrices` stacked along output rows (q, k, v into one qkv projection), for
     `PackedLinear` and for a safetensors file. Neighbours held alike are packed as one part; the keys are
-    `<part>.<name>`."""
+    `<part>.<name>`. head=True: the logits head, the largest matrix of a small model and one product per
+    decoded token, takes per-row int8 where the table says int4 x2 (Q8_0): 1.7-2.8x faster, 1.2% error."""
     if len({m.shape[1] for m in matrices}) != 1:
         raise ValueError(f"stacked matrices must share in_features: {[m.shape for m in matrices]}")
+
+    def held_as(matrix: GGUFMatrix) -> str:
+        chosen = _representation(matrix)
+        return "int8" if head and chosen == "int4 x2" else chosen
+
     tensors = {}
-    for part, (representation, run) in enumerate(itertools.groupby(matrices, _representation)):
+    for part, (representation, run) in enumerate(itertools.groupby(matrices, held_as)):
         tensors |= {f"{part}.{name}": tensor for name, tensor in _PACKERS[representation](list(run)).items()}
     return tensors
 
 
 class PackedLinear(nn.Module):
-    """`x @ W.T` (no bias) over the output of `pack`, for x float32 or bfloat16 [M, in_features].
+    """`x @ W.T + bias` over the output of `pack` (and a float32 "bias", if given), for x float32 or bfloat16
+    [M, in_features].
 
     The packed tensors are plain attributes, not buffers, so that casting the model to a float dtype leaves them
     as the kernels need them."""
 
     def __init__(self, tensors: dict[str, torch.Tensor]):
         super().__init__()
+        tensors = dict(tensors)
+        self.bias = tensors.pop("bias", None)
         parts: dict[str, dict[str, torch.Tensor]] = {}
         for key, tensor in tensors.items():
             part, name = key.split(".", 1)
@@ -120,7 +127,21 @@ class PackedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x16 = x.to(torch.bfloat16).contiguous()
         outputs = [part(x16).to(x.dtype) for part in self.parts]
-        return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
+        y = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
+        return y if self.bias is None else y + self.bias.to(x.dtype)
+
+
+class GGUFEmbedding(nn.Module):
+    """Token embeddings kept as their GGUF rows: the rows a step looks up are dequantized by gguf (exactly as
+    gguf.quants.dequantize does for the whole matrix), the others stay packed."""
+
+    def __init__(self, raw: torch.Tensor, ggml_type: int, hidden_size: int, dtype: torch.dtype):
+        super().__init__()
+        self.raw, self.ggml_type, self.hidden_size, self.dtype = raw, Q(ggml_type), hidden_size, dtype
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        rows = gguf.quants.dequantize(self.raw[input_ids.cpu()].numpy(), self.ggml_type)
+        return torch.from_numpy(np.asarray(rows, dtype=np.float32)).to(input_ids.device, self.dtype)
 
 
 @dataclass

@@ -46,7 +46,7 @@ def make_backend(settings: ServerConfig) -> Backend:
     if settings.engine_url:
         return RemoteBackend(settings.engine_url, settings.engine_model, settings.engine_api_key)
     return EmbeddedBackend(settings.model, num_kv_blocks=settings.kv_blocks, max_model_len=settings.max_model_len,
-                           quantization=None if settings.quantization == "none" else settings.quantization)
+                           quantization=settings.quantization)
 
 
 class SystemController(Controller):

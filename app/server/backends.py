@@ -89,6 +89,7 @@ class Backend:
 
     def start(self) -> None: ...
     def ensure_ready(self) -> None: ...
+    def check_chat(self) -> None: ...
     def check_text_size(self, num_chars: int) -> None: ...
     async def open(self, prompt, params: SamplingParams, request_id: str) -> AsyncIterator[Update]: ...
     async def abort(self, request_id: str) -> None: ...
@@ -144,6 +145,12 @@ class EmbeddedBackend(Backend):
                                   else self.error or f"the model is loading ({self.loading.stage})")
         return self.llm
 
+    def check_chat(self) -> None:
+        """A base model (no chat template in its files) serves /v1/completions only."""
+        if self.ensure_ready().tokenizer.chat_template is None:
+            raise BackendRequestError(f"{self.model_name} has no chat template (a base model, not a chat model): "
+                                      "it answers /v1/completions only; chats need a chat model")
+
     def check_text_size(self, num_chars: int) -> None:
         """Refuse a text that cannot fit in max_model_len tokens without tokenizing it (that takes seconds)."""
         limit = self.ensure_ready().engine.max_model_len * MAX_CHARS_PER_TOKEN
@@ -154,6 +161,7 @@ class EmbeddedBackend(Backend):
     async def apply_chat_template(self, messages: list[dict]) -> list[int]:
         """The chat's prompt token ids, tokenized off the event loop."""
         engine = self.ensure_ready().engine
+        self.check_chat()
         self.check_text_size(sum(len(m["content"]) for m in messages))
         return await asyncio.to_thread(engine.apply_chat_template, messages)
 
@@ -351,6 +359,9 @@ class RemoteBackend(Backend):
             return await self.client.send(request, stream=True)
         except httpx.HTTPError as error:
             raise BackendNotReady(f"{self.url} is unreachable: {error}") from None
+
+    def check_chat(self) -> None:
+        """The remote server checks its own."""
 
     def check_text_size(self, num_chars: int) -> None:
         """The remote server checks its own limits."""

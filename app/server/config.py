@@ -27,7 +27,7 @@ class ServerConfig:
     engine_api_key: str | None = None
     kv_blocks: int | None = None  # the embedded engine's KV cache size (None: the engine's default)
     max_model_len: int | None = None
-    quantization: str = "none"  # the embedded engine's: "none" (dense, exact) or "q4_1" / "auto" (see cli.py)
+    quantization: str = "auto"  # the embedded engine's weights: "auto", "packed" or "none" (see EngineConfig)
 
     @classmethod
     def from_env(cls, **overrides) -> "ServerConfig":

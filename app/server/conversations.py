@@ -138,6 +138,7 @@ class Conversations:
             self.store.set_token_ids(updates)
 
     async def add_user_message(self, conversation: Conversation, parent_id: str | None, content: str) -> Message:
+        self.backend.check_chat()
         self.backend.check_text_size(len(content))
         path = self.store.path(conversation.id, parent_id) if parent_id else []
         token_ids = await asyncio.to_thread(self.user_token_ids, conversation, path, content)
@@ -155,6 +156,7 @@ class Conversations:
         """Validate and start n replies to `parent`; raises ValueError, BackendRequestError or BackendNotReady
         before anything streams. The replies are stored at once (empty, unfinished) and saved as they grow."""
         params = sampling_params(settings, n)
+        self.backend.check_chat()
         path = self.store.path(conversation.id, parent.id)
         prompt, repaired = await asyncio.to_thread(self.prompt, conversation, path)
         if repaired:

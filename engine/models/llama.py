@@ -12,7 +12,7 @@ from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from localchat.engine.attention import AttentionMetadata
-from localchat.engine.quantization import Int4Linear, Int8Head
+from localchat.engine.packed_linear import GGUFEmbedding, PackedLinear
 
 ACTIVATIONS = {"silu": nn.functional.silu, "gelu_pytorch_tanh": lambda x: nn.functional.gelu(x, approximate="tanh")}
 
@@ -162,7 +162,6 @@ FUSED = {
     "q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
     "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
 }
-UNFUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 
 
 class LlamaForCausalLM(nn.Module):
@@ -190,7 +189,6 @@ class LlamaForCausalLM(nn.Module):
         self.tie_word_embeddings = getattr(config, "tie_word_embeddings", False)
         self.lm_head = (None if self.tie_word_embeddings
                         else nn.Linear(config.hidden_size, config.vocab_size, bias=False))
-        self.int8_head: Int8Head | None = None  # with the GGUF's 4-bit weights (use_q4_weights)
 
     def build_rotary(self, max_positions: int, device: torch.device) -> nn.Module:
         return RotaryEmbedding(self.config, head_dim(self.config), max_positions, device)
@@ -204,17 +202,14 @@ class LlamaForCausalLM(nn.Module):
         return self.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.int8_head is not None:
-            logits = self.int8_head(hidden)
+        """float32 logits; a tied head multiplies by the embedding; Gemma's soft cap: cap * tanh(logits / cap)."""
+        if self.lm_head is None:
+            logits = torch.nn.functional.linear(hidden, self.embed_tokens.weight).float()
         else:
-            logits = torch.nn.functional.linear(hidden, self.head_weight).float()
-        if self.final_logit_softcapping:  # Gemma's soft cap: cap * tanh(logits / cap)
+            logits = self.lm_head(hidden).float()
+        if self.final_logit_softcapping:
             logits = torch.tanh(logits / self.final_logit_softcapping) * self.final_logit_softcapping
         return logits
-
-    @property
-    def head_weight(self) -> torch.Tensor:
-        return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype,
@@ -249,17 +244,29 @@ class LlamaForCausalLM(nn.Module):
         """This model's parameter name for a checkpoint's weight name; None for a weight it does not use."""
         return name.removeprefix("model.")
 
-    def use_q4_weights(self, blocks: dict[str, torch.Tensor], max_int4_rows: int, dtype: torch.dtype) -> None:
-        """Run each linear layer whose weights the GGUF stores as Q4_1 (blocks from ModelSource.q4_file) on
-        those 4-bit weights, and the logits head on int8 weights: see quantization.py."""
-        self.int8_head = Int8Head(self.head_weight, max_int4_rows)
-        for name, module in list(self.named_modules()):
-            if not isinstance(module, nn.Linear) or module.bias is not None:
-                continue
-            parent, attr = name.rsplit(".", 1)
-            sources = [f"model.{parent}.{piece}.weight" for piece in UNFUSED.get(attr, (attr,))]
-            if f"model.{name}.weight.q" in blocks:  # fused in the file already (Phi-3)
-                sources = [f"model.{name}.weight"]
-            if all(f"{source}.q" in blocks for source in sources):
-                q, d, m = (torch.cat([blocks[f"{source}.{part}"] for source in sources]) for part in "qdm")
-                setattr(self.get_submodule(parent), attr, Int4Linear(q, d, m, max_int4_rows, dtype))
+    @torch.no_grad()
+    def load_packed(self, tensors: dict[str, torch.Tensor], dtype: torch.dtype, device: torch.device) -> None:
+        """A GGUF's weights as loader.load_packed gives them: each linear layer (and the logits head) becomes a
+        PackedLinear, the embedding a GGUFEmbedding over its raw rows, and the rest (norms) load as usual."""
+        by_module: dict[str, dict[str, torch.Tensor]] = {}
+        dense = {}
+        packed_modules = self._packed_modules()
+        for name, tensor in tensors.items():
+            short = name.removeprefix("model.")
+            module = next((m for m in packed_modules if short.startswith(m + ".")), None)
+            if module is None:
+                dense[name] = tensor
+            else:
+                by_module.setdefault(module, {})[short[len(module) + 1:]] = tensor
+        for module, parts in by_module.items():
+            parent, _, attr = module.rpartition(".")
+            if module == "embed_tokens":
+                embedding = GGUFEmbedding(parts["raw"], int(parts["ggml_type"]), self.config.hidden_size, dtype)
+                self.embed_tokens = embedding
+            else:
+                setattr(self.get_submodule(parent) if parent else self, attr, PackedLinear(parts))
+        self.load_weights(dense.items(), dtype, device)
+
+    def _packed_modules(self) -> list[str]:
+        linears = [name for name, module in self.named_modules() if isinstance(module, nn.Linear | PackedLinear)]
+        return ["embed_tokens", "lm_head", *linears]

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from localchat.engine.attention import NO_BLOCK, AttentionMetadata, TorchPagedAttention
+from localchat.engine.attention import NO_BLOCK, AttentionMetadata, KeySpan, TorchPagedAttention
 
 BLOCK, KV_HEADS, GROUP, DIM, CONTEXT = 16, 3, 3, 64, 37
 
@@ -40,14 +40,13 @@ def test_a_decode_over_consecutive_blocks_reads_them_in_place(window):
     query = torch.randn(1, KV_HEADS * GROUP, DIM, generator=gen)
     in_place_meta, in_place = decode([5, 6, 7], keys, values, query, window)
     gathered_meta, gathered = decode([9, 2, 11], keys, values, query, window)
-    in_place_view, gathered_view = in_place_meta.view(window), gathered_meta.view(window)
-    first = 0 if window is None else CONTEXT - window
-    assert in_place_view.decode_span == (5 + first // BLOCK, first % BLOCK, CONTEXT - first)
-    assert in_place_view.decode_mask is None
-    if first // BLOCK < 2:  # the visible keys span blocks 2 and 11 at least: gathered
-        assert gathered_view.decode_span is None and gathered_view.decode_mask is not None
+    [in_place_span], [gathered_span] = in_place_meta.view(window), gathered_meta.view(window)
+    first = 0 if window is None else max(0, CONTEXT - window) // BLOCK
+    assert in_place_span == KeySpan(slice(5 + first, 8), first * BLOCK, CONTEXT - first * BLOCK)
+    if first < 2:  # the visible keys span blocks 2 and 11 at least: gathered
+        assert gathered_span.blocks.tolist() == [9, 2, 11][first:]
     else:  # all in block 11: read in place too
-        assert gathered_view.decode_span == (11, first % BLOCK, CONTEXT - first)
+        assert gathered_span == KeySpan(slice(11, 12), first * BLOCK, CONTEXT - first * BLOCK)
     expected = dense(query, keys, values, torch.tensor([CONTEXT - 1]), window)
     torch.testing.assert_close(in_place, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(gathered, expected, rtol=1e-5, atol=1e-5)

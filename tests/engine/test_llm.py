@@ -23,7 +23,7 @@ EOS = 2  # <|im_end|>
 
 @pytest.fixture(scope="module")
 def llm():
-    return LLM(dtype="float32")
+    return LLM(dtype="float32", quantization="none")  # dense float32: exact against transformers
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +178,7 @@ def test_reply_seeds_wrap_around_the_generator_range():
 
 
 def test_prompt_longer_than_max_model_len_is_rejected_and_nothing_runs():
-    llm = LLM(dtype="float32", max_model_len=64)
+    llm = LLM(dtype="float32", quantization="none", max_model_len=64)
     with pytest.raises(ValueError, match="max_model_len"):
         llm.generate(["short", list(range(100, 164))])
     assert not llm.engine.has_unfinished_requests()
@@ -205,7 +205,7 @@ def test_abort_frees_the_blocks(llm, prompts):
 def test_a_prompt_longer_than_the_token_budget_prefills_in_chunks(prompts):
     small = LLM(dtype="float32", max_num_batched_tokens=16)  # steps that compute a chunk and sample nothing
     (out,) = small.generate(prompts[2], GREEDY)
-    (whole,) = LLM(dtype="float32").generate(prompts[2], GREEDY)
+    (whole,) = LLM(dtype="float32", quantization="none").generate(prompts[2], GREEDY)
     assert out.outputs[0].token_ids == whole.outputs[0].token_ids
 
 

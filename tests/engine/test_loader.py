@@ -93,8 +93,8 @@ def test_second_resolve_reads_only_the_cache(embedded, monkeypatch):
 
     monkeypatch.setattr(gguf, "GGUFReader", no_gguf)
     again = resolve_model(None)
-    assert again.weight_files == embedded.weight_files
-    assert again.weight_files[0].parent.parent == user_dir("cache") / "models"
+    assert again.dense_files() == embedded.dense_files()
+    assert again.dense_files()[0].parent.parent == user_dir("cache") / "models"
     assert again.config.to_dict() == embedded.config.to_dict()
     assert next(load_weights(again, torch.bfloat16))[1].dtype == torch.bfloat16
 
@@ -108,7 +108,7 @@ def test_cache_key_follows_the_gguf_file(tmp_path):
     assert loader._gguf_cache_dir(path) != first
 
 
-def test_failed_conversion_leaves_no_cache(tmp_path, monkeypatch):
+def test_failed_conversion_leaves_no_half_written_weights(tmp_path, monkeypatch):
     link = tmp_path / "broken.gguf"
     link.symlink_to(loader.embedded_gguf_path())
     real_save_file = loader.save_file
@@ -117,10 +117,13 @@ def test_failed_conversion_leaves_no_cache(tmp_path, monkeypatch):
         real_save_file(tensors, filename, **kwargs)
         raise RuntimeError("crash while converting")
 
+    source = resolve_model(str(link))  # config and tokenizer only
     monkeypatch.setattr(loader, "save_file", save_then_crash)
-    with pytest.raises(RuntimeError, match="crash while converting"):
-        resolve_model(str(link))
-    assert not [p for p in (user_dir("cache") / "models").iterdir() if "broken" in p.name]
+    for convert in (source.dense_files, source.packed_file):
+        with pytest.raises(RuntimeError, match="crash while converting"):
+            convert()
+    assert sorted(p.name for p in source.folder.iterdir() if p.suffix == ".safetensors" or p.name.startswith(".")
+                  ) == []
 
 
 def test_unpermute_inverts_llama_cpp_permutation():
@@ -276,7 +279,7 @@ def test_hugging_face_id_from_local_cache(embedded, tmp_path, monkeypatch):
 
     source = resolve_model("tiny-org/tiny-llama")
     assert source.name == "tiny-org/tiny-llama"
-    assert source.weight_files == [repo / "snapshots" / commit / "model.safetensors"]
+    assert source.dense_files() == [repo / "snapshots" / commit / "model.safetensors"]
     with pytest.raises(ValueError, match=r"model 'tiny-org/absent' not found: .*Hugging Face model id"):
         resolve_model("tiny-org/absent")
 

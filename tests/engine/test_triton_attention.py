@@ -145,7 +145,7 @@ def test_one_decode_over_consecutive_blocks(window, nan_allocations):
     """The step of a lone decode whose blocks are consecutive (the torch path reads them in place)."""
     gen = torch.Generator().manual_seed(4)
     meta = AttentionMetadata.build([1], [37], [[3, 4, 5]], 16, DEVICE)
-    assert meta.view(window).decode_span is not None
+    assert isinstance(meta.view(window)[0].blocks, slice)
     reference, poisoned = random_caches(meta, [[3, 4, 5]], 8, 16, 2, 64, F32, gen, window)
     query = torch.randn(1, 6, 64, generator=gen).to(DEVICE)
     expected = TorchPagedAttention.attend(query, reference[0], reference[1], meta, 0.125, window)

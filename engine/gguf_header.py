@@ -1,0 +1,138 @@
+"""What a GGUF file holds, read from its header alone in a fraction of a second: the metadata's scalars, how
+many items each array has, and every tensor's name, type and shape. Enough to refuse an unsupported
+architecture or tensor type before any conversion, and to list a file's quantization and the memory it will take.
+
+(gguf's own GGUFReader parses every array element, the whole vocabulary included: seconds on a large file.)
+Layout (GGUF v2/v3, little-endian): magic "GGUF", version u32, tensor count u64, metadata count u64; then each
+metadata pair (key string, value type u32, value), then each tensor's info (name string, dimension count u32,
+dimensions u64 each, type u32, data offset u64). A string is a u64 length and its bytes.
+"""
+
+import mmap
+import struct
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+# How the engine holds each GGUF tensor type (packed_linear.py explains why) and the bytes a weight then takes
+HELD_AS = {"Q4_0": "int4", "Q4_1": "int4", "Q4_K": "int4", "Q8_0": "int4 x2", "Q5_0": "int8", "Q5_1": "int8",
+           "Q5_K": "int8", "Q6_K": "int8", "F16": "bf16", "BF16": "bf16", "F32": "bf16"}
+BYTES_PER_WEIGHT = {"int4": 0.625, "int4 x2": 1.25, "int8": 1.0, "bf16": 2.0}
+# what a GGUF type takes in the file, per weight (block bytes / block weights)
+FILE_BYTES_PER_WEIGHT = {"Q4_0": 18 / 32, "Q4_1": 20 / 32, "Q4_K": 144 / 256, "Q8_0": 34 / 32, "Q5_0": 22 / 32,
+                         "Q5_1": 24 / 32, "Q5_K": 176 / 256, "Q6_K": 210 / 256, "F16": 2, "BF16": 2, "F32": 4}
+
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    type_name: str  # GGML's name: "Q4_K", "F32", ...
+    shape: tuple[int, ...]  # GGUF order: the fastest-varying dimension first
+
+    @property
+    def num_elements(self) -> int:
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    metadata: dict[str, object]  # scalars and strings; an array is its item count
+    tensors: list[TensorInfo]
+
+    @property
+    def architecture(self) -> str | None:
+        return self.metadata.get("general.architecture")
+
+    def type_counts(self) -> Counter:
+        """Weights per tensor type, by GGML type name."""
+        counts: Counter = Counter()
+        for tensor in self.tensors:
+            counts[tensor.type_name] += tensor.num_elements
+        return counts
+
+    def held_bytes(self) -> int:
+        """The memory the engine's packed weights take: every matrix as HELD_AS says, the token embedding's raw
+        rows plus (when tied) the logits head in int8, and the small tensors in float32."""
+        total = 0.0
+        tied = not any(t.name == "output.weight" for t in self.tensors)
+        for tensor in self.tensors:
+            if len(tensor.shape) < 2:
+                total += 4 * tensor.num_elements
+            elif tensor.name == "token_embd.weight":
+                total += tensor.num_elements * (FILE_BYTES_PER_WEIGHT.get(tensor.type_name, 4) + tied)
+            else:
+                total += tensor.num_elements * BYTES_PER_WEIGHT[HELD_AS.get(tensor.type_name, "bf16")]
+        return int(total)
+
+    @property
+    def quantization(self) -> str:
+        """The file's main type: the one holding most weights (a Q4_K_M file says Q4_K)."""
+        counts = self.type_counts()
+        return counts.most_common(1)[0][0] if counts else "?"
+
+
+def read_header(path: Path | str) -> GGUFHeader:
+    """Raises ValueError for a file that is not GGUF."""
+    from gguf import GGMLQuantizationType
+
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        if data[:4] != b"GGUF":
+            raise ValueError(f"{path} is not a GGUF file")
+        reader = _Reader(data, 4)
+        version = reader.scalar("<I")
+        if version < 2:
+            raise ValueError(f"{path} is GGUF version {version}; versions 2 and 3 are supported")
+        num_tensors, num_metadata = reader.scalar("<Q"), reader.scalar("<Q")
+        metadata = {}
+        for _ in range(num_metadata):
+            key = reader.string()
+            metadata[key] = reader.value(reader.scalar("<I"))
+        tensors = []
+        for _ in range(num_tensors):
+            name = reader.string()
+            shape = tuple(reader.scalar("<Q") for _ in range(reader.scalar("<I")))
+            type_id = reader.scalar("<I")
+            reader.scalar("<Q")  # the data's offset
+            try:
+                type_name = GGMLQuantizationType(type_id).name
+            except ValueError:
+                type_name = f"type {type_id}"
+            tensors.append(TensorInfo(name, type_name, shape))
+    return GGUFHeader(metadata, tensors)
+
+
+class _Reader:
+    def __init__(self, data: mmap.mmap, at: int):
+        self.data, self.at = data, at
+
+    def scalar(self, fmt: str):
+        (value,) = struct.unpack_from(fmt, self.data, self.at)
+        self.at += struct.calcsize(fmt)
+        return value
+
+    def string(self) -> str:
+        length = self.scalar("<Q")
+        text = self.data[self.at : self.at + length].decode("utf-8", errors="replace")
+        self.at += length
+        return text
+
+    def value(self, kind: int):
+        if kind in _SCALARS:
+            return self.scalar(_SCALARS[kind])
+        if kind == _STRING:
+            return self.string()
+        if kind == _ARRAY:
+            item_kind, count = self.scalar("<I"), self.scalar("<Q")
+            if item_kind in _SCALARS:
+                self.at += count * struct.calcsize(_SCALARS[item_kind])
+            else:
+                for _ in range(count):
+                    self.value(item_kind)
+            return count
+        raise ValueError(f"unknown GGUF metadata type {kind}")

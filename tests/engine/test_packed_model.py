@@ -1,0 +1,95 @@
+"""The default path on a quantized GGUF: the file's own weights, packed (packed_linear.py), with no float copy.
+It stays close to transformers' float32 on the same (dequantized) weights, and a seeded request gives the same
+tokens cold or cached, alone or batched."""
+
+import time
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from localchat.engine import LLM, SamplingParams
+from localchat.engine.dirs import user_dir
+from localchat.engine.loader import DENSE_FILE, resolve_model
+from localchat.engine.model_catalog import embedded_gguf_path
+from localchat.engine.packed_linear import GGUFEmbedding, PackedLinear
+
+pytestmark = pytest.mark.slow  # the embedded model and transformers' reference: left out of `./dev test --fast`
+
+QUESTIONS = [
+    "Explain why the sky is blue.", "Write a poem about the sea.", "How do I sort a list in Python?",
+    "What is the capital of Japan?", "Give me three tips for sleeping better.", "Translate 'good morning' to German.",
+    "What does a paged KV cache do?", "Tell me a joke about cats.",
+]
+
+
+@pytest.fixture(scope="module")
+def llm() -> LLM:
+    return LLM()  # the defaults: packed weights on the CPU
+
+
+def test_the_default_runs_the_files_own_weights_without_a_float_copy(llm):
+    model = llm.engine.runner.model
+    assert llm.engine.packed
+    assert isinstance(model.layers[0].self_attn.qkv_proj, PackedLinear)
+    assert isinstance(model.layers[0].mlp.down_proj, PackedLinear) and isinstance(model.lm_head, PackedLinear)
+    assert isinstance(model.embed_tokens, GGUFEmbedding)
+    assert not [p for p in model.parameters() if p.dim() > 1], "a dense matrix is held beside the packed ones"
+    source = resolve_model(None)
+    assert not (source.folder / DENSE_FILE).exists()
+    assert source.packed_file().stat().st_size <= 1.3 * embedded_gguf_path().stat().st_size
+
+
+def test_top1_agreement_with_float32_transformers(llm, hf_smollm2):
+    seen, sample = [], llm.engine.sampler
+
+    def recording_sampler(logits, rows):
+        seen.extend((list(row.token_ids), logits[i].clone()) for i, row in enumerate(rows))
+        return sample(logits, rows)
+
+    llm.engine.sampler = recording_sampler
+    try:
+        llm.chat([[{"role": "user", "content": q}] for q in QUESTIONS], SamplingParams(temperature=0, max_tokens=32))
+    finally:
+        llm.engine.sampler = sample
+    model, _ = hf_smollm2
+    agree = 0
+    with torch.no_grad():
+        for tokens, ours in seen:  # the float32 reference on the dequantized weights, fed the engine's tokens
+            agree += int(ours.argmax() == model(torch.tensor([tokens])).logits[0, -1].argmax())
+    print(f"packed default: top-1 agreement with float32 transformers {agree}/{len(seen)}")
+    assert len(seen) >= 200 and agree / len(seen) >= 0.97, f"{agree}/{len(seen)}"
+
+
+def test_a_seeded_request_gives_the_same_tokens_cold_cached_alone_and_batched(llm):
+    prompts = [llm.engine.apply_chat_template([{"role": "user", "content": f"{q} (take {i})"}])
+               for i, q in enumerate(QUESTIONS * 3)][:20]
+    params = [SamplingParams(temperature=0.9, top_p=0.95, seed=100 + i, max_tokens=24) for i in range(len(prompts))]
+    llm.engine.kv.pool.reset_cache()
+    cold = [llm.generate(p, s)[0] for p, s in zip(prompts, params)]
+    cached = [llm.generate(p, s)[0] for p, s in zip(prompts, params)]
+    assert all(o.num_cached_tokens > 0 for o in cached)
+    llm.engine.kv.pool.reset_cache()
+    batched = llm.generate(prompts, params)
+    tokens = [[o.outputs[0].token_ids for o in run] for run in (cold, cached, batched)]
+    assert tokens[0] == tokens[1] == tokens[2]
+
+
+def test_an_unsupported_architecture_or_tensor_type_is_refused_at_once(tmp_path):
+    for name, architecture, tensor_type in [("arch", "gpt2", gguf.GGMLQuantizationType.Q4_0),
+                                            ("type", "llama", gguf.GGMLQuantizationType.Q2_K)]:
+        path = tmp_path / f"{name}.gguf"
+        writer = gguf.GGUFWriter(path, architecture)
+        rows, cols = 32, 256
+        size = gguf.quants.quant_shape_to_byte_shape((rows, cols), tensor_type)
+        writer.add_tensor("blk.0.attn_q.weight", np.zeros(size, dtype=np.uint8), raw_shape=size,
+                          raw_dtype=tensor_type)
+        for write in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file):
+            write()
+        writer.close()
+        started = time.monotonic()
+        with pytest.raises(ValueError, match="gpt2" if name == "arch" else "Q2_K"):
+            resolve_model(str(path))
+        assert time.monotonic() - started < 2
+        assert not [p for p in (user_dir("cache") / "models").glob(f"{name}-*")]
