@@ -25,6 +25,7 @@ from localchat.engine.dirs import user_dir
 from localchat.engine.loader import SUPPORTED_ARCHITECTURES, ModelSource, load_weights, resolve_model
 from localchat.engine.model_runner import MODEL_CLASSES
 from localchat.engine.models.llama import FUSED
+from localchat.engine.packed_linear import GGUFMatrix
 
 MESSAGES = [
     {"role": "system", "content": "You are terse."},
@@ -162,11 +163,15 @@ def test_gguf_tensor_names_cover_the_model(arch, config):
 
 def test_llama_cpp_gemma_norms_are_shifted_back():
     weight = np.array([1.5, 0.75], dtype=np.float32)
-    for name in ("blk.0.attn_norm.weight", "blk.3.post_ffw_norm.weight", "blk.1.attn_q_norm.weight",
-                 "output_norm.weight"):
-        assert (loader._from_llama_cpp("gemma3_text", name, weight) == weight - 1).all()
-    assert loader._from_llama_cpp("gemma3_text", "blk.0.attn_q.weight", weight) is weight
-    assert loader._from_llama_cpp("llama", "blk.0.attn_norm.weight", weight) is weight
+    matrix = GGUFMatrix(weight, gguf.GGMLQuantizationType.F32, (2,))
+    names = ["model.layers.0.input_layernorm.weight", "model.layers.3.post_feedforward_layernorm.weight",
+             "model.layers.1.self_attn.q_norm.weight", "model.norm.weight", "model.layers.0.mlp.down_proj.bias"]
+    gemma = loader._small_tensors(dict.fromkeys(names, matrix), Gemma3TextConfig(**TINY, head_dim=16))
+    llama = loader._small_tensors(dict.fromkeys(names, matrix), LlamaConfig(**TINY))
+    for name in names:
+        shifted = name.endswith("norm.weight")
+        assert gemma[name].tolist() == (weight - 1 if shifted else weight).tolist(), name
+        assert llama[name].tolist() == weight.tolist()
 
 
 def _gguf_metadata(path: Path, arch: str, fields: dict, tensors: dict) -> gguf.GGUFReader:
