@@ -1,15 +1,20 @@
-"""Shared pieces of the benchmarks: the peer (transformers) on the same weights, synthetic chats, reports."""
+"""Shared pieces of the benchmarks: the peer (transformers) on the same weights, synthetic chats, reports, and a
+`localchat serve` process."""
 
 import json
 import os
 import platform
 import random
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import httpx
 import torch
 
 RESULTS = Path(__file__).parent / "results"
+STREAM_TIMEOUT_S = 120.0  # a benchmark's reply stream that sends nothing for this long is hung
 WORDS = ("the a cache block token model engine chat reply branch prefix memory paged attention batch request "
          "fast local user turn question answer story river mountain city music garden light window coffee "
          "morning evening friend letter book travel ocean forest winter summer idea reason simple").split()
@@ -104,3 +109,46 @@ def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
     return "" if value is None else str(value)
+
+
+class Server:
+    """`localchat serve` in its own process and LOCALCHAT_HOME, ready when constructed (its log: home/serve.log)."""
+
+    def __init__(self, home: Path, port: int, extra_args: list[str] = ()):
+        self.home, self.port = home, port
+        self.url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "LOCALCHAT_HOME": str(home)}
+        self.log = open(home / "serve.log", "wb")
+        self.process = subprocess.Popen([sys.executable, "-m", "localchat.app.cli", "serve", "--port", str(port),
+                                         *extra_args], env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).json()["status"] == "ready":
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        else:
+            raise RuntimeError("the server did not get ready")
+        self.token = (home / "config" / "token").read_text().strip()
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.token}"},
+                            timeout=httpx.Timeout(30.0, read=STREAM_TIMEOUT_S))
+
+    def rss_mb(self, field: str = "VmRSS") -> float:
+        """Resident memory now (VmRSS) or at its peak (VmHWM)."""
+        for line in open(f"/proc/{self.process.pid}/status"):
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def metrics(self) -> dict[str, float]:
+        text = httpx.get(f"{self.url}/metrics", timeout=30).text
+        return {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line and line[0] != "#"}
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=60)
+        self.log.close()

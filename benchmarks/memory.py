@@ -13,12 +13,9 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
-
-from common import report
+from common import Server, report
 
 LOAD = """
 import json, sys, time
@@ -43,35 +40,20 @@ def run(code: str, *args: str, env: dict) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def serve_peak(model: str, env: dict) -> tuple[float, float]:
+def serve_peak(model: str, home: Path) -> tuple[float, float]:
     """`localchat serve` after three replies: (peak resident MB, KV cache MB in use by then)."""
-    port = 8795
-    args = [sys.executable, "-m", "localchat.app.cli", "serve", "--port", str(port)]
-    process = subprocess.Popen(args + ([] if model == "embedded" else ["--model", model]), env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = Server(home, 8795, [] if model == "embedded" else ["--model", model])
     try:
-        url = f"http://127.0.0.1:{port}"
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).json()["status"] == "ready":
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        token = (Path(env["LOCALCHAT_HOME"]) / "config" / "token").read_text().strip()
-        for question in ("Hi!", "Name three rivers.", "Write a haiku about memory."):
-            httpx.post(f"{url}/v1/chat/completions", headers={"Authorization": f"Bearer {token}"}, timeout=300,
-                       json={"messages": [{"role": "user", "content": question}], "max_tokens": 32})
-        metrics = {line.split()[0]: float(line.split()[1]) for line in httpx.get(f"{url}/metrics").text.splitlines()
-                   if line and line[0] != "#"}
-        peak = next(int(line.split()[1]) for line in open(f"/proc/{process.pid}/status")
-                    if line.startswith("VmHWM:"))
+        with server.client() as client:
+            for question in ("Hi!", "Name three rivers.", "Write a haiku about memory."):
+                client.post("/v1/chat/completions", timeout=300,
+                            json={"messages": [{"role": "user", "content": question}], "max_tokens": 32})
+        metrics = server.metrics()
         block_bytes = metrics["localchat_kv_cache_bytes"] / metrics["localchat_kv_blocks_total"]
         touched = metrics["localchat_kv_blocks_cached"] + metrics["localchat_kv_blocks_used"]
-        return round(peak / 1024, 1), round(touched * block_bytes / 2**20, 1)
+        return round(server.rss_mb("VmHWM"), 1), round(touched * block_bytes / 2**20, 1)
     finally:
-        process.terminate()
-        process.wait(60)
+        server.stop()
 
 
 def main() -> None:
@@ -89,7 +71,7 @@ def main() -> None:
             runtime = run(RUNTIME, env=env)["peak_mb"]
             first = run(LOAD, model, env=env)
             later = run(LOAD, model, env=env)
-            serving, kv_mb = serve_peak(model, env)
+            serving, kv_mb = serve_peak(model, Path(home))
         rows.append({"model": path.name, "file_mb": round(file_mb, 1), "runtime_mb": runtime,
                      "first_load_s": first["seconds"], "first_load_peak_mb": first["peak_mb"],
                      "later_load_s": later["seconds"], "later_load_peak_mb": later["peak_mb"],

@@ -10,10 +10,8 @@ the end (0); errors (5xx answers or broken streams: 0); hung streams (0).
 
 import argparse
 import json
-import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -22,51 +20,10 @@ from pathlib import Path
 
 import httpx
 
-from common import report
+from common import Server, report
 
-STREAM_TIMEOUT_S = 120.0
 QUESTIONS = ["Hi!", "What is a cat?", "Tell me a story about a river.", "Why is the sky blue?", "Name a color.",
              "Write a haiku.", "How do I sort a list in Python?", "Thanks!"]
-
-
-class Server:
-    def __init__(self, home: Path, port: int):
-        self.home, self.port = home, port
-        self.url = f"http://127.0.0.1:{port}"
-        env = {**os.environ, "LOCALCHAT_HOME": str(home)}
-        self.log = open(home / "serve.log", "wb")
-        self.process = subprocess.Popen([sys.executable, "-m", "localchat.app.cli", "serve", "--port", str(port)],
-                                        env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).json()["status"] == "ready":
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        else:
-            raise RuntimeError("the server did not get ready")
-        self.token = (home / "config" / "token").read_text().strip()
-
-    def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.token}"},
-                            timeout=httpx.Timeout(30.0, read=STREAM_TIMEOUT_S))
-
-    def rss_mb(self) -> float:
-        for line in open(f"/proc/{self.process.pid}/status"):
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
-
-    def metrics(self) -> dict[str, float]:
-        text = httpx.get(f"{self.url}/metrics", timeout=30).text
-        return {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line and line[0] != "#"}
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=60)
-        self.log.close()
 
 
 class Tally:

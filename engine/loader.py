@@ -29,9 +29,9 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
 
 from .dirs import user_dir
-from .gguf_header import GGUFHeader, read_header
+from .gguf_header import HELD_AS, GGUFHeader, read_header
 from .model_catalog import EMBEDDED_NAME, SUPPORTED_ARCHITECTURES, embedded_gguf_path
-from .packed_linear import KERNEL_LAYOUT, REPRESENTATIONS, GGUFMatrix, pack
+from .packed_linear import KERNEL_LAYOUT, GGUFMatrix, pack
 
 CACHE_FORMAT = 3  # bump when the cache folder's contents change
 DENSE_FILE = "model.safetensors"
@@ -156,21 +156,22 @@ def _check_supported(architecture: str | None, name: str) -> None:
 def check_gguf(header: GGUFHeader, name: str) -> None:
     """Refuse, from the header alone, a GGUF whose architecture or tensor types the engine cannot run."""
     _check_supported(header.architecture, name)
-    unsupported = sorted({t.type_name for t in header.tensors} - {q.name for q in REPRESENTATIONS})
+    unsupported = sorted({t.type_name for t in header.tensors} - set(HELD_AS))
     if unsupported:
         raise ValueError(f"model {name!r} has tensors of type {', '.join(unsupported)}; supported: "
-                         f"{', '.join(q.name for q in REPRESENTATIONS)}")
+                         f"{', '.join(HELD_AS)}")
 
 
 def _from_gguf(path: Path, name: str) -> ModelSource:
     """A GGUF model through its cache folder: config and tokenizer written once; weights when first loaded."""
     cache = _gguf_cache_dir(path)
     if not (cache / "config.json").is_file():
-        check_gguf(read_header(path), name)  # before the slow part
+        header = read_header(path)
+        check_gguf(header, name)  # before the slow part
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}-", dir=cache.parent))
         try:
-            _write_config_and_tokenizer(path, tmp)
+            _write_config_and_tokenizer(path, header, tmp)
             try:
                 tmp.rename(cache)
             except OSError:
@@ -197,12 +198,12 @@ def _write_atomically(path: Path, write) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _write_config_and_tokenizer(path: Path, out: Path) -> None:
+def _write_config_and_tokenizer(path: Path, header: GGUFHeader, out: Path) -> None:
     config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    config.tie_word_embeddings = not any(t.name == "output.weight" for t in read_header(path).tensors)
-    _gguf_config_fixes(config, gguf.GGUFReader(path))
+    config.tie_word_embeddings = not any(t.name == "output.weight" for t in header.tensors)
+    _gguf_config_fixes(config, path)
     config.save_pretrained(out)
     AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(out)
 
@@ -290,13 +291,16 @@ def _hf_name(gguf_name: str, model_type: str) -> str:
     raise ValueError(f"unsupported GGUF tensor {gguf_name!r}")
 
 
-def _gguf_config_fixes(config: PretrainedConfig, reader: gguf.GGUFReader) -> None:
+def _gguf_config_fixes(config: PretrainedConfig, path: Path) -> None:
     """Set what transformers' config from a GGUF file leaves out for Phi-3 and Gemma 3, as llama.cpp reads the file.
 
     Phi-3: the sliding window (0: none), the rotary width (partial_rotary_factor) and the LongRoPE factors, which
     the file holds as tensors. Gemma 3: the rope scaling of its global layers, and the attention scale of the 27B
-    (hidden_size / heads, not head_dim: llama.cpp tells it by its 62 layers)."""
-
+    (hidden_size / heads, not head_dim: llama.cpp tells it by its 62 layers). Other architectures need nothing, and
+    the file is not parsed again for them."""
+    if config.model_type not in ("phi3", "gemma3_text"):
+        return
+    reader = gguf.GGUFReader(path)
     arch = reader.fields["general.architecture"].contents()
 
     def value(key: str):

@@ -135,9 +135,9 @@ class GGUFEmbedding(nn.Module):
     """Token embeddings kept as their GGUF rows: the rows a step looks up are dequantized by gguf (exactly as
     gguf.quants.dequantize does for the whole matrix), the others stay packed."""
 
-    def __init__(self, raw: torch.Tensor, ggml_type: int, hidden_size: int, dtype: torch.dtype):
+    def __init__(self, raw: torch.Tensor, ggml_type: int, dtype: torch.dtype):
         super().__init__()
-        self.raw, self.ggml_type, self.hidden_size, self.dtype = raw, Q(ggml_type), hidden_size, dtype
+        self.raw, self.ggml_type, self.dtype = raw, Q(ggml_type), dtype
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         rows = gguf.quants.dequantize(self.raw[input_ids.cpu()].numpy(), self.ggml_type)

@@ -261,8 +261,7 @@ class LlamaForCausalLM(nn.Module):
         for module, parts in by_module.items():
             parent, _, attr = module.rpartition(".")
             if module == "embed_tokens":
-                embedding = GGUFEmbedding(parts["raw"], int(parts["ggml_type"]), self.config.hidden_size, dtype)
-                self.embed_tokens = embedding
+                self.embed_tokens = GGUFEmbedding(parts["raw"], int(parts["ggml_type"]), dtype)
             else:
                 setattr(self.get_submodule(parent) if parent else self, attr, PackedLinear(parts))
         self.load_weights(dense.items(), dtype, device)

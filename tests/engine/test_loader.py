@@ -174,7 +174,7 @@ def test_llama_cpp_gemma_norms_are_shifted_back():
         assert llama[name].tolist() == weight.tolist()
 
 
-def _gguf_metadata(path: Path, arch: str, fields: dict, tensors: dict) -> gguf.GGUFReader:
+def _gguf_metadata(path: Path, arch: str, fields: dict, tensors: dict) -> Path:
     writer = gguf.GGUFWriter(path, arch)
     for key, value in fields.items():
         writer.add_key_value(key.format(arch=arch), value, gguf.GGUFValueType.get_type(value))
@@ -184,19 +184,19 @@ def _gguf_metadata(path: Path, arch: str, fields: dict, tensors: dict) -> gguf.G
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return gguf.GGUFReader(path)
+    return path
 
 
 def test_gguf_config_fixes_for_phi3(tmp_path):
     """A Phi-3 128k-style file: its window, partial rotary width and LongRoPE factors reach the config."""
     long, short = np.linspace(1, 4, 4, dtype=np.float32), np.linspace(1, 1.5, 4, dtype=np.float32)
-    reader = _gguf_metadata(tmp_path / "phi3.gguf", "phi3", {
+    path = _gguf_metadata(tmp_path / "phi3.gguf", "phi3", {
         gguf.Keys.Attention.SLIDING_WINDOW: 2047, gguf.Keys.Rope.DIMENSION_COUNT: 8,
         gguf.Keys.Rope.SCALING_ORIG_CTX_LEN: 4096, gguf.Keys.Rope.SCALING_ATTN_FACTOR: 1.19,
     }, {"rope_factors_long.weight": long, "rope_factors_short.weight": short})
     config = Phi3Config(**{**TINY, "max_position_embeddings": 131072}, pad_token_id=0, bos_token_id=1,
                         eos_token_id=2)
-    loader._gguf_config_fixes(config, reader)
+    loader._gguf_config_fixes(config, path)
     assert config.sliding_window == 2047
     rope = config.rope_parameters
     assert rope["rope_type"] == "longrope" and rope["partial_rotary_factor"] == 0.5
@@ -213,10 +213,10 @@ def test_gguf_config_fixes_for_phi3(tmp_path):
 
 def test_gguf_config_fixes_for_gemma3(tmp_path):
     """Gemma 3 4B-style linear scaling of the global layers; the 27B's attention scale from its 62 layers."""
-    reader = _gguf_metadata(tmp_path / "gemma3.gguf", "gemma3", {
+    path = _gguf_metadata(tmp_path / "gemma3.gguf", "gemma3", {
         gguf.Keys.Rope.SCALING_TYPE: "linear", gguf.Keys.Rope.SCALING_FACTOR: 8.0}, {})
     config = Gemma3TextConfig(**TINY, head_dim=16)
-    loader._gguf_config_fixes(config, reader)
+    loader._gguf_config_fixes(config, path)
     assert config.rope_parameters["full_attention"]["rope_type"] == "linear"
     assert config.rope_parameters["full_attention"]["factor"] == 8.0
     assert config.rope_parameters["sliding_attention"]["rope_type"] == "default"

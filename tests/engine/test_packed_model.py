@@ -3,6 +3,7 @@ It stays close to transformers' float32 on the same (dequantized) weights, and a
 tokens cold or cached, alone or batched."""
 
 import time
+from collections.abc import Iterator
 
 import gguf
 import numpy as np
@@ -25,8 +26,12 @@ QUESTIONS = [
 
 
 @pytest.fixture(scope="module")
-def llm() -> LLM:
-    return LLM()  # the defaults: packed weights on the CPU
+def llm(tmp_path_factory) -> Iterator[LLM]:
+    """The defaults (packed weights on the CPU) in a home of their own: a cache folder that no dense run of
+    another test has written into."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LOCALCHAT_HOME", str(tmp_path_factory.mktemp("packed-home")))
+        yield LLM()
 
 
 def test_the_default_runs_the_files_own_weights_without_a_float_copy(llm):
