@@ -46,12 +46,8 @@ class LLMEngine:
         num_kv_blocks = config.num_kv_blocks or default_num_blocks(model_config, block_size, self.dtype, self.device)
         self.max_model_len = min(config.max_model_len or limit, num_kv_blocks * block_size)
         self.packed = _runs_packed(source, config.quantization, self.device)
-        if self.packed:
-            progress("loading the packed weights (a first start packs the GGUF file's)", None)
-            weights = load_packed(source)
-        else:
-            progress("loading weights (a first start converts the model file)", None)
-            weights = _reporting(load_weights(source, self.dtype), count_weights(source), progress)
+        total = count_weights(source, self.packed)  # a first start converts the GGUF file here
+        weights = _reporting(load_packed(source) if self.packed else load_weights(source, self.dtype), total, progress)
         self.runner = ModelRunner(model_config, weights, self.packed, self.dtype, self.device,
                                   block_size, num_kv_blocks, self.max_model_len, config.attention_backend)
         self.kv = KVCacheManager(num_kv_blocks, block_size, config.enable_prefix_caching,

@@ -25,7 +25,7 @@ import torch
 from huggingface_hub import snapshot_download
 from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
 
 from .dirs import user_dir
@@ -115,10 +115,10 @@ def resolve_model(model: str | None) -> ModelSource:
     return _from_folder(Path(snapshot), model)
 
 
-def count_weights(source: ModelSource) -> int:
-    """How many tensors load_weights will yield (read from the files' headers)."""
+def count_weights(source: ModelSource, packed: bool = False) -> int:
+    """How many tensors load_weights (or load_packed) will yield (read from the files' headers)."""
     total = 0
-    for file in source.dense_files():
+    for file in [source.packed_file()] if packed else source.dense_files():
         with safe_open(file, framework="pt") as f:
             total += sum(1 for name in f.keys() if not name.endswith("rotary_emb.inv_freq"))
     return total
@@ -133,9 +133,11 @@ def load_weights(source: ModelSource, dtype: torch.dtype) -> Iterator[tuple[str,
                     yield name, f.get_tensor(name).to(dtype)
 
 
-def load_packed(source: ModelSource) -> dict[str, torch.Tensor]:
-    """A GGUF's packed weights, by the engine's module names (see _write_packed)."""
-    return load_file(source.packed_file())
+def load_packed(source: ModelSource) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield a GGUF's packed weights, by the engine's module names (see _write_packed)."""
+    with safe_open(source.packed_file(), framework="pt") as f:
+        for name in f.keys():
+            yield name, f.get_tensor(name)
 
 
 def _from_folder(folder: Path, name: str) -> ModelSource:

@@ -22,7 +22,7 @@ MODEL_CLASSES = {
 
 
 class ModelRunner:
-    def __init__(self, config: PretrainedConfig, weights: Iterable[tuple[str, torch.Tensor]] | dict[str, torch.Tensor],
+    def __init__(self, config: PretrainedConfig, weights: Iterable[tuple[str, torch.Tensor]],
                  packed: bool, dtype: torch.dtype, device: torch.device, block_size: int, num_blocks: int,
                  max_model_len: int, attention_backend: str | None = None):
         """config: the text model's (PretrainedConfig.get_text_config()); weights: dense (name, tensor) pairs with

@@ -245,13 +245,14 @@ class LlamaForCausalLM(nn.Module):
         return name.removeprefix("model.")
 
     @torch.no_grad()
-    def load_packed(self, tensors: dict[str, torch.Tensor], dtype: torch.dtype, device: torch.device) -> None:
+    def load_packed(self, tensors: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype,
+                    device: torch.device) -> None:
         """A GGUF's weights as loader.load_packed gives them: each linear layer (and the logits head) becomes a
         PackedLinear, the embedding a GGUFEmbedding over its raw rows, and the rest (norms) load as usual."""
         by_module: dict[str, dict[str, torch.Tensor]] = {}
         dense = {}
         packed_modules = self._packed_modules()
-        for name, tensor in tensors.items():
+        for name, tensor in tensors:
             short = name.removeprefix("model.")
             module = next((m for m in packed_modules if short.startswith(m + ".")), None)
             if module is None:

@@ -22,8 +22,11 @@ def test_models_lists_the_embedded_model(tmp_path):
     result = Server(make_home(tmp_path)).run_cli("models")
     assert result.returncode == 0
     header, embedded = result.stdout.splitlines()[:2]
-    assert header.split() == ["MODEL", "ARCHITECTURE", "SIZE", "FORMAT", "FOUND", "IN"]
-    assert embedded.split() == ["SmolLM2-135M-Instruct", "llama", "98", "MB", "gguf", "embedded"]
+    assert header.split() == ["MODEL", "ARCHITECTURE", "WEIGHTS", "FILE", "MEMORY", "FOUND", "IN"]
+    name, architecture, weights, file_mb, _, memory_mb, _, found_in = embedded.split()
+    assert (name, architecture, weights, file_mb, found_in) == ("SmolLM2-135M-Instruct", "llama", "Q4_1", "98",
+                                                                 "embedded")
+    assert 98 < int(memory_mb) < 1.3 * 98  # held packed, not as a float copy
 
 
 def test_chat_through_the_engine_process_and_in_process_agree(server, api, tmp_path):

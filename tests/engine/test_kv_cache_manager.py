@@ -151,14 +151,16 @@ class SchedulerMachine(RuleBasedStateMachine):
         """One engine step: schedule, forward, commit, then for each sequence whose tokens are all computed:
         finish, fork, or append a sampled token."""
         expected = {seq: self.expected_hit(seq) for seq in self.scheduler.waiting if seq.num_admissions == 0}
+        cached_before = dict(self.kv.pool.cached)
         batch = self.scheduler.schedule()
         self.check_batch(batch)
-        first_admitted = [seq for seq in batch.seqs if seq in expected]
-        for i, seq in enumerate(first_admitted):
+        for seq in (seq for seq in batch.seqs if seq in expected):  # admitted for the first time
             assert seq.num_cached_tokens <= len(seq) - 1, "a prefix hit covered the last token"
-            assert seq.num_cached_tokens <= expected[seq] * self.bs  # an earlier admission may evict
-            if i == 0:
-                assert seq.num_cached_tokens == expected[seq] * self.bs
+            hit = seq.num_cached_tokens // self.bs
+            assert hit <= expected[seq]
+            if hit < expected[seq]:  # only because this step's earlier allocations evicted the next block
+                missed = seq.block_hashes[hit]
+                assert self.kv.pool.cached.get(missed) != cached_before[missed], "a cached prefix block was missed"
         sample_rows = batch.sample_rows
         self.forward(batch)
         for seq, n in zip(batch.seqs, batch.num_new_tokens):
