@@ -3,20 +3,20 @@
 The cache of one layer is two tensors [num_blocks, block_size, num_kv_heads, head_dim]. A step's tokens
 come as one flat batch; each sequence's keys and values are read through its block table."""
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 NO_BLOCK = -1  # a block-table entry whose block was freed: out of every layer's sliding window
 
 
 @dataclass
 class KeySpan:
-    """The keys (or values) that one sequence's new tokens see in a layer's cache: `num_keys` of them from the
-    start of `blocks`, the first at position `first_position`. Consecutive blocks are a slice of the cache, read in
-    place; others are gathered. A layer with window w lets the token at position q see the keys at positions
-    q - w < p <= q (transformers' convention); window None: p <= q."""
+    """The keys (or values) in the blocks that one sequence's new tokens see in a layer's cache: `num_keys` of them
+    (whole blocks, up to the last one in use) from the start of `blocks`, the first at position `first_position`.
+    Consecutive blocks are a slice of the cache, read in place; others are gathered. A layer with window w lets the
+    token at position q see the keys at positions q - w < p <= q (transformers' convention); window None: p <= q."""
 
     blocks: slice | torch.Tensor
     first_position: int
@@ -29,6 +29,19 @@ class KeySpan:
         # index_select, not cache[blocks]: advanced indexing into the big cache is ~1000x slower on CPU
         chunk = cache[self.blocks] if isinstance(self.blocks, slice) else cache.index_select(0, self.blocks)
         return chunk.view(-1, kv_heads, head_dim)[: self.num_keys].transpose(0, 1)
+
+
+@dataclass
+class Tile:
+    """The new tokens of one sequence in one cache block, attended in one call: the step's rows
+    [start, start + n), over keys [lo, hi) of the sequence's KeySpan. bias [rows, hi - lo] is 0 where a query head
+    (a row: each token's group of heads, then copies of the last row) may see a key, -inf where it may not."""
+
+    start: int
+    n: int
+    lo: int
+    hi: int
+    bias: torch.Tensor
 
 
 @dataclass
@@ -52,6 +65,7 @@ class AttentionMetadata:
     prefill_seqs: list[int]  # the other sequences, attended one by one
     prefill_seqs_tensor: torch.Tensor  # the same on the device, for kernels
     views: dict[int | None, list[KeySpan]] = field(default_factory=dict)  # built on first use, by window
+    tile_sets: dict[tuple, list[list[Tile]]] = field(default_factory=dict)  # by window, group, rows, dtype
 
     @classmethod
     def build(cls, query_lens: list[int], seq_lens: list[int], block_tables: list[list[int]], block_size: int,
@@ -97,13 +111,66 @@ class AttentionMetadata:
             self.views[window] = [self._span(i, window) for i in range(len(self.query_lens))]
         return self.views[window]
 
+    def tiles(self, window: int | None, group: int, fewest_rows: int, dtype: torch.dtype) -> list[list[Tile]]:
+        """Each sequence's tiles in the layers with this window and query group (built once per step, shared by
+        those layers): one per cache block its new tokens fill, over the keys of the whole blocks from the first
+        that any position of the block can see to the block itself, with at least fewest_rows rows."""
+        key = (window, group, fewest_rows, dtype)
+        if key not in self.tile_sets:
+            self.tile_sets[key] = [self._tiles(i, span, window, group, fewest_rows, dtype)
+                                   for i, span in enumerate(self.view(window))]
+        return self.tile_sets[key]
+
+    def _tiles(self, seq: int, span: KeySpan, window: int | None, group: int, fewest_rows: int,
+               dtype: torch.dtype) -> list[Tile]:
+        bs, tiles = self.block_size, []
+        row, end = self.query_start_loc[seq], self.query_start_loc[seq + 1]
+        position = self.seq_lens[seq] - (end - row)  # of the sequence's first new token
+        while row < end:
+            block = position // bs
+            n = min(end - row, (block + 1) * bs - position)
+            first_key = _first_key(block * bs, window) // bs * bs
+            key_pos = torch.arange(first_key, (block + 1) * bs)
+            query_pos = torch.arange(position, position + n).repeat_interleave(group)
+            query_pos = torch.cat([query_pos, query_pos[-1:].expand(max(0, fewest_rows - len(query_pos)))])
+            visible = key_pos[None, :] <= query_pos[:, None]
+            if window is not None:
+                visible &= key_pos[None, :] > query_pos[:, None] - window
+            bias = torch.zeros(visible.shape, dtype=dtype).masked_fill_(~visible, float("-inf"))
+            bias = bias.to(self.positions.device)
+            tiles.append(Tile(row, n, first_key - span.first_position, (block + 1) * bs - span.first_position, bias))
+            row, position = row + n, position + n
+        return tiles
+
     def _span(self, seq: int, window: int | None) -> KeySpan:
         new, context, bs = self.query_lens[seq], self.seq_lens[seq], self.block_size
-        first_block = _first_key(context - new, window) // bs
+        first_block = _first_key((context - new) // bs * bs, window) // bs  # what the first new token's block sees
         table = self.tables[seq][first_block : -(-context // bs)]
         blocks = (slice(table[0], table[-1] + 1) if _consecutive(table)
                   else torch.tensor(table, dtype=torch.int64, device=self.positions.device))
-        return KeySpan(blocks, first_block * bs, context - first_block * bs)
+        return KeySpan(blocks, first_block * bs, len(table) * bs)
+
+
+@functools.cache
+def _fewest_invariant_rows(head_dim: int, dtype: torch.dtype, device: torch.device, most: int = 128) -> int:
+    """The fewest rows from which each row of attention's two batched products (baddbmm over head_dim, bmm over
+    the keys) has the same bits as in a product of `most` rows. BLAS runs a few rows through other kernels than
+    many (from four on, float32 on an AVX2 CPU), so this is measured, once per process and dtype."""
+    gen = torch.Generator().manual_seed(0)
+    fewest = 1
+    for inner, outer in ((head_dim, 48), (48, head_dim), (304, head_dim)):
+        a, b, bias = (torch.randn(shape, generator=gen).to(device, dtype)
+                      for shape in ((2, most, inner), (2, inner, outer), (most, outer)))
+        for with_bias in (True, False):
+            def product(rows: int, a=a, b=b, bias=bias, with_bias=with_bias) -> torch.Tensor:
+                return torch.baddbmm(bias[:rows], a[:, :rows], b, alpha=0.125) if with_bias else a[:, :rows] @ b
+
+            full = product(most)
+            for rows in range(most - 1, fewest - 1, -1):
+                if not torch.equal(product(rows), full[:, :rows]):
+                    fewest = rows + 1
+                    break
+    return fewest
 
 
 def _first_key(position: int, window: int | None) -> int:
@@ -134,24 +201,29 @@ class TorchPagedAttention:
 
         Batch invariance: a token's result depends on nothing but its query and the keys and values it sees, not
         on the other tokens of the step, nor on whether it is decoded, prefilled whole or in chunks, or recomputed
-        after a preemption. CPU kernels round differently for different shapes (a query block's size, a padded
-        key count), so every token runs the same call: its query heads (a group per kv head, as rows) over
-        exactly its visible keys. A seeded request then gives the same tokens cold or cached, alone or batched.
-        The price is one call per token in a prefill, instead of one per sequence."""
+        after a preemption. CPU kernels round differently for different shapes (a softmax or a product over a
+        different number of keys, a matrix product of one row), so the shapes are fixed by the cache's blocks:
+        the new tokens of one block are one tile, whose query heads (as rows, enough of them) meet the keys of
+        whole blocks, from the first block any position of that block can see to the block itself; keys past
+        a token or out of its window are masked. A seeded request then gives the same tokens cold or cached,
+        alone or batched."""
         kv_heads, head_dim = k_cache.shape[2:]
         group = query.shape[1] // kv_heads
+        fewest_rows = _fewest_invariant_rows(head_dim, query.dtype, query.device)
+        tile_sets = meta.tiles(window, group, fewest_rows, query.dtype)
         out = torch.empty_like(query)
-        for i, span in enumerate(meta.view(window)):
-            keys, values = span.read(k_cache)[None], span.read(v_cache)[None]  # 4-D, or SDPA takes its slow path
-            start, end = meta.query_start_loc[i], meta.query_start_loc[i + 1]
-            position = meta.seq_lens[i] - (end - start) - span.first_position  # of the first new token, in the span
-            for row in range(start, end):
-                first = _first_key(position, window)
-                q = query[row].view(1, kv_heads, group, head_dim)
-                out[row] = F.scaled_dot_product_attention(q, keys[:, :, first : position + 1],
-                                                          values[:, :, first : position + 1], scale=scale
-                                                          ).view(-1, head_dim)
-                position += 1
+        for span, tiles in zip(meta.view(window), tile_sets):
+            keys, values = span.read(k_cache), span.read(v_cache)
+            for t in tiles:
+                q = query[t.start : t.start + t.n].view(t.n, kv_heads, group, head_dim).transpose(0, 1)
+                q = q.reshape(kv_heads, t.n * group, head_dim)
+                padding = t.bias.shape[0] - t.n * group
+                if padding:
+                    q = torch.cat([q, q[:, -1:].expand(kv_heads, padding, head_dim)], dim=1)
+                scores = torch.baddbmm(t.bias, q, keys[:, t.lo : t.hi].transpose(1, 2), alpha=scale)
+                result = torch.bmm(torch.softmax(scores, dim=-1), values[:, t.lo : t.hi])[:, : t.n * group]
+                out[t.start : t.start + t.n].view(t.n, kv_heads, group, head_dim).copy_(
+                    result.view(kv_heads, t.n, group, head_dim).transpose(0, 1))
         return out
 
     @staticmethod

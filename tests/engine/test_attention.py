@@ -1,6 +1,7 @@
 """The PyTorch paged-attention path: a decode read in place from consecutive blocks equals the gathered one and
 plain attention over the sequence's keys; with a sliding window, every kind of step equals dense attention under
-transformers' window mask."""
+transformers' window mask; and a token's result is the same to the bit however its sequence's tokens are split
+into steps and whatever else runs in them (batch invariance)."""
 
 import pytest
 import torch
@@ -41,12 +42,12 @@ def test_a_decode_over_consecutive_blocks_reads_them_in_place(window):
     in_place_meta, in_place = decode([5, 6, 7], keys, values, query, window)
     gathered_meta, gathered = decode([9, 2, 11], keys, values, query, window)
     [in_place_span], [gathered_span] = in_place_meta.view(window), gathered_meta.view(window)
-    first = 0 if window is None else max(0, CONTEXT - window) // BLOCK
-    assert in_place_span == KeySpan(slice(5 + first, 8), first * BLOCK, CONTEXT - first * BLOCK)
+    first = 0 if window is None else max(0, (CONTEXT - 1) // BLOCK * BLOCK - window + 1) // BLOCK
+    assert in_place_span == KeySpan(slice(5 + first, 8), first * BLOCK, (3 - first) * BLOCK)  # whole blocks
     if first < 2:  # the visible keys span blocks 2 and 11 at least: gathered
         assert gathered_span.blocks.tolist() == [9, 2, 11][first:]
     else:  # all in block 11: read in place too
-        assert gathered_span == KeySpan(slice(11, 12), first * BLOCK, CONTEXT - first * BLOCK)
+        assert gathered_span == KeySpan(slice(11, 12), first * BLOCK, BLOCK)
     expected = dense(query, keys, values, torch.tensor([CONTEXT - 1]), window)
     torch.testing.assert_close(in_place, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(gathered, expected, rtol=1e-5, atol=1e-5)
@@ -65,7 +66,7 @@ def test_sliding_window_over_every_kind_of_step(window):
         n = -(-context // block)
         table, free = free[:n], free[n:]
         if window is not None:  # blocks no new token of this step can see: freed, their memory poisoned
-            first_visible = max(0, context - new - window + 1)
+            first_visible = max(0, (context - new) // block * block - window + 1)  # of the first new token's block
             table = [NO_BLOCK if (b + 1) * block <= first_visible else t for b, t in enumerate(table)]
         tables.append(table)
     k_cache, v_cache = (torch.randn(num_blocks, block, KV_HEADS, DIM, generator=gen) for _ in range(2))
@@ -84,3 +85,47 @@ def test_sliding_window_over_every_kind_of_step(window):
         start = meta.query_start_loc[i]
         expected = dense(query[start : start + new], keys, values, torch.arange(context - new, context), window)
         torch.testing.assert_close(out[start : start + new], expected, rtol=1e-5, atol=1e-5)
+
+
+def attend_in_steps(steps: list[list[tuple[int, int]]], tables: list[list[int]], k_new: list[torch.Tensor],
+                    v_new: list[torch.Tensor], queries: list[torch.Tensor], window: int | None, block: int,
+                    kv_heads: int) -> list[torch.Tensor]:
+    """Run the steps (each a list of (sequence, new tokens)) over a fresh cache; each sequence's outputs in order."""
+    gen = torch.Generator().manual_seed(7)
+    k_cache, v_cache = (torch.randn(64, block, kv_heads, DIM, generator=gen) for _ in range(2))  # stale memory
+    done = [0] * len(tables)
+    outs = [[] for _ in tables]
+    for step in steps:
+        new = [n for _, n in step]
+        context = [done[s] + n for s, n in step]
+        meta = AttentionMetadata.build(new, context, [tables[s][: -(-c // block)] for (s, _), c in zip(step, context)],
+                                       block, torch.device("cpu"))
+        rows = [slice(done[s], done[s] + n) for s, n in step]
+        TorchPagedAttention.store(torch.cat([k_new[s][r] for (s, _), r in zip(step, rows)]),
+                                  torch.cat([v_new[s][r] for (s, _), r in zip(step, rows)]), k_cache, v_cache,
+                                  meta.slot_mapping)
+        out = TorchPagedAttention.attend(torch.cat([queries[s][r] for (s, _), r in zip(step, rows)]), k_cache, v_cache,
+                                         meta, DIM ** -0.5, window)
+        for (s, n), start in zip(step, meta.query_start_loc):
+            outs[s].append(out[start : start + n])
+            done[s] += n
+    return [torch.cat(o) for o in outs]
+
+
+@pytest.mark.parametrize(("window", "group", "kv_heads"), [(None, 3, 3), (None, 1, 4), (11, 4, 2), (None, 8, 1)])
+def test_a_tokens_result_does_not_depend_on_how_its_sequence_is_stepped(window, group, kv_heads):
+    """Whole prefills, chunks that split blocks, one token at a time, and other sequences beside them: the same
+    bits for every token (the property behind a seeded request's equal replies cold, cached and batched)."""
+    gen = torch.Generator().manual_seed(3)
+    block, lengths = 16, [70, 33, 5]
+    tables = [list(range(0, 5)), list(range(20, 23)), [40]]
+    k_new, v_new = ([torch.randn(n, kv_heads, DIM, generator=gen) for n in lengths] for _ in range(2))
+    queries = [torch.randn(n, kv_heads * group, DIM, generator=gen) for n in lengths]
+    whole = [[(0, 70), (1, 33), (2, 5)]]
+    chunked = [[(0, 9)], [(0, 21), (1, 1)], [(0, 40), (1, 31)], [(1, 1), (2, 5)]]
+    one_by_one = [[(0, 1), (1, 1), (2, 1)]] * 5 + [[(0, 1), (1, 1)]] * 28 + [[(0, 1)]] * 37
+    reference = attend_in_steps(whole, tables, k_new, v_new, queries, window, block, kv_heads)
+    for steps in (chunked, one_by_one):
+        for expected, got in zip(reference, attend_in_steps(steps, tables, k_new, v_new, queries, window, block,
+                                                            kv_heads)):
+            assert torch.equal(expected, got)

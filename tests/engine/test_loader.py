@@ -112,14 +112,14 @@ def test_cache_key_follows_the_gguf_file(tmp_path):
 def test_failed_conversion_leaves_no_half_written_weights(tmp_path, monkeypatch):
     link = tmp_path / "broken.gguf"
     link.symlink_to(loader.embedded_gguf_path())
-    real_save_file = loader.save_file
 
-    def save_then_crash(tensors, filename, **kwargs):
-        real_save_file(tensors, filename, **kwargs)
+    def write_half_then_crash(gguf_file, config, out):
+        out.write_bytes(b"half a safetensors file")
         raise RuntimeError("crash while converting")
 
     source = resolve_model(str(link))  # config and tokenizer only
-    monkeypatch.setattr(loader, "save_file", save_then_crash)
+    monkeypatch.setattr(loader, "_write_dense", write_half_then_crash)
+    monkeypatch.setattr(loader, "_write_packed", write_half_then_crash)
     for convert in (source.dense_files, source.packed_file):
         with pytest.raises(RuntimeError, match="crash while converting"):
             convert()
