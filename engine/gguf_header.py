@@ -18,6 +18,13 @@ from pathlib import Path
 HELD_AS = {"Q4_0": "int4", "Q4_1": "int4", "Q4_K": "int4", "Q8_0": "int4 x2", "Q5_0": "int8", "Q5_1": "int8",
            "Q5_K": "int8", "Q6_K": "int8", "F16": "bf16", "BF16": "bf16", "F32": "bf16"}
 BYTES_PER_WEIGHT = {"int4": 0.625, "int4 x2": 1.25, "int8": 1.0, "bf16": 2.0}
+
+
+def held_as_head(representation: str) -> str:
+    """How the logits head holds a matrix that other layers would hold as `representation`: one product per
+    decoded token on the largest matrix of a small model, so per-row int8 instead of two int4 planes (Q8_0)."""
+    return "int8" if representation == "int4 x2" else representation
+
 # what a GGUF type takes in the file, per weight (block bytes / block weights)
 FILE_BYTES_PER_WEIGHT = {"Q4_0": 18 / 32, "Q4_1": 20 / 32, "Q4_K": 144 / 256, "Q8_0": 34 / 32, "Q5_0": 22 / 32,
                          "Q5_1": 24 / 32, "Q5_K": 176 / 256, "Q6_K": 210 / 256, "F16": 2, "BF16": 2, "F32": 4}
@@ -58,14 +65,18 @@ class GGUFHeader:
 
     def held_bytes(self) -> int:
         """The memory the engine's packed weights take: every matrix as HELD_AS says, the token embedding's raw
-        rows plus (when tied) the logits head in int8, and the small tensors in float32."""
+        rows, and the small tensors in float32. A tied logits head is packed from the embedding (held_as_head);
+        when that is per-row int8, the embedding reads its rows and keeps no raw copy."""
         total = 0.0
         tied = not any(t.name == "output.weight" for t in self.tensors)
         for tensor in self.tensors:
             if len(tensor.shape) < 2:
                 total += 4 * tensor.num_elements
             elif tensor.name == "token_embd.weight":
-                total += tensor.num_elements * (FILE_BYTES_PER_WEIGHT.get(tensor.type_name, 4) + tied)
+                raw = FILE_BYTES_PER_WEIGHT.get(tensor.type_name, 4)
+                head = held_as_head(HELD_AS.get(tensor.type_name, "bf16"))
+                per_weight = raw if not tied else BYTES_PER_WEIGHT[head] + (0 if head == "int8" else raw)
+                total += tensor.num_elements * per_weight
             else:
                 total += tensor.num_elements * BYTES_PER_WEIGHT[HELD_AS.get(tensor.type_name, "bf16")]
         return int(total)

@@ -13,6 +13,7 @@ conversion.
 """
 
 import hashlib
+import mmap
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -31,7 +32,8 @@ from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrained
 from .dirs import user_dir
 from .gguf_header import HELD_AS, GGUFHeader, read_header
 from .model_catalog import EMBEDDED_NAME, SUPPORTED_ARCHITECTURES, embedded_gguf_path
-from .packed_linear import KERNEL_LAYOUT, GGUFMatrix, pack
+from .packed_linear import KERNEL_LAYOUT, GGUFMatrix, HeadRowsEmbedding, PackedLinear, pack
+from .tensor_file import TensorFileWriter
 
 CACHE_FORMAT = 3  # bump when the cache folder's contents change
 DENSE_FILE = "model.safetensors"
@@ -210,12 +212,12 @@ def _write_config_and_tokenizer(path: Path, header: GGUFHeader, out: Path) -> No
     AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(out)
 
 
-def _gguf_tensors(path: Path, config: PretrainedConfig) -> dict[str, "GGUFMatrix"]:
+def _gguf_tensors(reader: gguf.GGUFReader, config: PretrainedConfig) -> dict[str, "GGUFMatrix"]:
     """Every tensor of the file by its Hugging Face name, with the row order that undoes llama.cpp's permutation
     of q and k (it permutes them for "llama" models' rotary layout; other architectures keep HF's)."""
     permuted = config.model_type == "llama"
     tensors = {}
-    for tensor in gguf.GGUFReader(path).tensors:
+    for tensor in reader.tensors:
         if tensor.name in _CONFIG_TENSORS:
             continue
         hf_name = _hf_name(tensor.name, config.model_type)
@@ -246,39 +248,60 @@ def _small_tensors(matrices: dict[str, GGUFMatrix], config: PretrainedConfig) ->
 
 def _write_dense(path: Path, config: PretrainedConfig, out: Path) -> None:
     """Every weight dequantized to float32, with Hugging Face names."""
-    tensors = _small_tensors(_gguf_tensors(path, config), config)
+    tensors = _small_tensors(_gguf_tensors(gguf.GGUFReader(path), config), config)
     save_file(tensors, out, metadata={"format": "pt"})
 
 
 def _write_packed(path: Path, config: PretrainedConfig, out: Path) -> None:
     """The engine's module names -> tensors: each linear layer (q/k/v and gate/up fused) packed by
     packed_linear.pack with its bias; the logits head packed too (from the token embedding when they are
-    tied); the token embedding's raw GGUF rows and type, read row by row at run time; every other tensor (the
-    norms) in float32."""
-    matrices = _gguf_tensors(path, config)
-    tensors: dict[str, torch.Tensor] = {}
+    tied); the token embedding's raw GGUF rows and type, read row by row at run time, unless a tied head's int8
+    rows serve (HeadRowsEmbedding); every other tensor (the norms) in float32.
+
+    Written a layer at a time (TensorFileWriter), and the file's pages read so far dropped from this process after
+    each layer: packing holds about one layer, not the model (measured by benchmarks/memory.py)."""
+    reader = gguf.GGUFReader(path)
+    matrices = _gguf_tensors(reader, config)
+    writer = TensorFileWriter(out)
 
     def add_linear(module: str, sources: list[str]) -> None:
-        packed = pack([matrices.pop(f"{source}.weight") for source in sources])
-        tensors.update({f"{module}.{key}": tensor for key, tensor in packed.items()})
+        for key, tensor in pack([matrices.pop(f"{source}.weight") for source in sources]).items():
+            writer.add(f"{module}.{key}", tensor)
         biases = [matrices.pop(f"{s}.bias") for s in sources if f"{s}.bias" in matrices]
         if biases:
-            tensors[f"{module}.bias"] = torch.cat([_dequantized(b) for b in biases])
+            writer.add(f"{module}.bias", torch.cat([_dequantized(b) for b in biases]))
 
-    for layer in range(config.num_hidden_layers):
-        prefix = f"model.layers.{layer}"
-        for fused, parts in FUSED_LINEARS.items():
-            fused_in_file = f"{prefix}.{fused}.weight" in matrices  # Phi-3 stores q|k|v and gate|up as one matrix
-            add_linear(f"{prefix}.{fused}", [f"{prefix}.{p}" for p in ((fused,) if fused_in_file else parts)])
-        for plain in PLAIN_LINEARS:
-            add_linear(f"{prefix}.{plain}", [f"{prefix}.{plain}"])
-    embedding = matrices.pop("model.embed_tokens.weight")
-    head = matrices.pop("lm_head.weight", embedding)
-    tensors |= {f"lm_head.{key}": t for key, t in pack([head], head=True).items()}
-    tensors["model.embed_tokens.raw"] = torch.from_numpy(np.array(embedding.data).view(np.uint8))
-    tensors[EMBEDDING_TYPE_KEY] = torch.tensor([int(embedding.tensor_type)])
-    tensors |= _small_tensors(matrices, config)
-    save_file(tensors, out, metadata={"format": "pt"})
+    try:
+        for layer in range(config.num_hidden_layers):
+            prefix = f"model.layers.{layer}"
+            for fused, parts in FUSED_LINEARS.items():
+                fused_in_file = f"{prefix}.{fused}.weight" in matrices  # Phi-3 stores q|k|v and gate|up as one matrix
+                add_linear(f"{prefix}.{fused}", [f"{prefix}.{p}" for p in ((fused,) if fused_in_file else parts)])
+            for plain in PLAIN_LINEARS:
+                add_linear(f"{prefix}.{plain}", [f"{prefix}.{plain}"])
+            _drop_pages(reader)
+        embedding = matrices.pop("model.embed_tokens.weight")
+        head = matrices.pop("lm_head.weight", embedding)
+        packed_head = pack([head], head=True)
+        for key, tensor in packed_head.items():
+            writer.add(f"lm_head.{key}", tensor)
+        if head is not embedding or not HeadRowsEmbedding.fits(PackedLinear(packed_head)):
+            writer.add("model.embed_tokens.raw", torch.from_numpy(np.array(embedding.data).view(np.uint8)))
+            writer.add(EMBEDDING_TYPE_KEY, torch.tensor([int(embedding.tensor_type)]))
+        for name, tensor in _small_tensors(matrices, config).items():
+            writer.add(name, tensor)
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close({"format": "pt"})
+
+
+def _drop_pages(reader: gguf.GGUFReader) -> None:
+    """Let go of the file's pages this process has read through its memory map (they stay in the page cache):
+    otherwise every page read counts in the process's resident memory until the end."""
+    mapping = getattr(reader.data, "_mmap", None)  # numpy.memmap's mmap.mmap
+    if mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
+        mapping.madvise(mmap.MADV_DONTNEED)
 
 
 def _hf_name(gguf_name: str, model_type: str) -> str:

@@ -59,7 +59,7 @@ import torch
 from gguf import GGMLQuantizationType as Q
 from torch import nn
 
-from localchat.engine.gguf_header import HELD_AS
+from localchat.engine.gguf_header import HELD_AS, held_as_head
 
 GROUP = 32  # weights per int4 scale and zero
 CHUNK_ROWS = 4096  # rows converted at once; a multiple of every layout's row block, so chunks pack independently
@@ -89,14 +89,14 @@ class GGUFMatrix:
 def pack(matrices: Sequence[GGUFMatrix], head: bool = False) -> dict[str, torch.Tensor]:
     """The packed tensors of `matrices` stacked along output rows (q, k, v into one qkv projection), for
     `PackedLinear` and for a safetensors file. Neighbours held alike are packed as one part; the keys are
-    `<part>.<name>`. head=True: the logits head, the largest matrix of a small model and one product per
-    decoded token, takes per-row int8 where the table says int4 x2 (Q8_0): 1.7-2.8x faster, 1.2% error."""
+    `<part>.<name>`. head=True: the logits head, held as held_as_head says (per-row int8 where the table says
+    int4 x2: 1.7-2.8x faster, 1.2% error)."""
     if len({m.shape[1] for m in matrices}) != 1:
         raise ValueError(f"stacked matrices must share in_features: {[m.shape for m in matrices]}")
 
     def held_as(matrix: GGUFMatrix) -> str:
         chosen = _representation(matrix)
-        return "int8" if head and chosen == "int4 x2" else chosen
+        return held_as_head(chosen) if head else chosen
 
     tensors = {}
     for part, (representation, run) in enumerate(itertools.groupby(matrices, held_as)):
@@ -142,6 +142,25 @@ class GGUFEmbedding(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         rows = gguf.quants.dequantize(self.raw[input_ids.cpu()].numpy(), self.ggml_type)
         return torch.from_numpy(np.asarray(rows, dtype=np.float32)).to(input_ids.device, self.dtype)
+
+
+class HeadRowsEmbedding(nn.Module):
+    """Token embeddings read from the rows of a tied logits head held as per-row int8 (a Q5, Q6 or Q8 embedding):
+    the matrix is held once, and a looked-up row is its int8 codes times the row's scale (the head's own
+    requantization, about 1% from the file's values)."""
+
+    def __init__(self, head: PackedLinear, dtype: torch.dtype):
+        super().__init__()
+        (self.rows,) = head.parts
+        self.dtype = dtype
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        codes, scales = self.rows.int8[input_ids], self.rows.scales[input_ids]
+        return (codes.float() * scales.float()[..., None]).to(self.dtype)
+
+    @staticmethod
+    def fits(head: PackedLinear) -> bool:
+        return len(head.parts) == 1 and isinstance(head.parts[0], _Int8Rows)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from localchat.engine.attention import AttentionMetadata
-from localchat.engine.packed_linear import GGUFEmbedding, PackedLinear
+from localchat.engine.packed_linear import GGUFEmbedding, HeadRowsEmbedding, PackedLinear
 
 ACTIVATIONS = {"silu": nn.functional.silu, "gelu_pytorch_tanh": lambda x: nn.functional.gelu(x, approximate="tanh")}
 
@@ -248,7 +248,8 @@ class LlamaForCausalLM(nn.Module):
     def load_packed(self, tensors: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype,
                     device: torch.device) -> None:
         """A GGUF's weights as loader.load_packed gives them: each linear layer (and the logits head) becomes a
-        PackedLinear, the embedding a GGUFEmbedding over its raw rows, and the rest (norms) load as usual."""
+        PackedLinear, the embedding a GGUFEmbedding over its raw rows (or the rows of a tied int8 head), and the
+        rest (norms) load as usual."""
         by_module: dict[str, dict[str, torch.Tensor]] = {}
         dense = {}
         packed_modules = self._packed_modules()
@@ -265,6 +266,8 @@ class LlamaForCausalLM(nn.Module):
                 self.embed_tokens = GGUFEmbedding(parts["raw"], int(parts["ggml_type"]), dtype)
             else:
                 setattr(self.get_submodule(parent) if parent else self, attr, PackedLinear(parts))
+        if "embed_tokens" not in by_module:  # tied to a per-row int8 head: its rows
+            self.embed_tokens = HeadRowsEmbedding(self.lm_head, dtype)
         self.load_weights(dense.items(), dtype, device)
 
     def _packed_modules(self) -> list[str]:

@@ -3,8 +3,14 @@
 The windowed models attend within a sliding window shorter than the prompts (8 to 16 tokens, blocks of 4), so
 chunked prefill, decodes, prefix hits and forks all cross it."""
 
+import contextlib
+from pathlib import Path
+
+import gguf
 import pytest
 import torch
+from gguf import GGMLQuantizationType
+from safetensors.torch import load_file
 from transformers import (
     AutoModelForCausalLM,
     Gemma3Config,
@@ -17,8 +23,9 @@ from transformers import (
     Qwen3Config,
 )
 
-from localchat.engine import LLM, SamplingParams
-from localchat.engine.loader import resolve_model
+from localchat.engine import LLM, SamplingParams, llm_engine, loader
+from localchat.engine.gguf_header import read_header
+from localchat.engine.loader import ModelSource, resolve_model
 
 COMMON = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
               max_position_embeddings=256, initializer_range=0.1, rms_norm_eps=1e-6)
@@ -172,3 +179,74 @@ def test_generation_config_eos_and_a_context_past_the_sliding_window(tokenizer, 
     llm = LLM(path, dtype="float32")
     assert {7, 9} <= llm.engine.output.eos_token_ids
     assert llm.engine.max_model_len == 512  # sliding-window attention: the whole context, not just the window
+
+
+GGUF_ARCH = {"gemma3": gguf.MODEL_ARCH.GEMMA3, "phi3-window-partial-rope": gguf.MODEL_ARCH.PHI3,
+             "llama": gguf.MODEL_ARCH.LLAMA}
+TYPES = [GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q5_1]
+
+
+def as_gguf(reference: torch.nn.Module, arch: str, path: Path) -> None:
+    """Write the model's weights as llama.cpp names them (q/k permuted for llama, Gemma's norms as 1 + w),
+    matrices quantized to Q4_0, Q8_0 or Q5_1 by turns (a tied embedding to Q8_0, whose int8 head rows the engine
+    also embeds with), and make `reference` hold the dequantized weights, so that it is the float32 model of
+    exactly what the file holds."""
+    config = reference.config
+    hf_to_gguf = {}
+    for tensor in gguf.MODEL_TENSORS[GGUF_ARCH[arch]]:
+        for layer in range(config.num_hidden_layers):
+            name = gguf.TENSOR_NAMES[tensor].format(bid=layer) + ".weight"
+            with contextlib.suppress(ValueError):
+                hf_to_gguf[loader._hf_name(name, config.model_type)] = name
+    writer = gguf.GGUFWriter(path, GGUF_ARCH[arch].name.lower())
+    state = reference.state_dict()
+    with torch.no_grad():
+        for i, (hf_name, weight) in enumerate(state.items()):
+            if hf_name == "lm_head.weight" and config.tie_word_embeddings:
+                continue
+            data = weight.numpy()
+            if weight.dim() == 1:
+                writer.add_tensor(hf_to_gguf[hf_name], data + 1 if config.model_type == "gemma3_text" else data)
+                continue
+            tied_embedding = hf_name == "model.embed_tokens.weight" and config.tie_word_embeddings
+            kind = GGMLQuantizationType.Q8_0 if tied_embedding else TYPES[i % len(TYPES)]  # int8 head, shared rows
+            raw = gguf.quants.quantize(data, kind)
+            weight.copy_(torch.from_numpy(gguf.quants.dequantize(raw, kind)))
+            if config.model_type == "llama" and ("q_proj" in hf_name or "k_proj" in hf_name):
+                heads = config.num_attention_heads if "q_proj" in hf_name else config.num_key_value_heads
+                raw = gguf.quants.quantize(permute(weight.numpy(), heads), kind)
+            writer.add_tensor(hf_to_gguf[hf_name], raw, raw_shape=raw.shape, raw_dtype=kind)
+    for write in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file):
+        write()
+    writer.close()
+
+
+def permute(weight, heads: int):
+    """llama.cpp's rotary layout of a q or k projection (what loader._unpermute undoes)."""
+    return weight.reshape(heads, 2, weight.shape[0] // heads // 2, -1).swapaxes(1, 2).reshape(weight.shape)
+
+
+@pytest.mark.parametrize("arch", sorted(GGUF_ARCH))
+def test_a_quantized_gguf_runs_packed_close_to_its_float32_model(arch, tokenizer, tmp_path, monkeypatch):
+    """The default path on a GGUF of each architecture family: its matrices packed (norm shift, fused q|k|v and
+    gate|up, Phi-3's fused rows, llama's permuted q/k), within the kernels' error of transformers' float32 model
+    of the same (dequantized) weights. A wiring mistake (a wrong name, order or shift) gives errors near 100%."""
+    torch.manual_seed(0)
+    reference = AutoModelForCausalLM.from_config(CONFIGS[arch](), dtype=torch.float32).eval()
+    randomize_norms(reference)
+    as_gguf(reference, arch, tmp_path / "model.gguf")
+    (tmp_path / "cache").mkdir()
+    source = ModelSource(arch, reference.config, tokenizer, tmp_path / "cache", tmp_path / "model.gguf")
+    monkeypatch.setattr(llm_engine, "resolve_model", lambda model: source)
+    llm = LLM(arch, block_size=4)
+    assert llm.engine.packed
+    held = sum(t.nbytes for t in load_file(source.packed_file()).values())
+    assert abs(read_header(tmp_path / "model.gguf").held_bytes() - held) < 0.05 * held  # `localchat models` says
+    seen = record_logits(llm)
+    outputs = llm.generate(random_prompts((7, 21)), SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))
+    finished = [o.prompt_token_ids + list(o.outputs[0].token_ids) for o in outputs]
+    with torch.no_grad():
+        logits = [reference(torch.tensor([tokens])).logits[0] for tokens in finished]
+    for tokens, ours in seen:
+        expected = next(row for final, row in zip(finished, logits) if final[: len(tokens)] == tokens)[len(tokens) - 1]
+        assert (ours - expected).norm() / expected.norm() < 0.05

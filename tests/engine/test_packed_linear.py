@@ -11,7 +11,14 @@ from safetensors.torch import load_file, save_file
 
 from localchat.engine import packed_linear
 from localchat.engine.loader import _unpermute, embedded_gguf_path
-from localchat.engine.packed_linear import MAX_RELATIVE_ERROR, REPRESENTATIONS, GGUFMatrix, PackedLinear, pack
+from localchat.engine.packed_linear import (
+    MAX_RELATIVE_ERROR,
+    REPRESENTATIONS,
+    GGUFMatrix,
+    HeadRowsEmbedding,
+    PackedLinear,
+    pack,
+)
 
 Q = gguf.GGMLQuantizationType
 K_TYPES = (Q.Q4_K, Q.Q5_K, Q.Q6_K)  # gguf's Python package dequantizes these but cannot quantize them
@@ -163,3 +170,19 @@ def test_unsupported_types_and_mismatched_shapes_are_refused(weight):
         pack([GGUFMatrix(np.zeros((ROWS, COLS // 256 * 84), np.uint8), Q.Q2_K, (ROWS, COLS))])
     with pytest.raises(ValueError, match="in_features"):
         pack([GGUFMatrix(weight, Q.F32, weight.shape), GGUFMatrix(weight[:, :256], Q.F32, (ROWS, 256))])
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q6_K, Q.Q5_0, Q.Q4_K])
+def test_a_tied_embedding_reads_the_int8_heads_rows_or_keeps_its_own(qtype, weight):
+    """A tied head held as per-row int8 (Q8_0, Q5, Q6) serves the embedding too, within its error of the file's
+    rows; an int4 head does not, and the embedding keeps the file's raw rows (GGUFEmbedding)."""
+    data = gguf_data(qtype, weight)
+    head = PackedLinear(pack([GGUFMatrix(data, qtype, weight.shape)], head=True))
+    assert HeadRowsEmbedding.fits(head) == (qtype != Q.Q4_K)
+    if not HeadRowsEmbedding.fits(head):
+        return
+    ids = torch.tensor([[0, 5, 5], [ROWS - 1, 17, 2]])
+    rows = HeadRowsEmbedding(head, torch.float32)(ids)
+    expected = dequantized(data, qtype)[ids]
+    assert rows.shape == (2, 3, COLS) and relative_error(rows, expected) < MAX_RELATIVE_ERROR[qtype]
+    assert torch.equal(rows[0, 1], rows[0, 2])
