@@ -33,7 +33,7 @@ from .dirs import user_dir
 from .gguf_header import HELD_AS, GGUFHeader, read_header
 from .model_catalog import EMBEDDED_NAME, SUPPORTED_ARCHITECTURES, embedded_gguf_path
 from .packed_linear import KERNEL_LAYOUT, GGUFMatrix, HeadRowsEmbedding, PackedLinear, pack
-from .tensor_file import TensorFileWriter
+from .tensor_file import TensorFileWriter, read_tensors
 
 CACHE_FORMAT = 3  # bump when the cache folder's contents change
 DENSE_FILE = "model.safetensors"
@@ -137,9 +137,7 @@ def load_weights(source: ModelSource, dtype: torch.dtype) -> Iterator[tuple[str,
 
 def load_packed(source: ModelSource) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield a GGUF's packed weights, by the engine's module names (see _write_packed)."""
-    with safe_open(source.packed_file(), framework="pt") as f:
-        for name in f.keys():
-            yield name, f.get_tensor(name)
+    yield from read_tensors(source.packed_file())
 
 
 def _from_folder(folder: Path, name: str) -> ModelSource:

@@ -1,14 +1,14 @@
-"""The safetensors file written one tensor at a time reads back with safetensors itself, bit for bit."""
+"""The safetensors file written one tensor at a time reads back, bit for bit, with safetensors and read_tensors."""
 
 import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from localchat.engine.tensor_file import TensorFileWriter
+from localchat.engine.tensor_file import TensorFileWriter, read_tensors
 
 
-def test_tensors_written_one_at_a_time_read_back_with_safetensors(tmp_path):
+def test_tensors_written_one_at_a_time_read_back_with_safetensors_and_plain_reads(tmp_path):
     gen = torch.Generator().manual_seed(0)
     tensors = {
         "a.float": torch.randn(3, 5, generator=gen),
@@ -30,6 +30,10 @@ def test_tensors_written_one_at_a_time_read_back_with_safetensors(tmp_path):
         assert read[name].dtype == tensor.dtype and torch.equal(read[name], tensor), name
     with safe_open(tmp_path / "out.safetensors", framework="pt") as f:
         assert f.metadata() == {"format": "pt"}
+    read = dict(read_tensors(tmp_path / "out.safetensors"))
+    assert read.keys() == tensors.keys()
+    for name, tensor in tensors.items():
+        assert read[name].dtype == tensor.dtype and torch.equal(read[name], tensor), name
 
 
 def test_a_name_twice_is_refused_and_abort_leaves_nothing(tmp_path):
