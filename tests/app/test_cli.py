@@ -26,7 +26,7 @@ def test_models_lists_the_embedded_model(tmp_path):
     name, architecture, weights, file_mb, _, memory_mb, _, found_in = embedded.split()
     assert (name, architecture, weights, file_mb, found_in) == ("SmolLM2-135M-Instruct", "llama", "Q4_1", "98",
                                                                  "embedded")
-    assert 98 < int(memory_mb) < 1.3 * 98  # held packed, not as a float copy
+    assert 0.8 * 98 < int(memory_mb) < 1.3 * 98  # held packed, not as a float copy (about 540 MB)
 
 
 def test_chat_through_the_engine_process_and_in_process_agree(server, api, tmp_path):

@@ -41,6 +41,7 @@ def embedded() -> ModelSource:
     return resolve_model(None)
 
 
+@pytest.mark.slow  # transformers' own GGUF loading of the embedded model
 def test_gguf_weights_equal_transformers(embedded, hf_smollm2):
     ours = dict(load_weights(embedded, torch.float32))
     reference = hf_smollm2[0].state_dict()
@@ -52,6 +53,7 @@ def test_gguf_weights_equal_transformers(embedded, hf_smollm2):
         assert torch.equal(tensor, reference[name]), name
 
 
+@pytest.mark.slow  # transformers' own GGUF loading of the embedded model
 def test_gguf_config_matches_transformers(embedded, hf_smollm2):
     ours, reference = embedded.config, hf_smollm2[0].config
     assert embedded.name == "SmolLM2-135M-Instruct"
@@ -74,6 +76,7 @@ def test_gguf_config_matches_transformers(embedded, hf_smollm2):
         assert getattr(ours, field) == getattr(reference, field), field
 
 
+@pytest.mark.slow  # transformers' own GGUF loading of the embedded model
 def test_gguf_tokenizer_matches_transformers(embedded, hf_smollm2):
     ours, reference = embedded.tokenizer, hf_smollm2[1]
     assert ours.is_fast and ours.chat_template
@@ -89,12 +92,14 @@ def test_gguf_tokenizer_matches_transformers(embedded, hf_smollm2):
 
 
 def test_second_resolve_reads_only_the_cache(embedded, monkeypatch):
+    converted = embedded.dense_files()  # the first use converts (or a kept test cache already holds it)
+
     def no_gguf(*args, **kwargs):
         raise AssertionError("the GGUF file was read again")
 
     monkeypatch.setattr(gguf, "GGUFReader", no_gguf)
     again = resolve_model(None)
-    assert again.dense_files() == embedded.dense_files()
+    assert again.dense_files() == converted
     assert again.dense_files()[0].parent.parent == user_dir("cache") / "models"
     assert again.config.to_dict() == embedded.config.to_dict()
     assert next(load_weights(again, torch.bfloat16))[1].dtype == torch.bfloat16
@@ -109,6 +114,7 @@ def test_cache_key_follows_the_gguf_file(tmp_path):
     assert loader._gguf_cache_dir(path) != first
 
 
+@pytest.mark.slow  # transformers reads the embedded model's config and tokenizer from its GGUF
 def test_failed_conversion_leaves_no_half_written_weights(tmp_path, monkeypatch):
     link = tmp_path / "broken.gguf"
     link.symlink_to(loader.embedded_gguf_path())

@@ -14,7 +14,7 @@ from localchat.engine import LLM, SamplingParams
 from localchat.engine.dirs import user_dir
 from localchat.engine.loader import DENSE_FILE, resolve_model
 from localchat.engine.model_catalog import embedded_gguf_path
-from localchat.engine.packed_linear import GGUFEmbedding, PackedLinear
+from localchat.engine.packed_linear import HeadRowsEmbedding, PackedLinear
 
 pytestmark = pytest.mark.slow  # the embedded model and transformers' reference: left out of `./dev test --fast`
 
@@ -39,7 +39,7 @@ def test_the_default_runs_the_files_own_weights_without_a_float_copy(llm):
     assert llm.engine.packed
     assert isinstance(model.layers[0].self_attn.qkv_proj, PackedLinear)
     assert isinstance(model.layers[0].mlp.down_proj, PackedLinear) and isinstance(model.lm_head, PackedLinear)
-    assert isinstance(model.embed_tokens, GGUFEmbedding)
+    assert isinstance(model.embed_tokens, HeadRowsEmbedding)  # its Q8_0 embedding is tied to an int8 head: held once
     assert not [p for p in model.parameters() if p.dim() > 1], "a dense matrix is held beside the packed ones"
     source = resolve_model(None)
     assert not (source.folder / DENSE_FILE).exists()

@@ -14,6 +14,7 @@ from localchat.engine.attention import AttentionMetadata, TorchPagedAttention
 from localchat.engine.loader import resolve_model
 
 pytest.importorskip("triton")
+pytestmark = pytest.mark.slow  # Triton's interpreter on a CPU: left out of `./dev test --fast`
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 if DEVICE.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
     raise RuntimeError("without a GPU, set TRITON_INTERPRET=1 before triton is imported (tests/conftest.py does)")
