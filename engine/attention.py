@@ -65,7 +65,7 @@ class AttentionMetadata:
     prefill_seqs: list[int]  # the other sequences, attended one by one
     prefill_seqs_tensor: torch.Tensor  # the same on the device, for kernels
     views: dict[int | None, list[KeySpan]] = field(default_factory=dict)  # built on first use, by window
-    tile_sets: dict[tuple, list[list[Tile]]] = field(default_factory=dict)  # by window, group, rows, dtype
+    tile_sets: dict[tuple, list[list[Tile]]] = field(default_factory=dict)  # by window, group, head_dim, dtype
 
     @classmethod
     def build(cls, query_lens: list[int], seq_lens: list[int], block_tables: list[list[int]], block_size: int,
@@ -111,12 +111,14 @@ class AttentionMetadata:
             self.views[window] = [self._span(i, window) for i in range(len(self.query_lens))]
         return self.views[window]
 
-    def tiles(self, window: int | None, group: int, fewest_rows: int, dtype: torch.dtype) -> list[list[Tile]]:
-        """Each sequence's tiles in the layers with this window and query group (built once per step, shared by
-        those layers): one per cache block its new tokens fill, over the keys of the whole blocks from the first
-        that any position of the block can see to the block itself, with at least fewest_rows rows."""
-        key = (window, group, fewest_rows, dtype)
+    def tiles(self, window: int | None, group: int, head_dim: int, dtype: torch.dtype) -> list[list[Tile]]:
+        """Each sequence's tiles in the layers with this window, query group and head shape (built once per step,
+        shared by those layers): one per cache block its new tokens fill, over the keys of the whole blocks from
+        the first that any position of the block can see to the block itself, with at least as many rows as
+        _fewest_invariant_rows measures."""
+        key = (window, group, head_dim, dtype)
         if key not in self.tile_sets:
+            fewest_rows = _fewest_invariant_rows(head_dim, dtype, self.positions.device)
             self.tile_sets[key] = [self._tiles(i, span, window, group, fewest_rows, dtype)
                                    for i, span in enumerate(self.view(window))]
         return self.tile_sets[key]
@@ -209,8 +211,7 @@ class TorchPagedAttention:
         alone or batched."""
         kv_heads, head_dim = k_cache.shape[2:]
         group = query.shape[1] // kv_heads
-        fewest_rows = _fewest_invariant_rows(head_dim, query.dtype, query.device)
-        tile_sets = meta.tiles(window, group, fewest_rows, query.dtype)
+        tile_sets = meta.tiles(window, group, head_dim, query.dtype)
         out = torch.empty_like(query)
         for span, tiles in zip(meta.view(window), tile_sets):
             keys, values = span.read(k_cache), span.read(v_cache)

@@ -18,6 +18,9 @@ from pathlib import Path
 HELD_AS = {"Q4_0": "int4", "Q4_1": "int4", "Q4_K": "int4", "Q8_0": "int4 x2", "Q5_0": "int8", "Q5_1": "int8",
            "Q5_K": "int8", "Q6_K": "int8", "F16": "bf16", "BF16": "bf16", "F32": "bf16"}
 BYTES_PER_WEIGHT = {"int4": 0.625, "int4 x2": 1.25, "int8": 1.0, "bf16": 2.0}
+# what a GGUF type takes in the file, per weight (block bytes / block weights)
+FILE_BYTES_PER_WEIGHT = {"Q4_0": 18 / 32, "Q4_1": 20 / 32, "Q4_K": 144 / 256, "Q8_0": 34 / 32, "Q5_0": 22 / 32,
+                         "Q5_1": 24 / 32, "Q5_K": 176 / 256, "Q6_K": 210 / 256, "F16": 2, "BF16": 2, "F32": 4}
 
 
 def held_as_head(representation: str) -> str:
@@ -25,9 +28,6 @@ def held_as_head(representation: str) -> str:
     decoded token on the largest matrix of a small model, so per-row int8 instead of two int4 planes (Q8_0)."""
     return "int8" if representation == "int4 x2" else representation
 
-# what a GGUF type takes in the file, per weight (block bytes / block weights)
-FILE_BYTES_PER_WEIGHT = {"Q4_0": 18 / 32, "Q4_1": 20 / 32, "Q4_K": 144 / 256, "Q8_0": 34 / 32, "Q5_0": 22 / 32,
-                         "Q5_1": 24 / 32, "Q5_K": 176 / 256, "Q6_K": 210 / 256, "F16": 2, "BF16": 2, "F32": 4}
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9

@@ -52,7 +52,7 @@ class TensorFileWriter:
             raise ValueError(f"tensor {name!r} written twice")
         tensor = tensor.detach().cpu().contiguous()
         raw = tensor.reshape(-1).view(torch.uint8).numpy()
-        self.data.write(raw.tobytes())
+        self.data.write(raw.data)  # the tensor's own buffer: no copy of it
         self.header[name] = {"dtype": _DTYPES[tensor.dtype], "shape": list(tensor.shape),
                              "data_offsets": [self.size, self.size + raw.size]}
         self.size += raw.size

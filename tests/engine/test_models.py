@@ -10,6 +10,7 @@ import gguf
 import pytest
 import torch
 from gguf import GGMLQuantizationType
+from logit_rows import record_logits, reference_rows
 from safetensors.torch import load_file
 from transformers import (
     AutoModelForCausalLM,
@@ -88,28 +89,10 @@ def saved(reference: torch.nn.Module, tokenizer, path) -> str:
     return str(path)
 
 
-def record_logits(llm: LLM) -> list[tuple[list[int], torch.Tensor]]:
-    """Every (tokens so far, logits) the engine samples from from now on, forks included."""
-    seen = []
-    sample = llm.engine.sampler
-
-    def recording_sampler(logits, rows):
-        seen.extend((list(row.token_ids), logits[i].clone()) for i, row in enumerate(rows))
-        return sample(logits, rows)
-
-    llm.engine.sampler = recording_sampler
-    return seen
-
-
-@torch.no_grad()
 def assert_logits_match(reference: torch.nn.Module, seen: list[tuple[list[int], torch.Tensor]], outputs) -> None:
-    """Each recorded row equals transformers' logits at the last of its tokens: one forward per finished reply
-    (a causal model's logits at every position of it) covers the rows on its way."""
-    finished = [o.prompt_token_ids + list(c.token_ids) for o in outputs for c in o.outputs]
-    logits = [reference(torch.tensor([tokens])).logits[0] for tokens in finished]
-    for tokens, ours in seen:
-        k = next(k for k, final in enumerate(finished) if final[: len(tokens)] == tokens)
-        torch.testing.assert_close(ours, logits[k][len(tokens) - 1], atol=1e-4, rtol=1e-4)
+    """Each recorded row equals transformers' logits at the last of its tokens."""
+    for ours, expected in reference_rows(reference, seen, outputs):
+        torch.testing.assert_close(ours, expected, atol=1e-4, rtol=1e-4)
 
 
 def random_prompts(lengths, seed=1) -> list[list[int]]:
@@ -246,9 +229,5 @@ def test_a_quantized_gguf_runs_packed_close_to_its_float32_model(arch, tokenizer
     assert abs(read_header(tmp_path / "model.gguf").held_bytes() - held) < 0.05 * held  # `localchat models` says
     seen = record_logits(llm)
     outputs = llm.generate(random_prompts((7, 21)), SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))
-    finished = [o.prompt_token_ids + list(o.outputs[0].token_ids) for o in outputs]
-    with torch.no_grad():
-        logits = [reference(torch.tensor([tokens])).logits[0] for tokens in finished]
-    for tokens, ours in seen:
-        expected = next(row for final, row in zip(finished, logits) if final[: len(tokens)] == tokens)[len(tokens) - 1]
+    for ours, expected in reference_rows(reference, seen, outputs):
         assert (ours - expected).norm() / expected.norm() < 0.05

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import gguf
 import numpy as np
 import pytest
-import torch
+from logit_rows import record_logits, reference_rows
 
 from localchat.engine import LLM, SamplingParams
 from localchat.engine.dirs import user_dir
@@ -47,26 +47,16 @@ def test_the_default_runs_the_files_own_weights_without_a_float_copy(llm):
 
 
 def test_top1_agreement_with_float32_transformers(llm, hf_smollm2):
-    seen, sample = [], llm.engine.sampler
-
-    def recording_sampler(logits, rows):
-        seen.extend((list(row.token_ids), logits[i].clone()) for i, row in enumerate(rows))
-        return sample(logits, rows)
-
-    llm.engine.sampler = recording_sampler
+    sample = llm.engine.sampler
+    seen = record_logits(llm)
     try:
-        llm.chat([[{"role": "user", "content": q}] for q in QUESTIONS], SamplingParams(temperature=0, max_tokens=32))
+        outputs = llm.chat([[{"role": "user", "content": q}] for q in QUESTIONS],
+                           SamplingParams(temperature=0, max_tokens=32))
     finally:
         llm.engine.sampler = sample
-    model, _ = hf_smollm2
-    agree = 0
-    longest = [tokens for tokens, _ in seen if not any(len(t) > len(tokens) and t[: len(tokens)] == tokens
-                                                      for t, _ in seen)]
-    with torch.no_grad():  # the float32 reference on the dequantized weights, fed each reply's tokens once
-        logits = [model(torch.tensor([tokens])).logits[0] for tokens in longest]
-    for tokens, ours in seen:
-        reference = next(row for full, row in zip(longest, logits) if full[: len(tokens)] == tokens)
-        agree += int(ours.argmax() == reference[len(tokens) - 1].argmax())
+    # the float32 reference on the dequantized weights, fed each reply's tokens once
+    agree = sum(int(ours.argmax() == expected.argmax()) for ours, expected in
+                reference_rows(hf_smollm2[0], seen, outputs))
     print(f"packed default: top-1 agreement with float32 transformers {agree}/{len(seen)}")
     assert len(seen) >= 200 and agree / len(seen) >= 0.97, f"{agree}/{len(seen)}"
 
