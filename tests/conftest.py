@@ -7,7 +7,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-import torch
+
+# Two test workers and their engine processes share the cores: threads that wait sleep instead of spinning.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import torch  # noqa: E402  (after OMP_WAIT_POLICY: OpenMP reads it when torch loads)
 
 # Every test run gets its own LOCALCHAT_HOME, so no test reads or writes the user's folders; it is removed at exit.
 # Its cache folder (converted and packed models, ~700 MB) is kept between runs in .test-cache/ (or
@@ -43,3 +46,16 @@ def api(server) -> httpx.Client:
     """An authorized HTTP client of the shared `server`."""
     with server.client() as client:
         yield client
+
+
+# The test files that take longest (each over 40 s), started first so that two workers (`./dev test`) end together
+# instead of one running a long file alone at the end.
+LONGEST_FIRST = ["packaging/test_wheel.py", "engine/test_llm.py", "app/test_hardening.py",
+                 "engine/test_packed_model.py", "app/test_openapi_fuzz.py"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.path.as_posix()
+        return next((i for i, name in enumerate(LONGEST_FIRST) if path.endswith(name)), len(LONGEST_FIRST))
+    items.sort(key=rank)  # stable: the order within a file and among the rest is kept

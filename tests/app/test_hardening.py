@@ -181,7 +181,8 @@ def test_a_reply_survives_a_sigkill_as_far_as_it_was_saved(tmp_path):
         with server.client() as api:
             cid = api.post("/api/conversations", json={}).json()["id"]
             with api.stream("POST", f"/api/conversations/{cid}/messages", json={
-                    "content": "Tell me a long story.", "settings": {"max_tokens": 2000, "temperature": 1.0}}) as r:
+                    "content": "Tell me a long story.",  # seed 1: over 300 tokens, streaming at the kill
+                    "settings": {"max_tokens": 2000, "temperature": 1.0, "seed": 1}}) as r:
                 started, text = time.monotonic(), ""
                 for event, data in sse_events(r):
                     if event == "start":

@@ -1,4 +1,4 @@
-"""Fixtures of the browser tests: one headless Chromium for the session, against the session's shared
+"""Fixtures of the browser tests: one headless Chromium for each test module, against the session's shared
 `localchat serve` (tests/conftest.py); each test gets a fresh browser context (no cookie) and signs in through a
 one-time login URL."""
 
@@ -9,8 +9,10 @@ from playwright.sync_api import Browser, Page, sync_playwright
 from webui_page import ChatPage, launch_chromium, new_page
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """Per module, not per session: Playwright's sync API keeps an event loop running in this thread while it is
+    open, and a test worker runs the asyncio tests of other modules (the terminal UI's) between browser modules."""
     with sync_playwright() as playwright:
         browser = launch_chromium(playwright)
         yield browser
