@@ -7,7 +7,7 @@ import sys
 import warnings
 from importlib.metadata import version
 
-from localchat.app.server.config import DEFAULT_HOST, DEFAULT_PORT, ENGINE_API_KEY_ENV
+from localchat.app.server.config import DEFAULT_HOST, DEFAULT_KV_DISK_GB, DEFAULT_PORT, ENGINE_API_KEY_ENV
 
 MODEL_HELP = "a model from `localchat models`: a GGUF file, a safetensors folder or a cached HF model id"
 
@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
                             f"its API key comes from ${ENGINE_API_KEY_ENV}")
     serve.add_argument("--engine-model", default=None, help="the model name on --engine-url (default: its first)")
     serve.add_argument("--kv-blocks", type=int, default=None, help="KV cache size in 16-token blocks")
+    serve.add_argument("--kv-disk-gb", type=float, default=None,
+                       help="disk for the KV cache's tier that keeps chats warm across restarts (default "
+                            f"{DEFAULT_KV_DISK_GB:g}; 0: none)")
     serve.add_argument("--max-model-len", type=int, default=None, help="longest prompt + reply, in tokens")
     serve.add_argument("--quantization", choices=("auto", "packed", "none"), default=None,
                        help="auto (default): a GGUF runs its own quantized weights on CPU (little memory, fast, "
@@ -116,7 +119,8 @@ def serve(args) -> int:
         raise ValueError("--model and --engine-url exclude each other")
     config = ServerConfig.from_env(host=args.host, port=args.port, model=args.model, engine_url=args.engine_url,
                                    engine_model=args.engine_model, kv_blocks=args.kv_blocks,
-                                   max_model_len=args.max_model_len, quantization=args.quantization)
+                                   max_model_len=args.max_model_len, quantization=args.quantization,
+                                   kv_disk_gb=args.kv_disk_gb)
     if not is_loopback(config.host):
         print(f"localchat: listening on {config.host}: reachable from other machines (token required)",
               file=sys.stderr)
@@ -150,7 +154,26 @@ def status(args) -> int:
     else:
         print(f"{report.status}: pid {state.pid}, {state.url}, {report.backend} model {report.model}"
               + (f" ({report.error})" if report.error else ""))
+        if report.status == "ready":
+            print(_kv_cache_line(asyncio.run(_metrics())))
     return 0
+
+
+async def _metrics() -> dict[str, float]:
+    from localchat.app.client.engine_client import EngineClient
+
+    async with EngineClient.running() as client:
+        return await client.metrics()
+
+
+def _kv_cache_line(metrics: dict[str, float]) -> str:
+    memory = (f"KV cache: {metrics.get('kv_blocks_used', 0):.0f} blocks in use, "
+              f"{metrics.get('kv_blocks_cached', 0):.0f} cached, of {metrics.get('kv_blocks_total', 0):.0f}")
+    if "kv_disk_bytes" not in metrics:
+        return f"{memory}; no disk tier"
+    return (f"{memory}; disk tier {metrics['kv_disk_bytes'] / 1e9:.2f} of {metrics['kv_disk_limit_bytes'] / 1e9:g} GB "
+            f"({metrics['kv_disk_blocks']:.0f} blocks), {metrics['kv_disk_hits_total']:.0f} blocks read back, "
+            f"hit rate {metrics['kv_disk_hit_rate']:.0%}")
 
 
 def token(args) -> int:

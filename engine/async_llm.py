@@ -93,10 +93,17 @@ class AsyncLLM:
 
     async def stats(self) -> dict[str, int | float]:
         """A snapshot taken by the engine thread between two steps (the pool is never read mid-step)."""
+        return await self._between_steps(self.engine.stats)
+
+    async def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> int:
+        """LLMEngine.forget, between two steps: a deleted conversation's own cached blocks go."""
+        return await self._between_steps(lambda: self.engine.forget(dropped, kept))
+
+    async def _between_steps(self, call):
         if not self._thread.is_alive():
-            return self.engine.stats()
+            return call()
         answer: concurrent.futures.Future = concurrent.futures.Future()
-        self._send(("stats", answer))
+        self._send(("call", call, answer))
         return await asyncio.wait_for(asyncio.wrap_future(answer), STATS_TIMEOUT_S)
 
     def shutdown(self) -> None:
@@ -119,6 +126,7 @@ class AsyncLLM:
                 if self._stopped:
                     for request_id in list(self.engine.requests):
                         self._deliver([self.engine.abort(request_id)])
+                    self.engine.close()  # the disk tier's last writes
                     return
                 while self.engine.has_unfinished_requests() and not self._wake.is_set():
                     self._deliver(self.engine.step())
@@ -158,7 +166,11 @@ class AsyncLLM:
             if delta is not None:
                 self._deliver([delta])
         else:
-            command[1].set_result(self.engine.stats())
+            _, call, answer = command
+            try:
+                answer.set_result(call())
+            except Exception as error:
+                answer.set_exception(error)
 
     def _fail(self, request_id: str, error: BaseException) -> None:
         stream = self._streams.pop(request_id, None)

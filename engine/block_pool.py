@@ -1,20 +1,29 @@
 """The pool of fixed-size KV blocks: reference counts, content hashes, and an LRU of reusable free blocks."""
 
+import hashlib
+import struct
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 
-def hash_block(parent_hash: int, token_ids: Sequence[int]) -> int:
-    """Chained content hash of a full block: it names the block's tokens and every token before them."""
-    return hash((parent_hash, tuple(token_ids)))
+def hash_block(parent_hash: bytes, token_ids: Sequence[int]) -> bytes:
+    """Chained content hash of a full block: it names the block's tokens and every token before them. A real hash
+    function (not Python's hash, whose values differ between processes), so the disk tier can name blocks by it."""
+    return hashlib.blake2b(parent_hash + struct.pack(f"<{len(token_ids)}I", *token_ids), digest_size=16).digest()
+
+
+def root_hash(fingerprint: str) -> bytes:
+    """The parent hash of a sequence's first block: it carries what the cached K and V depend on besides the tokens
+    (the model file, dtype, weights' form, block size), so no block is ever shared across them."""
+    return hashlib.blake2b(fingerprint.encode(), digest_size=16).digest()
 
 
 @dataclass(eq=False)
 class Block:
     block_id: int
     ref_count: int = 0
-    hash: int | None = None  # set once the block is full and registered in the pool's cache
+    hash: bytes | None = None  # set once the block is full and registered in the pool's cache
     token_ids: tuple[int, ...] = ()  # the tokens a hashed block holds, checked on every hit
 
 
@@ -26,11 +35,12 @@ class BlockPool:
     used first), so a cached prefix survives until every unhashed block and every older prefix is reused.
     """
 
-    def __init__(self, num_blocks: int, salt: int = 0):
+    def __init__(self, num_blocks: int, fingerprint: str = ""):
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
-        self.cached: dict[int, int] = {}  # block hash -> block id
-        self.root_hash = hash(("localchat", salt))  # parent hash of a sequence's first block
+        self.cached: dict[bytes, int] = {}  # block hash -> block id
+        self.root_hash = root_hash(fingerprint)
+        self.on_evict: Callable[[Block], None] | None = None  # hears of a cached block just before it is reused
         self.never_used = set(range(num_blocks))
         self.first_used: list[int] = []  # blocks handed out for the first time, whose memory must be cleared
         self.num_cached_free = 0  # free blocks that still hold a reusable prefix (hashed, count 0)
@@ -54,13 +64,15 @@ class BlockPool:
             self.first_used.append(block_id)
         block = self.blocks[block_id]
         if block.hash is not None:
+            if self.on_evict is not None:
+                self.on_evict(block)
             del self.cached[block.hash]
             block.hash, block.token_ids = None, ()
             self.num_cached_free -= 1
         block.ref_count = 1
         return block_id
 
-    def lookup(self, block_hash: int, token_ids: Sequence[int]) -> int | None:
+    def lookup(self, block_hash: bytes, token_ids: Sequence[int]) -> int | None:
         """The cached block holding exactly these tokens after this prefix, if any."""
         block_id = self.cached.get(block_hash)
         if block_id is None or self.blocks[block_id].token_ids != tuple(token_ids):
@@ -86,12 +98,23 @@ class BlockPool:
             else:
                 self.num_cached_free += 1
 
-    def register(self, block_id: int, block_hash: int, token_ids: Sequence[int]) -> None:
+    def register(self, block_id: int, block_hash: bytes, token_ids: Sequence[int]) -> None:
         """Make a full block findable by its hash. A second block with the same content is not registered."""
         block = self.blocks[block_id]
         if block.hash is None and block_hash not in self.cached:
             block.hash, block.token_ids = block_hash, tuple(token_ids)
             self.cached[block_hash] = block_id
+
+    def forget(self, hashes: set[bytes]) -> None:
+        """Make these blocks unfindable where no sequence holds them; they become the first to be reused."""
+        for block_hash in hashes:
+            block_id = self.cached.get(block_hash)
+            if block_id is not None and self.blocks[block_id].ref_count == 0:
+                block = self.blocks[block_id]
+                del self.cached[block_hash]
+                block.hash, block.token_ids = None, ()
+                self.num_cached_free -= 1
+                self.free_queue.move_to_end(block_id, last=False)
 
     def reset_cache(self) -> None:
         """Forget every cached prefix (blocks in use keep their contents)."""

@@ -25,11 +25,18 @@ class EngineConfig:
     # memory, fast decoding, reproducible for a seed; see packed_linear.py), anything else dense weights;
     # "none": dense float weights (exact, for comparison with transformers); "packed": the GGUF's own or fail
     quantization: str = "auto"
+    # a disk tier under the prefix cache that keeps full blocks across restarts (see kv_disk_tier.py): its byte
+    # limit, 0 for none (the library's default; `localchat serve` turns it on); kept in kv_disk_dir (None: the
+    # user's cache folder, kv/)
+    kv_disk_bytes: int = 0
+    kv_disk_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.quantization not in QUANTIZATIONS:
             raise ValueError(f"unknown quantization {self.quantization!r}; use one of {', '.join(QUANTIZATIONS)}")
         if self.block_size < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("block_size, max_num_seqs and max_num_batched_tokens must be at least 1")
+        if self.kv_disk_bytes < 0:
+            raise ValueError(f"kv_disk_bytes must be 0 (no disk tier) or more, got {self.kv_disk_bytes}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
             raise ValueError(f"num_kv_blocks must be at least 1, got {self.num_kv_blocks}")

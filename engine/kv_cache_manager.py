@@ -1,16 +1,29 @@
-"""Which KV blocks each sequence owns: prefix hits on admission, slots for new tokens with
-copy-on-write, forks that share every block, and tail-first freeing."""
+"""Which KV blocks each sequence owns: prefix hits on admission (in memory, then on disk), slots for new tokens
+with copy-on-write, forks that share every block, and tail-first freeing."""
 
-from localchat.engine.block_pool import BlockPool, hash_block
+from collections.abc import Callable
+
+import torch
+
+from localchat.engine.block_pool import Block, BlockPool, hash_block
+from localchat.engine.kv_disk_tier import KVDiskTier
 from localchat.engine.sequence import Sequence
 
 
 class KVCacheManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True, salt: int = 0):
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True, fingerprint: str = "",
+                 disk: KVDiskTier | None = None, read_block: Callable[[int], torch.Tensor] | None = None):
+        """disk: a tier that keeps full blocks across restarts (prefix caching only), with read_block(block_id)
+        giving a copy of a block's K and V for it."""
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self.pool = BlockPool(num_blocks, salt)
+        self.pool = BlockPool(num_blocks, fingerprint)
         self.pending_copies: list[tuple[int, int]] = []  # (src, dst) blocks to copy before the next forward
+        self.pending_loads: list[tuple[int, torch.Tensor]] = []  # (block, K and V read from disk) to write before it
+        self.disk = disk if enable_prefix_caching else None
+        self.read_block = read_block
+        if self.disk is not None:
+            self.pool.on_evict = self._save_evicted
 
     def num_blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -38,12 +51,25 @@ class KVCacheManager:
             found.append((block_hash, block_id))
         return found
 
-    def allocate_slots(self, seq: Sequence, num_new_tokens: int, cached_prefix: list[tuple[int, int]] = ()) -> bool:
-        """Make room for seq's next num_new_tokens tokens after its computed ones (and after cached_prefix,
-        on admission). A shared last block is copied before it is written. False, changing nothing, if
-        the pool has too few free blocks."""
+    def find_disk_prefix(self, seq: Sequence, start: int) -> list[tuple[bytes, torch.Tensor]]:
+        """(hash, K and V) of the longest run of seq's full blocks from block `start` on that the disk tier holds
+        intact; never the block of seq's last token."""
+        if self.disk is None:
+            return []
+        bs, wanted = self.block_size, []
+        for i in range(start, (len(seq) - 1) // bs):
+            if not self.disk.contains(seq.block_hashes[i]):
+                break
+            wanted.append((seq.block_hashes[i], seq.token_ids[i * bs : (i + 1) * bs]))
+        return [(block_hash, data) for (block_hash, _), data in zip(wanted, self.disk.read(wanted))]
+
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int, cached_prefix: list[tuple[int, int]] = (),
+                       loaded: list[tuple[bytes, torch.Tensor]] = ()) -> bool:
+        """Make room for seq's next num_new_tokens tokens after its computed ones (and, on admission, after
+        cached_prefix and then the blocks loaded from disk). A shared last block is copied before it is written.
+        False, changing nothing, if the pool has too few free blocks."""
         bs = self.block_size
-        num_computed = seq.num_computed_tokens + len(cached_prefix) * bs
+        num_computed = seq.num_computed_tokens + (len(cached_prefix) + len(loaded)) * bs
         num_table_blocks = len(seq.block_table) + len(cached_prefix)
         num_new_blocks = self.num_blocks_for(num_computed + num_new_tokens) - num_table_blocks
         copy_last = num_computed % bs != 0 and self.pool.blocks[seq.block_table[-1]].ref_count > 1
@@ -59,7 +85,12 @@ class KVCacheManager:
             seq.block_table[-1] = self.pool.allocate()
             self.pending_copies.append((shared, seq.block_table[-1]))
             self.pool.release(shared)
-        seq.block_table.extend(self.pool.allocate() for _ in range(num_new_blocks))
+        new_blocks = [self.pool.allocate() for _ in range(num_new_blocks)]
+        first = len(seq.block_table)
+        for i, ((block_hash, data), block_id) in enumerate(zip(loaded, new_blocks), start=first):
+            self.pending_loads.append((block_id, data))
+            self.pool.register(block_id, block_hash, seq.token_ids[i * bs : (i + 1) * bs])
+        seq.block_table.extend(new_blocks)
         return True
 
     def commit(self, seq: Sequence, num_new_tokens: int) -> None:
@@ -70,6 +101,27 @@ class KVCacheManager:
         if self.enable_prefix_caching:
             for i in range(before // bs, seq.num_computed_tokens // bs):
                 self.pool.register(seq.block_table[i], seq.block_hashes[i], seq.token_ids[i * bs : (i + 1) * bs])
+
+    def save(self, seq: Sequence) -> None:
+        """Write seq's computed full blocks that the disk tier lacks, behind (a finished reply's)."""
+        if self.disk is None:
+            return
+        bs = self.block_size
+        for i in range(seq.num_computed_tokens // bs):
+            if not self.disk.contains(seq.block_hashes[i]):
+                self.disk.write_behind(seq.block_hashes[i], seq.token_ids[i * bs : (i + 1) * bs],
+                                       self.read_block(seq.block_table[i]))
+
+    def _save_evicted(self, block: Block) -> None:
+        """A cached block is about to be reused: keep its K and V on disk first, if the tier lacks them."""
+        if not self.disk.contains(block.hash):
+            self.disk.write_behind(block.hash, block.token_ids, self.read_block(block.block_id))
+
+    def forget(self, hashes: set[bytes]) -> None:
+        """Drop these blocks from both tiers where no request holds them (a deleted conversation's own blocks)."""
+        self.pool.forget(hashes)
+        if self.disk is not None:
+            self.disk.drop(hashes)
 
     def fork(self, child: Sequence) -> None:
         """child was copied from a sequence (Sequence.fork): it now owns every block too, the partial last one
@@ -84,9 +136,10 @@ class KVCacheManager:
         seq.block_table.clear()
         seq.num_computed_tokens = 0
 
-    def take_block_updates(self) -> tuple[list[tuple[int, int]], list[int]]:
-        """What the cache memory needs before the next forward: copy-on-write copies, and blocks used for the
-        first time, to clear so that attention never reads uninitialized memory."""
+    def take_block_updates(self) -> tuple[list[tuple[int, int]], list[int], list[tuple[int, torch.Tensor]]]:
+        """What the cache memory needs before the next forward: copy-on-write copies, blocks used for the first
+        time, to clear so that attention never reads uninitialized memory, and blocks read from disk."""
         copies, self.pending_copies = self.pending_copies, []
         cleared, self.pool.first_used = self.pool.first_used, []
-        return copies, cleared
+        loads, self.pending_loads = self.pending_loads, []
+        return copies, cleared, loads

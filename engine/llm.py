@@ -44,6 +44,10 @@ class LLM:
     def stats(self) -> dict[str, int | float]:
         return self.engine.stats()
 
+    def close(self) -> None:
+        """Finish writing the KV cache's disk tier, if there is one."""
+        self.engine.close()
+
     def _run(self, token_ids: list[list[int]], params: list[SamplingParams]) -> list[RequestOutput]:
         results: dict[str, RequestOutput] = {}
         for ids, p in zip(token_ids, params):

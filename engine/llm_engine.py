@@ -1,14 +1,20 @@
 """The engine loop: requests in, one batched step at a time, reply deltas out."""
 
+import dataclasses
+import hashlib
 import itertools
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import torch
 
+from localchat.engine.block_pool import hash_block
 from localchat.engine.config import EngineConfig
+from localchat.engine.dirs import user_dir
 from localchat.engine.kv_cache_manager import KVCacheManager
-from localchat.engine.loader import count_weights, load_packed, load_weights, resolve_model
+from localchat.engine.kv_disk_tier import FORMAT_VERSION, KVDiskTier
+from localchat.engine.loader import count_weights, load_packed, load_weights, model_identity, resolve_model
 from localchat.engine.model_runner import ModelRunner
 from localchat.engine.models.llama import head_dim
 from localchat.engine.output_processor import OutputProcessor, RequestState
@@ -50,8 +56,13 @@ class LLMEngine:
         weights = _reporting(load_packed(source) if self.packed else load_weights(source, self.dtype), total, progress)
         self.runner = ModelRunner(model_config, weights, self.packed, self.dtype, self.device,
                                   block_size, num_kv_blocks, self.max_model_len, config.attention_backend)
-        self.kv = KVCacheManager(num_kv_blocks, block_size, config.enable_prefix_caching,
-                                 salt=hash((source.name, str(self.dtype))))
+        # what a block's K and V depend on besides its tokens: no block is shared across a change of any of these
+        fingerprint = "/".join(map(str, ("localchat-kv", FORMAT_VERSION, model_identity(source), self.dtype,
+                                         "packed" if self.packed else "dense", block_size, self.device.type,
+                                         self.runner.backend.__name__)))
+        self.disk = _disk_tier(config, fingerprint, self.runner)
+        self.kv = KVCacheManager(num_kv_blocks, block_size, config.enable_prefix_caching, fingerprint, self.disk,
+                                 self.runner.read_block)
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler()
         self.output = OutputProcessor(self.tokenizer, _eos_token_ids(source, model_config), self.max_model_len)
@@ -118,16 +129,20 @@ class LLMEngine:
             reason = self.output.append(seq, token, logprob)
             self.kv.hash_blocks(seq)
             if reason is not None:
+                self.kv.save(seq)
                 self.scheduler.finish(seq, reason)
         return [self.output.delta(request_id) for request_id in dict.fromkeys(seq.request_id for seq in rows)]
 
-    def abort(self, request_id: str) -> RequestOutput | None:
-        """Stop a request and free its blocks; its last delta, or None for an unknown id."""
+    def abort(self, request_id: str, save: bool = True) -> RequestOutput | None:
+        """Stop a request and free its blocks (kept on disk unless save is False); its last delta, or None for an
+        unknown id."""
         request = self.requests.get(request_id)
         if request is None:
             return None
         for seq in request.seqs:
             if not seq.is_finished:
+                if save:
+                    self.kv.save(seq)
                 self.scheduler.finish(seq, "abort")
         for k in range(len(request.seqs), request.params.n):  # replies that were never forked
             self.output.track(Sequence(request_id, k, [], 0, request.params, status=SequenceStatus.FINISHED,
@@ -138,7 +153,7 @@ class LLMEngine:
         """After a failed step: abort every request, forget the prefix cache and clear the KV memory (a step
         cut short may have left blocks half written), then check that every block is free again."""
         for request_id in list(self.requests):
-            self.abort(request_id)
+            self.abort(request_id, save=False)  # a block may be half written: none goes to disk
         self.kv.pool.reset_cache()
         self.kv.take_block_updates()
         self.runner.kv_cache.zero_()
@@ -146,6 +161,27 @@ class LLMEngine:
         if self.requests or self.scheduler.running or self.scheduler.waiting or pool.num_free != len(pool.blocks):
             raise RuntimeError(f"the engine is not idle after a reset: {len(self.requests)} requests, "
                                f"{pool.num_used} blocks in use")
+
+    def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> int:
+        """Drop the cached blocks of the token sequences `dropped` (a deleted conversation's branches) that none of
+        `kept` (every other conversation's) shares, from memory and disk; how many block hashes that was."""
+        hashes = self._block_hashes(dropped) - self._block_hashes(kept)
+        self.kv.forget(hashes)
+        return len(hashes)
+
+    def close(self) -> None:
+        """Finish writing the disk tier (the engine may be used no further)."""
+        if self.disk is not None:
+            self.disk.close()
+
+    def _block_hashes(self, sequences: list[list[int]]) -> set[bytes]:
+        found, bs = set(), self.kv.block_size
+        for token_ids in sequences:
+            parent = self.kv.pool.root_hash
+            for i in range(len(token_ids) // bs):
+                parent = hash_block(parent, token_ids[i * bs : (i + 1) * bs])
+                found.add(parent)
+        return found
 
     def stats(self) -> dict[str, int | float]:
         pool = self.kv.pool
@@ -163,7 +199,16 @@ class LLMEngine:
             "num_running": len(self.scheduler.running),
             "num_waiting": len(self.scheduler.waiting),
             "num_preemptions": self.scheduler.num_preemptions,
+            **self._disk_stats(),
         }
+
+    def _disk_stats(self) -> dict[str, int | float]:
+        """The disk tier's use, as kv_disk_* (nothing without a tier)."""
+        if self.disk is None:
+            return {}
+        stats = dataclasses.asdict(self.disk.stats)
+        return {**{f"kv_disk_{name}": value for name, value in stats.items()},
+                "kv_disk_hit_rate": stats["hits"] / stats["lookups"] if stats["lookups"] else 0.0}
 
     def _fork(self, rows: list[Sequence], logits: torch.Tensor) -> tuple[list[Sequence], torch.Tensor]:
         """The rows to sample, with the replies of each request whose prompt was just computed: forked from its
@@ -200,6 +245,14 @@ def _eos_token_ids(source, model_config) -> set[int]:
     for eos in found:
         ids.update(eos if isinstance(eos, list) else [] if eos is None else [eos])
     return ids
+
+
+def _disk_tier(config: EngineConfig, fingerprint: str, runner: ModelRunner) -> KVDiskTier | None:
+    if not (config.kv_disk_bytes and config.enable_prefix_caching):
+        return None
+    root = Path(config.kv_disk_dir) if config.kv_disk_dir else user_dir("cache") / "kv"
+    folder = hashlib.blake2b(fingerprint.encode(), digest_size=8).hexdigest()
+    return KVDiskTier(root, folder, config.kv_disk_bytes, runner.block_shape, runner.dtype)
 
 
 def _runs_packed(source, quantization: str, device: torch.device) -> bool:

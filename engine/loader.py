@@ -150,6 +150,14 @@ def _from_folder(folder: Path, name: str) -> ModelSource:
     return ModelSource(name, config, AutoTokenizer.from_pretrained(folder), folder)
 
 
+def model_identity(source: ModelSource) -> str:
+    """Names the weights a model runs: its file (or folder) with the size and time of each weight file, so a
+    replaced or edited model is another model."""
+    files = [source.gguf_file] if source.gguf_file is not None else sorted(source.folder.glob("*.safetensors"))
+    stats = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+    return f"{(source.gguf_file or source.folder).resolve()}:{stats}"
+
+
 def _check_supported(architecture: str | None, name: str) -> None:
     if architecture not in SUPPORTED_ARCHITECTURES:
         raise ValueError(

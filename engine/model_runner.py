@@ -43,9 +43,14 @@ class ModelRunner:
         # uninitialized (fast start) and cleared block by block on first use
         shape = (len(self.model.layers), 2, num_blocks, block_size, attn.num_kv_heads, attn.head_dim)
         self.kv_cache = torch.empty(shape, dtype=dtype, device=device)
+        self.block_shape = (shape[0], shape[1], *shape[3:])  # one block's K and V in every layer
         for layer, layer_cache in zip(self.model.layers, self.kv_cache):
             layer.self_attn.k_cache, layer.self_attn.v_cache = layer_cache[0], layer_cache[1]
             layer.self_attn.backend = self.backend
+
+    def read_block(self, block_id: int) -> torch.Tensor:
+        """A copy of one block's K and V in every layer: [layers, 2, block_size, kv_heads, head_dim]."""
+        return self.kv_cache[:, :, block_id].clone()
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch, sample_rows: list[int]) -> torch.Tensor:
@@ -55,6 +60,9 @@ class ModelRunner:
             self.kv_cache[:, :, torch.tensor(batch.cleared, device=self.device)] = 0
         if batch.copies:
             self.backend.copy_blocks(self.kv_cache, batch.copies)
+        if batch.loads:
+            ids = torch.tensor([block_id for block_id, _ in batch.loads], device=self.device)
+            self.kv_cache[:, :, ids] = torch.stack([data for _, data in batch.loads], dim=2).to(self.device)
         seqs, num_new_tokens, device = batch.seqs, batch.num_new_tokens, self.device
         input_ids = [t for seq, n in zip(seqs, num_new_tokens)
                      for t in seq.token_ids[seq.num_computed_tokens : seq.num_computed_tokens + n]]

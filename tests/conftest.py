@@ -13,16 +13,20 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402  (after OMP_WAIT_POLICY: OpenMP reads it when torch loads)
 
 # Every test run gets its own LOCALCHAT_HOME, so no test reads or writes the user's folders; it is removed at exit.
-# Its cache folder (converted and packed models, ~700 MB) is kept between runs in .test-cache/ (or
-# $LOCALCHAT_TEST_CACHE): a model's cache entry is keyed by the loader's format and the file's size and time, so a
-# later run reuses it only where a fresh one would be the same, and a first start (seconds of conversion for every
-# fresh home) is paid once, not on every run of the edit-test loop.
+# Its cache folder's models/ (converted and packed models, ~700 MB) and test-references/ (transformers' copy of the
+# embedded model) are kept between runs in .test-cache/ (or $LOCALCHAT_TEST_CACHE): an entry is keyed by the loader's
+# format and the file's size and time, so a later run reuses it only where a fresh one would be the same, and a first
+# start (seconds of conversion for every fresh home) is paid once, not on every run of the edit-test loop. The rest
+# of the cache (the KV cache's disk tier) is each home's own.
+KEPT_CACHE_FOLDERS = ("models", "test-references")
 if "LOCALCHAT_HOME" not in os.environ:
     os.environ["LOCALCHAT_HOME"] = tempfile.mkdtemp(prefix="localchat-test-home-")
     atexit.register(shutil.rmtree, os.environ["LOCALCHAT_HOME"], ignore_errors=True)
     kept_cache = Path(os.environ.get("LOCALCHAT_TEST_CACHE", Path(__file__).resolve().parent.parent / ".test-cache"))
-    kept_cache.mkdir(mode=0o700, parents=True, exist_ok=True)
-    (Path(os.environ["LOCALCHAT_HOME"]) / "cache").symlink_to(kept_cache)
+    (Path(os.environ["LOCALCHAT_HOME"]) / "cache").mkdir(mode=0o700)
+    for name in KEPT_CACHE_FOLDERS:
+        (kept_cache / name).mkdir(mode=0o700, parents=True, exist_ok=True)
+        (Path(os.environ["LOCALCHAT_HOME"]) / "cache" / name).symlink_to(kept_cache / name)
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 # Without a GPU the Triton kernels run in Triton's interpreter, which must be chosen before anything imports

@@ -29,11 +29,11 @@ def free_port() -> int:
 
 
 def make_home(root: Path) -> Path:
-    """A LOCALCHAT_HOME of its own that shares the session's model cache."""
-    root.mkdir(parents=True, exist_ok=True)
-    (SESSION_HOME / "cache").mkdir(parents=True, exist_ok=True)
-    if not (root / "cache").exists():
-        (root / "cache").symlink_to(SESSION_HOME / "cache")
+    """A LOCALCHAT_HOME of its own that shares the session's model cache (its KV disk tier is its own)."""
+    (root / "cache").mkdir(mode=0o700, parents=True, exist_ok=True)
+    for kept in (SESSION_HOME / "cache").iterdir():  # the kept folders (tests/conftest.py) are links
+        if kept.is_symlink() and not (root / "cache" / kept.name).exists():
+            (root / "cache" / kept.name).symlink_to(kept)
     return root
 
 

@@ -95,6 +95,12 @@ class EngineClient:
     async def health(self) -> Health:
         return await self._call("GET", "/health", kind=Health)
 
+    async def metrics(self) -> dict[str, float]:
+        """/metrics as {name without the localchat_ prefix: value}."""
+        text = (await self._call("GET", "/metrics")).decode()
+        pairs = (line.split() for line in text.splitlines() if line.startswith("localchat_"))
+        return {name.removeprefix("localchat_"): float(value) for name, value in pairs}
+
     async def login_code(self) -> LoginCode:
         """A one-time code and the URL that signs a browser in with it."""
         return await self._call("POST", "/api/auth/login-code", kind=LoginCode)

@@ -46,7 +46,7 @@ def make_backend(settings: ServerConfig) -> Backend:
     if settings.engine_url:
         return RemoteBackend(settings.engine_url, settings.engine_model, settings.engine_api_key)
     return EmbeddedBackend(settings.model, num_kv_blocks=settings.kv_blocks, max_model_len=settings.max_model_len,
-                           quantization=settings.quantization)
+                           quantization=settings.quantization, kv_disk_bytes=settings.kv_disk_bytes)
 
 
 class SystemController(Controller):
@@ -84,6 +84,15 @@ class SystemController(Controller):
             ("requests_waiting", "gauge", "requests waiting for KV blocks or a batch slot",
              stats.get("num_waiting")),
             ("preemptions_total", "counter", "requests preempted (recomputed later)", stats.get("num_preemptions")),
+            ("kv_disk_bytes", "gauge", "disk used by the KV cache's disk tier", stats.get("kv_disk_bytes")),
+            ("kv_disk_limit_bytes", "gauge", "the disk tier's limit", stats.get("kv_disk_limit_bytes")),
+            ("kv_disk_blocks", "gauge", "KV blocks kept on disk", stats.get("kv_disk_files")),
+            ("kv_disk_hit_rate", "gauge", "share of the blocks looked up on disk that were read back",
+             stats.get("kv_disk_hit_rate")),
+            ("kv_disk_hits_total", "counter", "KV blocks read back from disk", stats.get("kv_disk_hits")),
+            ("kv_disk_written_total", "counter", "KV blocks written to disk", stats.get("kv_disk_written")),
+            ("kv_disk_failed_checks_total", "counter", "KV block files that failed their check (recomputed)",
+             stats.get("kv_disk_failed_checks")),
         ]
         lines = []
         for name, kind, description, value in metrics:

@@ -94,6 +94,7 @@ class Backend:
     async def open(self, prompt, params: SamplingParams, request_id: str) -> AsyncIterator[Update]: ...
     async def abort(self, request_id: str) -> None: ...
     async def stats(self) -> dict[str, float]: ...
+    async def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> None: ...
     async def close(self) -> None: ...
 
 
@@ -202,6 +203,11 @@ class EmbeddedBackend(Backend):
 
     async def stats(self) -> dict[str, float]:
         return await self.llm.stats() if self.llm is not None else {}
+
+    async def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> None:
+        """Drop the cached KV blocks (memory and disk) of the token sequences `dropped` that `kept` do not share."""
+        if self.llm is not None and self.llm.alive:
+            await self.llm.forget(dropped, kept)
 
     async def close(self) -> None:
         self.stopping = True
@@ -371,6 +377,9 @@ class RemoteBackend(Backend):
         return {"num_running": c.running, "generated_tokens": c.generated_tokens, "prompt_tokens": c.prompt_tokens,
                 "cached_prompt_tokens": c.cached_prompt_tokens,
                 "prefix_hit_rate": c.cached_prompt_tokens / c.prompt_tokens if c.prompt_tokens else 0.0}
+
+    async def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> None:
+        """The remote server's cache is its own: nothing is kept here."""
 
     async def close(self) -> None:
         self.stopping = True

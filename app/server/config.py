@@ -2,13 +2,18 @@
 
 import ipaddress
 import os
+import tomllib
 from dataclasses import dataclass
+
+from localchat.engine.dirs import user_dir
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = int(os.environ.get("LOCALCHAT_PORT") or 8741)  # where `localchat serve` listens unless --port
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 ENGINE_API_KEY_ENV = "LOCALCHAT_ENGINE_API_KEY"  # the bearer token of an --engine-url server
 GRACEFUL_SHUTDOWN_S = 10  # how long a stopping engine waits for its open connections
+DEFAULT_KV_DISK_GB = 8.0  # the KV cache's disk tier: chats stay warm across restarts within this much disk
+SETTINGS_FILE = "serve.toml"  # in the config folder: `localchat serve`'s options, which its flags override
 
 # What one request may ask of the server (bigger ones are refused before any work is done)
 MAX_REQUEST_BYTES = 4 * 1024 * 1024  # a request body
@@ -28,11 +33,21 @@ class ServerConfig:
     kv_blocks: int | None = None  # the embedded engine's KV cache size (None: the engine's default)
     max_model_len: int | None = None
     quantization: str = "auto"  # the embedded engine's weights: "auto", "packed" or "none" (see EngineConfig)
+    kv_disk_gb: float = DEFAULT_KV_DISK_GB  # the KV cache's disk tier (0: none)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.kv_disk_gb, int | float) and self.kv_disk_gb >= 0):
+            raise ValueError(f"kv_disk_gb must be a number of GB, 0 for no disk tier; got {self.kv_disk_gb!r}")
 
     @classmethod
     def from_env(cls, **overrides) -> "ServerConfig":
+        """The defaults, then the settings file, then the flags given (overrides that are not None)."""
         overrides.setdefault("engine_api_key", os.environ.get(ENGINE_API_KEY_ENV) or None)
-        return cls(**{k: v for k, v in overrides.items() if v is not None})
+        return cls(**{**read_settings_file(), **{k: v for k, v in overrides.items() if v is not None}})
+
+    @property
+    def kv_disk_bytes(self) -> int:
+        return int(self.kv_disk_gb * 1e9)
 
     @property
     def url(self) -> str:
@@ -47,6 +62,25 @@ class ServerConfig:
     @property
     def allowed_origins(self) -> tuple[str, ...]:
         return tuple(f"http://{url_host(host)}:{self.port}" for host in self.allowed_hosts)
+
+
+SETTINGS_IN_FILE = ("model", "kv_blocks", "max_model_len", "quantization", "kv_disk_gb")
+
+
+def read_settings_file() -> dict:
+    """`localchat serve`'s settings from the config folder's serve.toml (none if there is no file), e.g.
+    `kv_disk_gb = 20`. An unknown name or a malformed file is a clear error."""
+    path = user_dir("config") / SETTINGS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        settings = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not valid TOML: {error}") from None
+    unknown = sorted(set(settings) - set(SETTINGS_IN_FILE))
+    if unknown:
+        raise ValueError(f"{path}: unknown setting {', '.join(unknown)}; known: {', '.join(SETTINGS_IN_FILE)}")
+    return settings
 
 
 def is_loopback(host: str) -> bool:

@@ -111,6 +111,31 @@ class Conversations:
             ids += segment
         return ids + template.generation_prompt(chat), repaired
 
+    def token_sequences(self, conversation: Conversation) -> list[list[int]]:
+        """The tokens of each branch (root to leaf) as the engine saw them: every prompt and reply of the
+        conversation is a prefix of one of these."""
+        messages = self.store.messages(conversation.id, with_tokens=True)
+        by_id, parents = {m.id: m for m in messages}, {m.parent_id for m in messages}
+        sequences = []
+        for leaf in (m for m in messages if m.id not in parents):
+            path, at = [], leaf
+            while at is not None:
+                path.insert(0, at)
+                at = by_id.get(at.parent_id) if at.parent_id else None
+            ids, _ = self.prompt(conversation, path)
+            sequences.append(ids)
+        return sequences
+
+    async def forget(self, conversation: Conversation) -> None:
+        """Before a conversation is deleted: drop the cached KV blocks that only it used."""
+        if self.backend.template is None:
+            return
+        def sequences():
+            others = [c for c in self.store.list_conversations() if c.id != conversation.id]
+            return self.token_sequences(conversation), [s for c in others for s in self.token_sequences(c)]
+        dropped, kept = await asyncio.to_thread(sequences)
+        await self.backend.forget(dropped, kept)
+
     def user_segments(self, conversation: Conversation, messages: list[Message]) -> list[tuple[str, list[int]]]:
         """Every user message's segment again (after a system prompt change: a template may render the first
         one differently, e.g. with its default system prompt). Assistant segments keep their generated ids."""

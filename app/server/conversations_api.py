@@ -77,9 +77,10 @@ class ConversationController(Controller):
 
     @delete("/{conversation_id:str}")
     async def remove(self, conversation_id: Id, store: StoreDep, conversations: ConversationsDep) -> None:
-        """Stops its replies first (their streams end cleanly), then deletes it."""
-        store.get_conversation(conversation_id)
+        """Stops its replies first (their streams end cleanly), drops the KV blocks only it used, then deletes it."""
+        conversation = store.get_conversation(conversation_id)
         await conversations.stop(conversation_id, wait=True)
+        await conversations.forget(conversation)  # its own cached KV blocks, in memory and on disk
         store.delete_conversation(conversation_id)
 
     @post("/{conversation_id:str}/messages", status_code=200)

@@ -25,7 +25,7 @@ def hf_smollm2() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     file's size and time, and the others read that in about a second."""
     path = embedded_gguf_path()
     stat = path.stat()
-    folder = user_dir("cache") / f"transformers-{path.stem}-{stat.st_size}-{stat.st_mtime_ns}"
+    folder = user_dir("cache") / "test-references" / f"transformers-{path.stem}-{stat.st_size}-{stat.st_mtime_ns}"
     with open(f"{folder}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one worker converts while the others wait for its result
         if not (folder / "model.safetensors").is_file():

@@ -1,0 +1,211 @@
+"""Full KV blocks on disk, named by their chained content hash, so a chat keeps its cache across restarts.
+
+One file per block, in a folder per model fingerprint (the block hashes carry it too, see block_pool.root_hash):
+a header with the block's token ids and a CRC-32 of the payload, then the payload: the block's K and V of every
+layer, [layers, 2, block_size, kv_heads, head_dim], in the cache's dtype, bit for bit. Files are written behind by
+one thread (to a temporary name, then renamed), and read back on admission; one that fails its check is deleted and
+its tokens are computed instead. The folder as a whole keeps to a byte limit, dropping the least recently used
+files first (a file's time is its last write or read)."""
+
+import logging
+import os
+import queue
+import struct
+import threading
+import zlib
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger("localchat.engine")
+
+FORMAT_VERSION = 1  # of the file layout; it is part of the model fingerprint too
+MAGIC = b"LCKV"
+HEADER = struct.Struct("<4sIIQI")  # magic, version, number of token ids, payload bytes, CRC-32 of the payload
+SUFFIX = ".kv"
+
+
+@dataclass
+class DiskTierStats:
+    bytes: int = 0  # on disk, every model's blocks
+    files: int = 0
+    limit_bytes: int = 0
+    lookups: int = 0  # blocks asked for on admission (after the in-memory cache)
+    hits: int = 0  # blocks read back
+    failed_checks: int = 0  # blocks whose file was damaged: deleted and computed
+    written: int = 0
+    evicted: int = 0  # files dropped by the limit
+
+
+class KVDiskTier:
+    def __init__(self, root: Path, fingerprint_hex: str, limit_bytes: int, block_shape: tuple[int, ...],
+                 dtype: torch.dtype):
+        self.root, self.folder = root, root / fingerprint_hex
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.block_shape, self.dtype = block_shape, dtype
+        self.payload_bytes = torch.Size(block_shape).numel() * torch.empty(0, dtype=dtype).element_size()
+        self.stats = DiskTierStats(limit_bytes=limit_bytes)
+        self._lock = threading.Lock()  # guards _files, _pending and stats between the engine and the writer
+        self._files: OrderedDict[Path, int] = OrderedDict()  # every block file under root, least recently used first
+        for path, size, _ in sorted(_scan(root), key=lambda entry: entry[2]):
+            self._files[path] = size
+        self.stats.bytes, self.stats.files = sum(self._files.values()), len(self._files)
+        self._pending: dict[bytes, tuple[tuple[int, ...], torch.Tensor]] = {}  # queued, not yet on disk
+        self._queue: queue.Queue = queue.Queue()
+        self._readers = ThreadPoolExecutor(2, thread_name_prefix="localchat-kv-read")  # CRC and I/O drop the GIL
+        self._writer = threading.Thread(target=self._write_loop, name="localchat-kv-write", daemon=True)
+        self._writer.start()
+        self._evict()
+
+    def path(self, block_hash: bytes) -> Path:
+        return self.folder / f"{block_hash.hex()}{SUFFIX}"
+
+    def contains(self, block_hash: bytes) -> bool:
+        with self._lock:
+            return block_hash in self._pending or self.path(block_hash) in self._files
+
+    def write_behind(self, block_hash: bytes, token_ids: Sequence[int], data: torch.Tensor) -> None:
+        """Queue a block for writing; data is a copy of its K and V that nothing writes into any more."""
+        with self._lock:
+            if block_hash in self._pending or self.path(block_hash) in self._files:
+                return
+            self._pending[block_hash] = (tuple(token_ids), data)
+        self._queue.put(block_hash)
+
+    def read(self, blocks: list[tuple[bytes, Sequence[int]]]) -> list[torch.Tensor]:
+        """The K and V of the longest run of these (hash, token ids) blocks that is on disk and intact, in order."""
+        with self._lock:
+            self.stats.lookups += len(blocks)
+        found = []
+        for data in self._readers.map(lambda block: self._read_one(*block), blocks):
+            if data is None:
+                break
+            found.append(data)
+        with self._lock:
+            self.stats.hits += len(found)
+        return found
+
+    def drop(self, hashes: Iterable[bytes]) -> int:
+        """Delete these blocks' files (a deleted conversation's own blocks); the number deleted."""
+        dropped = 0
+        for block_hash in hashes:
+            path = self.path(block_hash)
+            with self._lock:
+                self._pending.pop(block_hash, None)
+                size = self._files.pop(path, None)
+                if size is not None:
+                    self.stats.bytes, self.stats.files = self.stats.bytes - size, self.stats.files - 1
+            if size is not None:
+                path.unlink(missing_ok=True)
+                dropped += 1
+        return dropped
+
+    def flush(self) -> None:
+        """Wait until every queued block is on disk."""
+        self._queue.join()
+
+    def close(self) -> None:
+        self.flush()
+        self._queue.put(None)
+        self._writer.join()
+        self._readers.shutdown()
+
+    def _read_one(self, block_hash: bytes, token_ids: Sequence[int]) -> torch.Tensor | None:
+        with self._lock:
+            pending = self._pending.get(block_hash)
+            path = self.path(block_hash)
+            on_disk = path in self._files
+            if on_disk:
+                self._files.move_to_end(path)
+        if pending is not None:
+            return pending[1] if pending[0] == tuple(token_ids) else None
+        if not on_disk:
+            return None
+        try:
+            raw = path.read_bytes()
+            os.utime(path)  # recently used: the last to go
+        except OSError:
+            raw = b""
+        data = self._decode(raw, token_ids)
+        if data is None:
+            log.warning("KV block file %s failed its check: deleted, its tokens are computed", path.name)
+            with self._lock:
+                self.stats.failed_checks += 1
+            self.drop([block_hash])
+        return data
+
+    def _decode(self, raw: bytes, token_ids: Sequence[int]) -> torch.Tensor | None:
+        """The payload of a block file if it is whole, of this format and these tokens; else None."""
+        if len(raw) < HEADER.size:
+            return None
+        magic, version, num_tokens, payload_bytes, crc = HEADER.unpack_from(raw)
+        start = HEADER.size + 4 * num_tokens
+        if (magic, version, payload_bytes) != (MAGIC, FORMAT_VERSION, self.payload_bytes) or \
+                len(raw) != start + payload_bytes or num_tokens != len(token_ids):
+            return None
+        payload = memoryview(raw)[start:]
+        if struct.unpack_from(f"<{num_tokens}I", raw, HEADER.size) != tuple(token_ids) or zlib.crc32(payload) != crc:
+            return None
+        return torch.frombuffer(bytearray(payload), dtype=self.dtype).view(self.block_shape)
+
+    def _write_loop(self) -> None:
+        while (block_hash := self._queue.get()) is not None:
+            try:
+                with self._lock:
+                    token_ids, data = self._pending[block_hash] if block_hash in self._pending else ((), None)
+                if data is not None:
+                    self._write_one(block_hash, token_ids, data)
+            except OSError as error:  # a full or read-only disk costs the tier, never a reply
+                log.warning("could not write a KV block to %s: %s", self.folder, error)
+            finally:
+                with self._lock:
+                    self._pending.pop(block_hash, None)
+                self._queue.task_done()
+        self._queue.task_done()
+
+    def _write_one(self, block_hash: bytes, token_ids: tuple[int, ...], data: torch.Tensor) -> None:
+        payload = data.contiguous().cpu().view(torch.uint8).numpy().tobytes()
+        header = HEADER.pack(MAGIC, FORMAT_VERSION, len(token_ids), len(payload), zlib.crc32(payload))
+        path = self.path(block_hash)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        with open(tmp, "wb") as out:
+            out.write(header + struct.pack(f"<{len(token_ids)}I", *token_ids))
+            out.write(payload)
+        tmp.replace(path)
+        size = path.stat().st_size
+        with self._lock:
+            if block_hash not in self._pending:  # dropped while it was being written
+                path.unlink(missing_ok=True)
+                return
+            self._files[path] = size
+            self.stats.bytes, self.stats.files = self.stats.bytes + size, self.stats.files + 1
+            self.stats.written += 1
+        self._evict()
+
+    def _evict(self) -> None:
+        """Drop the least recently used files until the tier is within its limit."""
+        while True:
+            with self._lock:
+                if self.stats.bytes <= self.stats.limit_bytes or not self._files:
+                    return
+                path, size = self._files.popitem(last=False)
+                self.stats.bytes, self.stats.files = self.stats.bytes - size, self.stats.files - 1
+                self.stats.evicted += 1
+            path.unlink(missing_ok=True)
+
+
+def _scan(root: Path) -> list[tuple[Path, int, float]]:
+    """(path, size, time) of every block file under root; left-over temporary files are deleted."""
+    found = []
+    for folder in (p for p in root.iterdir() if p.is_dir()):
+        for entry in os.scandir(folder):
+            if entry.name.startswith("."):
+                Path(entry.path).unlink(missing_ok=True)  # a write cut short by a crash
+            elif entry.name.endswith(SUFFIX):
+                stat = entry.stat()
+                found.append((Path(entry.path), stat.st_size, stat.st_mtime))
+    return found

@@ -1,0 +1,144 @@
+"""The KV cache's disk tier: blocks read back bit for bit, damaged files recomputed, the byte limit, and engines
+that restart warm but never reuse another model's, dtype's or weights' blocks."""
+
+import shutil
+
+import pytest
+import torch
+
+from localchat.engine import LLM, SamplingParams
+from localchat.engine.block_pool import hash_block, root_hash
+from localchat.engine.kv_disk_tier import KVDiskTier
+
+SHAPE = (2, 2, 4, 1, 8)  # layers, K/V, block size, kv heads, head dim
+
+
+def tier(path, limit=10**9, fingerprint="model-a") -> KVDiskTier:
+    return KVDiskTier(path, fingerprint, limit, SHAPE, torch.float32)
+
+
+def block(seed: int) -> torch.Tensor:
+    return torch.randn(SHAPE, generator=torch.Generator().manual_seed(seed))
+
+
+def test_a_block_reads_back_bit_for_bit_after_a_restart(tmp_path):
+    first = tier(tmp_path)
+    data, tokens = block(0), [5, 6, 7, 8]
+    key = hash_block(root_hash("model-a"), tokens)
+    first.write_behind(key, tokens, data)
+    first.close()
+    again = tier(tmp_path)
+    assert again.stats.files == 1 and again.stats.bytes > data.numel() * 4
+    (read,) = again.read([(key, tokens)])
+    assert torch.equal(read.view(torch.int32), data.view(torch.int32))
+    assert again.read([(key, [5, 6, 7, 9])]) == []  # other tokens under the same name are never used
+    assert again.stats.hits == 1 and again.stats.lookups == 2
+
+
+def test_a_damaged_block_fails_its_check_is_deleted_and_ends_the_run(tmp_path):
+    disk = tier(tmp_path)
+    keys = [bytes([i]) * 16 for i in range(3)]
+    for i, key in enumerate(keys):
+        disk.write_behind(key, [i] * 4, block(i))
+    disk.flush()
+    damaged = disk.path(keys[1])
+    raw = bytearray(damaged.read_bytes())
+    raw[-5] ^= 0x01  # one bit of the payload
+    damaged.write_bytes(raw)
+    found = disk.read([(key, [i] * 4) for i, key in enumerate(keys)])
+    assert len(found) == 1 and torch.equal(found[0], block(0))  # the run stops before the damaged block
+    assert disk.stats.failed_checks == 1 and not damaged.exists() and not disk.contains(keys[1])
+    truncated = disk.path(keys[2])
+    truncated.write_bytes(truncated.read_bytes()[:-1])
+    assert disk.read([(keys[2], [2] * 4)]) == [] and disk.stats.failed_checks == 2
+
+
+def test_the_limit_drops_the_least_recently_used_blocks(tmp_path):
+    probe = tier(tmp_path / "probe")
+    probe.write_behind(b"p" * 16, [0] * 4, block(0))
+    probe.close()
+    size = probe.stats.bytes
+    disk = tier(tmp_path / "kv", limit=int(2.5 * size))
+    keys = [bytes([i]) * 16 for i in range(4)]
+    for i in range(2):
+        disk.write_behind(keys[i], [i] * 4, block(i))
+        disk.flush()
+    assert disk.read([(keys[0], [0] * 4)])  # block 0 is now the most recently used
+    disk.write_behind(keys[2], [2] * 4, block(2))
+    disk.flush()
+    assert [disk.contains(k) for k in keys[:3]] == [True, False, True]
+    assert disk.stats.evicted == 1 and disk.stats.bytes == 2 * size <= disk.stats.limit_bytes
+    assert len(list((tmp_path / "kv").rglob("*.kv"))) == 2
+    assert disk.drop([keys[0]]) == 1 and not disk.contains(keys[0]) and disk.stats.files == 1
+
+
+def test_a_restart_scans_every_models_blocks_under_one_limit_and_clears_cut_writes(tmp_path):
+    a = tier(tmp_path, fingerprint="model-a")
+    a.write_behind(b"a" * 16, [1] * 4, block(1))
+    a.close()
+    (a.folder / ".leftover.kv.123").write_bytes(b"half")  # a write cut short by a crash
+    b = tier(tmp_path, fingerprint="model-b")
+    assert b.stats.files == 1 and not b.contains(b"a" * 16)  # counted against the limit, never read
+    assert not (a.folder / ".leftover.kv.123").exists()
+
+
+GREEDY = SamplingParams(temperature=0, max_tokens=24)
+TURN_1 = [{"role": "user", "content": "Explain how a paged KV cache works in an inference engine. " * 6}]
+
+
+@pytest.fixture(scope="module")
+def warm_dir(tmp_path_factory):
+    """A disk tier written by a first engine (two turns of a chat), which is then closed: a restart's state."""
+    folder = tmp_path_factory.mktemp("kv")
+    llm = LLM(kv_disk_bytes=10**9, kv_disk_dir=str(folder))
+    ids = llm.engine.apply_chat_template(TURN_1)
+    (first,) = llm.generate(ids, GREEDY)
+    llm.close()
+    assert llm.stats()["kv_disk_written"] >= len(ids) // 16
+    return folder, ids + first.outputs[0].token_ids
+
+
+def next_turn(llm, history: list[int]) -> list[int]:
+    return history + llm.engine.tokenize("<|im_end|>\n<|im_start|>user\nNow shorter.<|im_end|>\n"
+                                         "<|im_start|>assistant\n")
+
+
+@pytest.mark.slow
+def test_after_a_restart_only_the_new_tokens_are_computed_and_the_reply_is_the_same(warm_dir):
+    folder, history = warm_dir
+    restarted = LLM(kv_disk_bytes=10**9, kv_disk_dir=str(folder))
+    prompt = next_turn(restarted, history)
+    (warm,) = restarted.generate(prompt, GREEDY)
+    new_tokens = len(prompt) - len(history)
+    assert len(prompt) - warm.num_cached_tokens <= new_tokens + 1 + 16  # the reply's last token, and one block
+    assert restarted.stats()["kv_disk_hits"] == warm.num_cached_tokens // 16
+    cold = LLM()  # no disk tier: everything computed
+    (expected,) = cold.generate(prompt, GREEDY)
+    assert expected.num_cached_tokens == 0
+    assert warm.outputs[0].token_ids == expected.outputs[0].token_ids
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change", [dict(quantization="none"), dict(block_size=32)], ids=["dense-float", "block-size"])
+def test_other_weights_dtype_or_block_size_never_reuse_a_block(warm_dir, change):
+    folder, history = warm_dir
+    other = LLM(kv_disk_bytes=10**9, kv_disk_dir=str(folder), **change)
+    (out,) = other.generate(next_turn(other, history), SamplingParams(temperature=0, max_tokens=2))
+    assert out.num_cached_tokens == 0 and other.stats()["kv_disk_hits"] == 0
+
+
+@pytest.mark.slow
+def test_a_damaged_block_on_disk_is_recomputed(warm_dir, tmp_path):
+    folder, history = warm_dir
+    copy = tmp_path / "kv"
+    shutil.copytree(folder, copy)
+    for path in copy.rglob("*.kv"):  # damage every block file in the middle of its payload
+        raw = bytearray(path.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        path.write_bytes(raw)
+    llm = LLM(kv_disk_bytes=10**9, kv_disk_dir=str(copy))
+    prompt = next_turn(llm, history)
+    (out,) = llm.generate(prompt, GREEDY)
+    assert out.num_cached_tokens == 0 and llm.stats()["kv_disk_failed_checks"] >= 1 and llm.stats()["kv_disk_hits"] == 0
+    (again,) = LLM().generate(prompt, GREEDY)
+    assert out.outputs[0].token_ids == again.outputs[0].token_ids
