@@ -12,16 +12,16 @@ from localchat.engine.sequence import Sequence
 
 class KVCacheManager:
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True, fingerprint: str = "",
-                 disk: KVDiskTier | None = None, read_block: Callable[[int], torch.Tensor] | None = None):
+                 disk: KVDiskTier | None = None, read_block: Callable[[int], torch.Tensor] | None = None,
+                 block_view: Callable[[int], torch.Tensor] | None = None):
         """disk: a tier that keeps full blocks across restarts (prefix caching only), with read_block(block_id)
-        giving a copy of a block's K and V for it."""
+        giving a copy of a block's K and V to write, and block_view(block_id) the cache memory to read one into."""
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.pool = BlockPool(num_blocks, fingerprint)
         self.pending_copies: list[tuple[int, int]] = []  # (src, dst) blocks to copy before the next forward
-        self.pending_loads: list[tuple[int, torch.Tensor]] = []  # (block, K and V read from disk) to write before it
         self.disk = disk if enable_prefix_caching else None
-        self.read_block = read_block
+        self.read_block, self.block_view = read_block, block_view
         if self.disk is not None:
             self.pool.on_evict = self._save_evicted
 
@@ -51,25 +51,26 @@ class KVCacheManager:
             found.append((block_hash, block_id))
         return found
 
-    def find_disk_prefix(self, seq: Sequence, start: int) -> list[tuple[bytes, torch.Tensor]]:
-        """(hash, K and V) of the longest run of seq's full blocks from block `start` on that the disk tier holds
-        intact; never the block of seq's last token."""
+    def find_disk_prefix(self, seq: Sequence, start: int) -> list[bytes]:
+        """The hashes of the longest run of seq's full blocks from block `start` on that the disk tier holds; never
+        the block of seq's last token."""
         if self.disk is None:
             return []
-        bs, wanted = self.block_size, []
-        for i in range(start, (len(seq) - 1) // bs):
-            if not self.disk.contains(seq.block_hashes[i]):
+        found = []
+        for block_hash in seq.block_hashes[start : (len(seq) - 1) // self.block_size]:
+            if not self.disk.contains(block_hash):
                 break
-            wanted.append((seq.block_hashes[i], seq.token_ids[i * bs : (i + 1) * bs]))
-        return [(block_hash, data) for (block_hash, _), data in zip(wanted, self.disk.read(wanted))]
+            found.append(block_hash)
+        return found
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int, cached_prefix: list[tuple[int, int]] = (),
-                       loaded: list[tuple[bytes, torch.Tensor]] = ()) -> bool:
+                       on_disk: list[bytes] = ()) -> bool:
         """Make room for seq's next num_new_tokens tokens after its computed ones (and, on admission, after
-        cached_prefix and then the blocks loaded from disk). A shared last block is copied before it is written.
-        False, changing nothing, if the pool has too few free blocks."""
+        cached_prefix and then the blocks on disk, which are read into their new blocks now: where a file fails
+        its check, the tokens from that block on are computed instead). A shared last block is copied before it
+        is written. False, changing nothing, if the pool has too few free blocks."""
         bs = self.block_size
-        num_computed = seq.num_computed_tokens + (len(cached_prefix) + len(loaded)) * bs
+        num_computed = seq.num_computed_tokens + (len(cached_prefix) + len(on_disk)) * bs
         num_table_blocks = len(seq.block_table) + len(cached_prefix)
         num_new_blocks = self.num_blocks_for(num_computed + num_new_tokens) - num_table_blocks
         copy_last = num_computed % bs != 0 and self.pool.blocks[seq.block_table[-1]].ref_count > 1
@@ -86,12 +87,23 @@ class KVCacheManager:
             self.pending_copies.append((shared, seq.block_table[-1]))
             self.pool.release(shared)
         new_blocks = [self.pool.allocate() for _ in range(num_new_blocks)]
-        first = len(seq.block_table)
-        for i, ((block_hash, data), block_id) in enumerate(zip(loaded, new_blocks), start=first):
-            self.pending_loads.append((block_id, data))
-            self.pool.register(block_id, block_hash, seq.token_ids[i * bs : (i + 1) * bs])
+        if on_disk:
+            self._load(seq, on_disk, new_blocks)
         seq.block_table.extend(new_blocks)
         return True
+
+    def _load(self, seq: Sequence, on_disk: list[bytes], blocks: list[int]) -> None:
+        """Read seq's next blocks from disk into `blocks` (the first len(on_disk) of them) and make them findable;
+        from the first that fails on, seq's tokens are left to compute."""
+        bs, first = self.block_size, len(seq.block_table)
+        tokens = [seq.token_ids[i * bs : (i + 1) * bs] for i in range(first, first + len(on_disk))]
+        num_read = self.disk.read_into([(block_hash, ids, self.block_view(block_id))
+                                        for block_hash, ids, block_id in zip(on_disk, tokens, blocks)])
+        seq.num_computed_tokens -= (len(on_disk) - num_read) * bs
+        read = set(blocks[:num_read])
+        self.pool.first_used = [b for b in self.pool.first_used if b not in read]  # filled: not to be cleared
+        for block_hash, ids, block_id in zip(on_disk[:num_read], tokens, blocks):
+            self.pool.register(block_id, block_hash, ids)
 
     def commit(self, seq: Sequence, num_new_tokens: int) -> None:
         """seq's next num_new_tokens tokens are now in the cache: count them, and make the blocks they filled
@@ -136,10 +148,9 @@ class KVCacheManager:
         seq.block_table.clear()
         seq.num_computed_tokens = 0
 
-    def take_block_updates(self) -> tuple[list[tuple[int, int]], list[int], list[tuple[int, torch.Tensor]]]:
-        """What the cache memory needs before the next forward: copy-on-write copies, blocks used for the first
-        time, to clear so that attention never reads uninitialized memory, and blocks read from disk."""
+    def take_block_updates(self) -> tuple[list[tuple[int, int]], list[int]]:
+        """What the cache memory needs before the next forward: copy-on-write copies, and blocks used for the
+        first time, to clear so that attention never reads uninitialized memory."""
         copies, self.pending_copies = self.pending_copies, []
         cleared, self.pool.first_used = self.pool.first_used, []
-        loads, self.pending_loads = self.pending_loads, []
-        return copies, cleared, loads
+        return copies, cleared

@@ -3,9 +3,9 @@
 One file per block, in a folder per model fingerprint (the block hashes carry it too, see block_pool.root_hash):
 a header with the block's token ids and a CRC-32 of the payload, then the payload: the block's K and V of every
 layer, [layers, 2, block_size, kv_heads, head_dim], in the cache's dtype, bit for bit. Files are written behind by
-one thread (to a temporary name, then renamed), and read back on admission; one that fails its check is deleted and
-its tokens are computed instead. The folder as a whole keeps to a byte limit, dropping the least recently used
-files first (a file's time is its last write or read)."""
+one thread (to a temporary name, then renamed), and read back on admission straight into the cache's memory; one
+that fails its check is deleted and its tokens are computed instead. The folder as a whole keeps to a byte limit,
+dropping the least recently used files first (a file's time is its last write or read)."""
 
 import logging
 import os
@@ -56,7 +56,8 @@ class KVDiskTier:
         self.stats.bytes, self.stats.files = sum(self._files.values()), len(self._files)
         self._pending: dict[bytes, tuple[tuple[int, ...], torch.Tensor]] = {}  # queued, not yet on disk
         self._queue: queue.Queue = queue.Queue()
-        self._readers = ThreadPoolExecutor(2, thread_name_prefix="localchat-kv-read")  # CRC and I/O drop the GIL
+        self._readers = ThreadPoolExecutor(4, thread_name_prefix="localchat-kv-read")  # I/O and CRC drop the GIL
+        self._thread_buffer = threading.local()  # each reader's staging block
         self._writer = threading.Thread(target=self._write_loop, name="localchat-kv-write", daemon=True)
         self._writer.start()
         self._evict()
@@ -76,17 +77,18 @@ class KVDiskTier:
             self._pending[block_hash] = (tuple(token_ids), data)
         self._queue.put(block_hash)
 
-    def read(self, blocks: list[tuple[bytes, Sequence[int]]]) -> list[torch.Tensor]:
-        """The K and V of the longest run of these (hash, token ids) blocks that is on disk and intact, in order."""
+    def read_into(self, blocks: list[tuple[bytes, Sequence[int], torch.Tensor]]) -> int:
+        """Read blocks (hash, token ids, the cache's memory their K and V go into: a block_shape view) into place;
+        returns how many of them, from the first, were on disk and intact (the rest hold garbage)."""
         with self._lock:
             self.stats.lookups += len(blocks)
-        found = []
-        for data in self._readers.map(lambda block: self._read_one(*block), blocks):
-            if data is None:
+        found = 0
+        for ok in self._readers.map(lambda block: self._read_one(*block), blocks):
+            if not ok:
                 break
-            found.append(data)
+            found += 1
         with self._lock:
-            self.stats.hits += len(found)
+            self.stats.hits += found
         return found
 
     def drop(self, hashes: Iterable[bytes]) -> int:
@@ -114,7 +116,7 @@ class KVDiskTier:
         self._writer.join()
         self._readers.shutdown()
 
-    def _read_one(self, block_hash: bytes, token_ids: Sequence[int]) -> torch.Tensor | None:
+    def _read_one(self, block_hash: bytes, token_ids: Sequence[int], target: torch.Tensor) -> bool:
         with self._lock:
             pending = self._pending.get(block_hash)
             path = self.path(block_hash)
@@ -122,35 +124,45 @@ class KVDiskTier:
             if on_disk:
                 self._files.move_to_end(path)
         if pending is not None:
-            return pending[1] if pending[0] == tuple(token_ids) else None
+            if pending[0] != tuple(token_ids):
+                return False
+            target.copy_(pending[1])
+            return True
         if not on_disk:
-            return None
+            return False
         try:
-            raw = path.read_bytes()
+            ok = self._read_file(path, token_ids, target)
             os.utime(path)  # recently used: the last to go
         except OSError:
-            raw = b""
-        data = self._decode(raw, token_ids)
-        if data is None:
+            ok = False
+        if not ok:
             log.warning("KV block file %s failed its check: deleted, its tokens are computed", path.name)
             with self._lock:
                 self.stats.failed_checks += 1
             self.drop([block_hash])
-        return data
+        return ok
 
-    def _decode(self, raw: bytes, token_ids: Sequence[int]) -> torch.Tensor | None:
-        """The payload of a block file if it is whole, of this format and these tokens; else None."""
-        if len(raw) < HEADER.size:
-            return None
-        magic, version, num_tokens, payload_bytes, crc = HEADER.unpack_from(raw)
-        start = HEADER.size + 4 * num_tokens
-        if (magic, version, payload_bytes) != (MAGIC, FORMAT_VERSION, self.payload_bytes) or \
-                len(raw) != start + payload_bytes or num_tokens != len(token_ids):
-            return None
-        payload = memoryview(raw)[start:]
-        if struct.unpack_from(f"<{num_tokens}I", raw, HEADER.size) != tuple(token_ids) or zlib.crc32(payload) != crc:
-            return None
-        return torch.frombuffer(bytearray(payload), dtype=self.dtype).view(self.block_shape)
+    def _read_file(self, path: Path, token_ids: Sequence[int], target: torch.Tensor) -> bool:
+        """Read a block file's payload into target; True if the file is whole, of this format and these tokens.
+        The payload goes through a buffer of the reading thread's own (reused: no fresh pages to fault in)."""
+        with open(path, "rb", buffering=0) as file:
+            head = file.read(HEADER.size + 4 * len(token_ids))
+            if len(head) < HEADER.size:
+                return False
+            magic, version, num_tokens, payload_bytes, crc = HEADER.unpack_from(head)
+            if (magic, version, num_tokens, payload_bytes) != (MAGIC, FORMAT_VERSION, len(token_ids),
+                                                                 self.payload_bytes) or \
+                    os.fstat(file.fileno()).st_size != len(head) + payload_bytes or \
+                    struct.unpack_from(f"<{num_tokens}I", head, HEADER.size) != tuple(token_ids):
+                return False
+            if not hasattr(self._thread_buffer, "data"):
+                self._thread_buffer.data = torch.empty(self.block_shape, dtype=self.dtype)
+            staging = self._thread_buffer.data
+            payload = memoryview(staging.view(-1).view(torch.uint8).numpy())
+            if file.readinto(payload) != payload_bytes or zlib.crc32(payload) != crc:
+                return False
+        target.copy_(staging)
+        return True
 
     def _write_loop(self) -> None:
         while (block_hash := self._queue.get()) is not None:

@@ -62,7 +62,7 @@ class LLMEngine:
                                          self.runner.backend.__name__)))
         self.disk = _disk_tier(config, fingerprint, self.runner)
         self.kv = KVCacheManager(num_kv_blocks, block_size, config.enable_prefix_caching, fingerprint, self.disk,
-                                 self.runner.read_block)
+                                 self.runner.read_block, self.runner.block_view)
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler()
         self.output = OutputProcessor(self.tokenizer, _eos_token_ids(source, model_config), self.max_model_len)
@@ -248,7 +248,9 @@ def _eos_token_ids(source, model_config) -> set[int]:
 
 
 def _disk_tier(config: EngineConfig, fingerprint: str, runner: ModelRunner) -> KVDiskTier | None:
-    if not (config.kv_disk_bytes and config.enable_prefix_caching):
+    """The KV cache's disk tier, if asked for. Blocks are read straight into the cache's memory: a cache in CPU
+    memory only, so far (a GPU needs a host-memory tier between, see the README)."""
+    if not (config.kv_disk_bytes and config.enable_prefix_caching) or runner.kv_cache.device.type != "cpu":
         return None
     root = Path(config.kv_disk_dir) if config.kv_disk_dir else user_dir("cache") / "kv"
     folder = hashlib.blake2b(fingerprint.encode(), digest_size=8).hexdigest()

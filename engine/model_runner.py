@@ -48,9 +48,13 @@ class ModelRunner:
             layer.self_attn.k_cache, layer.self_attn.v_cache = layer_cache[0], layer_cache[1]
             layer.self_attn.backend = self.backend
 
+    def block_view(self, block_id: int) -> torch.Tensor:
+        """One block's K and V in every layer, [layers, 2, block_size, kv_heads, head_dim]: the cache's memory."""
+        return self.kv_cache[:, :, block_id]
+
     def read_block(self, block_id: int) -> torch.Tensor:
-        """A copy of one block's K and V in every layer: [layers, 2, block_size, kv_heads, head_dim]."""
-        return self.kv_cache[:, :, block_id].clone()
+        """A copy of block_view(block_id)."""
+        return self.block_view(block_id).clone()
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch, sample_rows: list[int]) -> torch.Tensor:
@@ -60,9 +64,6 @@ class ModelRunner:
             self.kv_cache[:, :, torch.tensor(batch.cleared, device=self.device)] = 0
         if batch.copies:
             self.backend.copy_blocks(self.kv_cache, batch.copies)
-        if batch.loads:
-            ids = torch.tensor([block_id for block_id, _ in batch.loads], device=self.device)
-            self.kv_cache[:, :, ids] = torch.stack([data for _, data in batch.loads], dim=2).to(self.device)
         seqs, num_new_tokens, device = batch.seqs, batch.num_new_tokens, self.device
         input_ids = [t for seq, n in zip(seqs, num_new_tokens)
                      for t in seq.token_ids[seq.num_computed_tokens : seq.num_computed_tokens + n]]

@@ -3,8 +3,6 @@
 from collections import deque
 from dataclasses import dataclass
 
-import torch
-
 from localchat.engine.kv_cache_manager import KVCacheManager
 from localchat.engine.sequence import Sequence, SequenceStatus
 
@@ -15,7 +13,6 @@ class ScheduledBatch:
     num_new_tokens: list[int]  # tokens of each sequence computed this step
     copies: list[tuple[int, int]]  # copy-on-write block copies to make before the forward
     cleared: list[int]  # blocks to zero before the forward (first use)
-    loads: list[tuple[int, torch.Tensor]]  # blocks to fill with K and V read from disk before the forward
 
     @property
     def num_tokens(self) -> int:
@@ -67,13 +64,13 @@ class Scheduler:
                and self.num_preemptions == num_preemptions):  # no re-admission in the step that preempted
             seq = self.waiting[0]
             cached = self.kv.find_cached_prefix(seq)
-            loaded = self.kv.find_disk_prefix(seq, len(cached))
-            num_new = min(len(seq) - (len(cached) + len(loaded)) * self.kv.block_size, budget)
-            if not self.kv.allocate_slots(seq, num_new, cached, loaded):
+            on_disk = self.kv.find_disk_prefix(seq, len(cached))
+            num_new = min(len(seq) - (len(cached) + len(on_disk)) * self.kv.block_size, budget)
+            if not self.kv.allocate_slots(seq, num_new, cached, on_disk):
                 break
             self.waiting.popleft()
             if seq.num_admissions == 0:
-                seq.num_cached_tokens = (len(cached) + len(loaded)) * self.kv.block_size
+                seq.num_cached_tokens = seq.num_computed_tokens  # found in memory or read from disk
             seq.num_admissions += 1
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)

@@ -313,14 +313,14 @@ def test_fork_shares_every_block_and_copies_only_the_partial_last_one() -> None:
 
     parent.token_ids.append(100)
     assert kv.allocate_slots(parent, 1)
-    copies, cleared, _ = kv.take_block_updates()
+    copies, cleared = kv.take_block_updates()
     assert parent.block_table[:2] == shared[:2] and parent.block_table[2] != shared[2]
     assert copies == [(shared[2], parent.block_table[2])]
     assert [kv.pool.blocks[b].ref_count for b in shared] == [2, 2, 1]
 
     child.token_ids.append(200)
     assert kv.allocate_slots(child, 1)  # the partial block is the child's alone now: written in place
-    assert kv.take_block_updates() == ([], [], [])
+    assert kv.take_block_updates() == ([], [])
     assert child.block_table == shared
 
 
@@ -333,7 +333,7 @@ def test_fork_at_a_block_boundary_copies_nothing() -> None:
     for seq, token in ((parent, 1), (child, 2)):
         seq.token_ids.append(token)
         assert kv.allocate_slots(seq, 1)
-    copies, _, _ = kv.take_block_updates()
+    copies, _ = kv.take_block_updates()
     assert copies == []
     assert parent.block_table[:2] == child.block_table[:2] and parent.block_table[2] != child.block_table[2]
 
