@@ -171,6 +171,8 @@ def _kv_cache_line(metrics: dict[str, float]) -> str:
               f"{metrics.get('kv_blocks_cached', 0):.0f} cached, of {metrics.get('kv_blocks_total', 0):.0f}")
     if "kv_disk_bytes" not in metrics:
         return f"{memory}; no disk tier"
+    if not metrics["kv_disk_enabled"]:
+        return f"{memory}; the disk tier is off after an error (see the engine's log)"
     return (f"{memory}; disk tier {metrics['kv_disk_bytes'] / 1e9:.2f} of {metrics['kv_disk_limit_bytes'] / 1e9:g} GB "
             f"({metrics['kv_disk_blocks']:.0f} blocks), {metrics['kv_disk_hits_total']:.0f} blocks read back, "
             f"hit rate {metrics['kv_disk_hit_rate']:.0%}")

@@ -31,6 +31,7 @@ SUFFIX = ".kv"
 
 @dataclass
 class DiskTierStats:
+    enabled: int = 1  # 0 once the folder could not be used (a read-only or full disk): the engine goes on without
     bytes: int = 0  # on disk, every model's blocks
     files: int = 0
     limit_bytes: int = 0
@@ -45,16 +46,19 @@ class KVDiskTier:
     def __init__(self, root: Path, fingerprint_hex: str, limit_bytes: int, block_shape: tuple[int, ...],
                  dtype: torch.dtype):
         self.root, self.folder = root, root / fingerprint_hex
-        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.block_shape, self.dtype = block_shape, dtype
         self.payload_bytes = torch.Size(block_shape).numel() * torch.empty(0, dtype=dtype).element_size()
         self.stats = DiskTierStats(limit_bytes=limit_bytes)
         self._lock = threading.Lock()  # guards _files, _pending and stats between the engine and the writer
         self._files: OrderedDict[Path, int] = OrderedDict()  # every block file under root, least recently used first
-        for path, size, _ in sorted(_scan(root), key=lambda entry: entry[2]):
-            self._files[path] = size
-        self.stats.bytes, self.stats.files = sum(self._files.values()), len(self._files)
         self._pending: dict[bytes, tuple[tuple[int, ...], torch.Tensor]] = {}  # queued, not yet on disk
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            for path, size, _ in sorted(_scan(root), key=lambda entry: entry[2]):
+                self._files[path] = size
+        except OSError as error:
+            self._disable(error)
+        self.stats.bytes, self.stats.files = sum(self._files.values()), len(self._files)
         self._queue: queue.Queue = queue.Queue()
         self._readers = ThreadPoolExecutor(4, thread_name_prefix="localchat-kv-read")  # I/O and CRC drop the GIL
         self._thread_buffer = threading.local()  # each reader's staging block
@@ -67,12 +71,12 @@ class KVDiskTier:
 
     def contains(self, block_hash: bytes) -> bool:
         with self._lock:
-            return block_hash in self._pending or self.path(block_hash) in self._files
+            return bool(self.stats.enabled) and (block_hash in self._pending or self.path(block_hash) in self._files)
 
     def write_behind(self, block_hash: bytes, token_ids: Sequence[int], data: torch.Tensor) -> None:
         """Queue a block for writing; data is a copy of its K and V that nothing writes into any more."""
         with self._lock:
-            if block_hash in self._pending or self.path(block_hash) in self._files:
+            if not self.stats.enabled or block_hash in self._pending or self.path(block_hash) in self._files:
                 return
             self._pending[block_hash] = (tuple(token_ids), data)
         self._queue.put(block_hash)
@@ -172,7 +176,7 @@ class KVDiskTier:
                 if data is not None:
                     self._write_one(block_hash, token_ids, data)
             except OSError as error:  # a full or read-only disk costs the tier, never a reply
-                log.warning("could not write a KV block to %s: %s", self.folder, error)
+                self._disable(error)
             finally:
                 with self._lock:
                     self._pending.pop(block_hash, None)
@@ -197,6 +201,15 @@ class KVDiskTier:
             self.stats.bytes, self.stats.files = self.stats.bytes + size, self.stats.files + 1
             self.stats.written += 1
         self._evict()
+
+    def _disable(self, error: OSError) -> None:
+        """Go on without the tier: the engine computes what it would have read."""
+        with self._lock:
+            was_enabled, self.stats.enabled = self.stats.enabled, 0
+            self._pending.clear()
+        if was_enabled:
+            log.error("the KV cache's disk tier in %s is off: %s (chats are computed again after a restart)",
+                      self.root, error)
 
     def _evict(self) -> None:
         """Drop the least recently used files until the tier is within its limit."""

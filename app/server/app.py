@@ -84,6 +84,8 @@ class SystemController(Controller):
             ("requests_waiting", "gauge", "requests waiting for KV blocks or a batch slot",
              stats.get("num_waiting")),
             ("preemptions_total", "counter", "requests preempted (recomputed later)", stats.get("num_preemptions")),
+            ("kv_disk_enabled", "gauge", "1 while the KV cache's disk tier works, 0 once its folder failed",
+             stats.get("kv_disk_enabled")),
             ("kv_disk_bytes", "gauge", "disk used by the KV cache's disk tier", stats.get("kv_disk_bytes")),
             ("kv_disk_limit_bytes", "gauge", "the disk tier's limit", stats.get("kv_disk_limit_bytes")),
             ("kv_disk_blocks", "gauge", "KV blocks kept on disk", stats.get("kv_disk_files")),

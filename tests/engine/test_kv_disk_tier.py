@@ -79,6 +79,15 @@ def test_the_limit_drops_the_least_recently_used_blocks(tmp_path):
     assert disk.drop([keys[0]]) == 1 and not disk.contains(keys[0]) and disk.stats.files == 1
 
 
+def test_a_folder_that_cannot_be_made_leaves_the_tier_off(tmp_path, caplog):
+    (tmp_path / "file").write_text("not a folder")
+    disk = tier(tmp_path / "file" / "kv")
+    assert disk.stats.enabled == 0 and "disk tier" in caplog.text
+    disk.write_behind(b"x" * 16, [1] * 4, block(1))
+    disk.flush()
+    assert not disk.contains(b"x" * 16) and read(disk, [(b"x" * 16, [1] * 4)]) == []
+
+
 def test_a_restart_scans_every_models_blocks_under_one_limit_and_clears_cut_writes(tmp_path):
     a = tier(tmp_path, fingerprint="model-a")
     a.write_behind(b"a" * 16, [1] * 4, block(1))
@@ -126,7 +135,8 @@ def test_after_a_restart_only_the_new_tokens_are_computed_and_the_reply_is_the_s
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("change", [dict(quantization="none"), dict(block_size=32)], ids=["dense-float", "block-size"])
+@pytest.mark.parametrize("change", [dict(quantization="none"), dict(dtype="bfloat16"), dict(block_size=32)],
+                         ids=["dense-float", "bfloat16", "block-size"])
 def test_other_weights_dtype_or_block_size_never_reuse_a_block(warm_dir, change):
     folder, history = warm_dir
     other = LLM(kv_disk_bytes=10**9, kv_disk_dir=str(folder), **change)
@@ -149,3 +159,56 @@ def test_a_damaged_block_on_disk_is_recomputed(warm_dir, tmp_path):
     assert out.num_cached_tokens == 0 and llm.stats()["kv_disk_failed_checks"] >= 1 and llm.stats()["kv_disk_hits"] == 0
     (again,) = LLM().generate(prompt, GREEDY)
     assert out.outputs[0].token_ids == again.outputs[0].token_ids
+
+
+@pytest.mark.slow
+def test_a_workload_larger_than_the_limit_keeps_the_tier_within_it(tmp_path):
+    llm = LLM(kv_disk_bytes=20 * 737_300, kv_disk_dir=str(tmp_path))  # about 20 blocks of the embedded model
+    prompts = [llm.engine.tokenize(f"Question {i}: " + "tell me more about caches " * 12) for i in range(6)]
+    llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16))
+    llm.close()
+    stats = llm.stats()
+    on_disk = sum(p.stat().st_size for p in tmp_path.rglob("*.kv"))
+    assert stats["kv_disk_evicted"] > 0 and on_disk == stats["kv_disk_bytes"] <= stats["kv_disk_limit_bytes"]
+
+
+@pytest.mark.slow
+def test_a_folder_that_fails_mid_run_turns_the_tier_off_and_replies_go_on(tmp_path, caplog):
+    folder = tmp_path / "kv"
+    llm = LLM(kv_disk_bytes=10**9, kv_disk_dir=str(folder))
+    prompt = llm.engine.apply_chat_template(TURN_1)
+    (first,) = llm.generate(prompt, GREEDY)
+    llm.engine.disk.flush()
+    shutil.rmtree(folder)
+    folder.write_text("the disk tier's folder is gone: every write fails")  # as a full or read-only disk would
+    (second,) = llm.generate(prompt[:-20], GREEDY)
+    (third,) = llm.generate(prompt, GREEDY)
+    llm.engine.disk.flush()
+    assert llm.stats()["kv_disk_enabled"] == 0 and "disk tier" in caplog.text
+    assert third.outputs[0].token_ids == first.outputs[0].token_ids  # served from memory, as without a tier
+
+
+KILLED_WHILE_WRITING = """
+import os, signal, sys
+from localchat.engine import LLM, SamplingParams
+llm = LLM(kv_disk_bytes=10**9, kv_disk_dir=sys.argv[1])
+prompts = [llm.engine.tokenize(f"Story {i}: " + "once upon a time in a paged cache " * 20) for i in range(8)]
+llm.generate(prompts, SamplingParams(temperature=0, max_tokens=8))
+os.kill(os.getpid(), signal.SIGKILL)  # the writer thread has most of the blocks still to write
+"""
+
+
+@pytest.mark.slow
+def test_a_sigkill_during_write_behind_leaves_nothing_torn(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", KILLED_WHILE_WRITING, str(tmp_path)], capture_output=True)
+    assert result.returncode == -9, result.stderr.decode()[-2000:]
+    llm = LLM(kv_disk_bytes=10**9, kv_disk_dir=str(tmp_path))
+    assert not [p for p in tmp_path.rglob(".*") if p.is_file()]  # cut writes are cleared at start
+    prompts = [llm.engine.tokenize(f"Story {i}: " + "once upon a time in a paged cache " * 20) for i in range(8)]
+    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=8))
+    assert llm.stats()["kv_disk_failed_checks"] == 0  # every file in place is whole
+    cold = LLM().generate(prompts, SamplingParams(temperature=0, max_tokens=8))
+    assert [o.outputs[0].token_ids for o in outs] == [o.outputs[0].token_ids for o in cold]
