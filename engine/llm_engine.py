@@ -165,23 +165,28 @@ class LLMEngine:
     def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> int:
         """Drop the cached blocks of the token sequences `dropped` (a deleted conversation's branches) that none of
         `kept` (every other conversation's) shares, from memory and disk; how many block hashes that was."""
-        hashes = self._block_hashes(dropped) - self._block_hashes(kept)
-        self.kv.forget(hashes)
-        return len(hashes)
+        hashes, shared = set(), set()
+        for token_ids in dropped:
+            hashes.update(self._block_hashes(token_ids))
+        for token_ids in kept:  # a chained hash never meets the dropped ones again once it leaves them
+            for block_hash in self._block_hashes(token_ids):
+                if block_hash not in hashes:
+                    break
+                shared.add(block_hash)
+        self.kv.forget(hashes - shared)
+        return len(hashes - shared)
 
     def close(self) -> None:
         """Finish writing the disk tier (the engine may be used no further)."""
         if self.disk is not None:
             self.disk.close()
 
-    def _block_hashes(self, sequences: list[list[int]]) -> set[bytes]:
-        found, bs = set(), self.kv.block_size
-        for token_ids in sequences:
-            parent = self.kv.pool.root_hash
-            for i in range(len(token_ids) // bs):
-                parent = hash_block(parent, token_ids[i * bs : (i + 1) * bs])
-                found.add(parent)
-        return found
+    def _block_hashes(self, token_ids: list[int]) -> Iterator[bytes]:
+        """The chained hashes of a token sequence's full blocks, in order."""
+        parent, bs = self.kv.pool.root_hash, self.kv.block_size
+        for i in range(len(token_ids) // bs):
+            parent = hash_block(parent, token_ids[i * bs : (i + 1) * bs])
+            yield parent
 
     def stats(self) -> dict[str, int | float]:
         pool = self.kv.pool

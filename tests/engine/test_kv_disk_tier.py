@@ -2,13 +2,17 @@
 that restart warm but never reuse another model's, dtype's or weights' blocks."""
 
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from localchat.engine import LLM, SamplingParams
 from localchat.engine.block_pool import hash_block, root_hash
+from localchat.engine.kv_cache_manager import KVCacheManager
 from localchat.engine.kv_disk_tier import KVDiskTier
+from localchat.engine.llm_engine import LLMEngine
 
 SHAPE = (2, 2, 4, 1, 8)  # layers, K/V, block size, kv heads, head dim
 
@@ -192,23 +196,33 @@ KILLED_WHILE_WRITING = """
 import os, signal, sys
 from localchat.engine import LLM, SamplingParams
 llm = LLM(kv_disk_bytes=10**9, kv_disk_dir=sys.argv[1])
-prompts = [llm.engine.tokenize(f"Story {i}: " + "once upon a time in a paged cache " * 20) for i in range(8)]
-llm.generate(prompts, SamplingParams(temperature=0, max_tokens=8))
+prompts = [llm.engine.tokenize(f"Story {i}: " + "once upon a time in a paged cache " * 12) for i in range(4)]
+llm.generate(prompts, SamplingParams(temperature=0, max_tokens=4))
 os.kill(os.getpid(), signal.SIGKILL)  # the writer thread has most of the blocks still to write
 """
 
 
 @pytest.mark.slow
 def test_a_sigkill_during_write_behind_leaves_nothing_torn(tmp_path):
-    import subprocess
-    import sys
-
     result = subprocess.run([sys.executable, "-c", KILLED_WHILE_WRITING, str(tmp_path)], capture_output=True)
     assert result.returncode == -9, result.stderr.decode()[-2000:]
     llm = LLM(kv_disk_bytes=10**9, kv_disk_dir=str(tmp_path))
     assert not [p for p in tmp_path.rglob(".*") if p.is_file()]  # cut writes are cleared at start
-    prompts = [llm.engine.tokenize(f"Story {i}: " + "once upon a time in a paged cache " * 20) for i in range(8)]
-    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=8))
+    prompts = [llm.engine.tokenize(f"Story {i}: " + "once upon a time in a paged cache " * 12) for i in range(4)]
+    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=4))
     assert llm.stats()["kv_disk_failed_checks"] == 0  # every file in place is whole
-    cold = LLM().generate(prompts, SamplingParams(temperature=0, max_tokens=8))
+    cold = LLM().generate(prompts, SamplingParams(temperature=0, max_tokens=4))
     assert [o.outputs[0].token_ids for o in outs] == [o.outputs[0].token_ids for o in cold]
+
+
+def test_forget_drops_only_the_blocks_no_kept_sequence_shares(tmp_path):
+    """Shared prefixes (a system prompt) stay; a kept sequence that shares a longer prefix keeps that much."""
+    engine = LLMEngine.__new__(LLMEngine)  # forget() needs only the KV manager: no model
+    engine.kv = KVCacheManager(8, 4, fingerprint="f")
+    deleted = list(range(16))  # four blocks
+    kept = [list(range(4)) + [99] * 8, list(range(8)) + [77] * 4]  # share one block, and two blocks
+    hashes = list(engine._block_hashes(deleted))
+    dropped = []
+    engine.kv.forget = dropped.extend
+    assert engine.forget([deleted], kept) == 2
+    assert set(dropped) == set(hashes[2:])
