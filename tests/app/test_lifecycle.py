@@ -3,6 +3,7 @@ stop with a request in flight, and a client that starts the engine in the backgr
 
 import asyncio
 import json
+import re
 import signal
 import socket
 import sqlite3
@@ -56,6 +57,7 @@ def test_kill_restart_and_stop(home):
         assert "Traceback" not in second.stderr
         status = server.run_cli("status").stdout
         assert status.startswith("ready:") and str(server.port) in status
+        assert re.search(r"KV cache: .*; disk tier [0-9.]+ of 8 GB \(\d+ blocks\)", status)  # serve's default
         state = json.loads((home / "runtime" / "engine.json").read_text())
         assert (state["pid"], state["port"]) == (server.process.pid, server.port)
         url = server.run_cli("web", "--print").stdout.strip()

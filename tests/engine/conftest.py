@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import save_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from localchat.engine.dirs import user_dir
 from localchat.engine.loader import embedded_gguf_path
+from support import SESSION_HOME
 
 __all__ = ["embedded_gguf_path"]
 
@@ -25,7 +25,9 @@ def hf_smollm2() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     file's size and time, and the others read that in about a second."""
     path = embedded_gguf_path()
     stat = path.stat()
-    folder = user_dir("cache") / "test-references" / f"transformers-{path.stem}-{stat.st_size}-{stat.st_mtime_ns}"
+    references = SESSION_HOME / "cache" / "test-references"  # the session's: a test may have a home of its own
+    references.mkdir(parents=True, exist_ok=True)
+    folder = references / f"transformers-{path.stem}-{stat.st_size}-{stat.st_mtime_ns}"
     with open(f"{folder}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one worker converts while the others wait for its result
         if not (folder / "model.safetensors").is_file():
