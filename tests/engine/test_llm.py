@@ -80,7 +80,7 @@ def test_greedy_mixed_batch_matches_transformers(llm, prompts, reference):
 
 
 def test_greedy_with_warm_prefix_cache_matches_transformers(llm, prompts, reference):
-    llm.generate(prompts, GREEDY)  # warm: every prompt's blocks are cached now
+    llm.generate(prompts, SamplingParams(temperature=0, max_tokens=1))  # warm: every prompt's blocks are cached
     outs = llm.generate(prompts, GREEDY)
     assert [o.outputs[0].token_ids for o in outs] == reference
     for o, ids in zip(outs, prompts):
