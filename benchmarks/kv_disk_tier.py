@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from common import WORDS, Server, report
+from localchat.app.sse import data_lines
 from localchat.engine.config import EngineConfig
 
 PORT = 8797
@@ -45,10 +46,8 @@ def ask(client, messages: list[dict], max_tokens: int) -> tuple[str, float, dict
             "stream_options": {"include_usage": True}}
     with client.stream("POST", "/v1/chat/completions", json=body) as response:
         assert response.status_code == 200, response.read()
-        for line in response.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
+        for data in data_lines(response.iter_lines()):
+            chunk = json.loads(data)
             for choice in chunk.get("choices", []):
                 if choice["delta"].get("content") and first is None:
                     first = time.monotonic() - started

@@ -3,7 +3,7 @@
 import hashlib
 import struct
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 
@@ -11,6 +11,13 @@ def hash_block(parent_hash: bytes, token_ids: Sequence[int]) -> bytes:
     """Chained content hash of a full block: it names the block's tokens and every token before them. A real hash
     function (not Python's hash, whose values differ between processes), so the disk tier can name blocks by it."""
     return hashlib.blake2b(parent_hash + struct.pack(f"<{len(token_ids)}I", *token_ids), digest_size=16).digest()
+
+
+def hash_chain(parent_hash: bytes, token_ids: Sequence[int], block_size: int) -> Iterator[bytes]:
+    """The chained hashes of the full blocks of token_ids, which follow the block named parent_hash."""
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        parent_hash = hash_block(parent_hash, token_ids[start : start + block_size])
+        yield parent_hash
 
 
 def root_hash(fingerprint: str) -> bytes:

@@ -2,6 +2,8 @@
 
 import os
 import stat
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import platformdirs
@@ -23,3 +25,14 @@ def user_dir(kind: str) -> Path:
     if stat.S_IMODE(path.stat().st_mode) != 0o700:
         path.chmod(0o700)
     return path
+
+
+def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    """write(tmp) a file beside `path`, then move it into place: a crash never leaves half a file (a crash's
+    temporary file starts with a dot)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
+    try:
+        write(tmp)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)

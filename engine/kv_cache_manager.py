@@ -5,7 +5,7 @@ from collections.abc import Callable
 
 import torch
 
-from localchat.engine.block_pool import Block, BlockPool, hash_block
+from localchat.engine.block_pool import Block, BlockPool, hash_chain
 from localchat.engine.kv_disk_tier import KVDiskTier
 from localchat.engine.sequence import Sequence
 
@@ -33,11 +33,9 @@ class KVCacheManager:
         block when its last token is appended. A block's hash chains every token before it."""
         if not self.enable_prefix_caching:
             return
-        bs = self.block_size
+        bs, done = self.block_size, len(seq.block_hashes)
         parent = seq.block_hashes[-1] if seq.block_hashes else self.pool.root_hash
-        for i in range(len(seq.block_hashes), len(seq) // bs):
-            parent = hash_block(parent, seq.token_ids[i * bs : (i + 1) * bs])
-            seq.block_hashes.append(parent)
+        seq.block_hashes.extend(hash_chain(parent, seq.token_ids[done * bs : len(seq) // bs * bs], bs))
 
     def find_cached_prefix(self, seq: Sequence) -> list[tuple[int, int]]:
         """(hash, block id) of the longest run of cached full blocks that starts seq's tokens.
@@ -120,20 +118,31 @@ class KVCacheManager:
             return
         bs = self.block_size
         for i in range(seq.num_computed_tokens // bs):
-            if not self.disk.contains(seq.block_hashes[i]):
-                self.disk.write_behind(seq.block_hashes[i], seq.token_ids[i * bs : (i + 1) * bs],
-                                       self.read_block(seq.block_table[i]))
+            self._save_block(seq.block_hashes[i], seq.token_ids[i * bs : (i + 1) * bs], seq.block_table[i])
 
     def _save_evicted(self, block: Block) -> None:
         """A cached block is about to be reused: keep its K and V on disk first, if the tier lacks them."""
-        if not self.disk.contains(block.hash):
-            self.disk.write_behind(block.hash, block.token_ids, self.read_block(block.block_id))
+        self._save_block(block.hash, block.token_ids, block.block_id)
 
-    def forget(self, hashes: set[bytes]) -> None:
-        """Drop these blocks from both tiers where no request holds them (a deleted conversation's own blocks)."""
+    def _save_block(self, block_hash: bytes, token_ids: list[int] | tuple[int, ...], block_id: int) -> None:
+        self.disk.write_behind(block_hash, token_ids, lambda: self.read_block(block_id))
+
+    def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> int:
+        """Drop the blocks of the token sequences `dropped` (a deleted conversation's branches) that none of `kept`
+        (every other conversation's) shares, from both tiers where no request holds them; how many that was."""
+        hashes, shared = set(), set()
+        for token_ids in dropped:
+            hashes.update(hash_chain(self.pool.root_hash, token_ids, self.block_size))
+        for token_ids in kept:  # a chained hash never meets the dropped ones again once it leaves them
+            for block_hash in hash_chain(self.pool.root_hash, token_ids, self.block_size):
+                if block_hash not in hashes:
+                    break
+                shared.add(block_hash)
+        hashes -= shared
         self.pool.forget(hashes)
         if self.disk is not None:
             self.disk.drop(hashes)
+        return len(hashes)
 
     def fork(self, child: Sequence) -> None:
         """child was copied from a sequence (Sequence.fork): it now owns every block too, the partial last one

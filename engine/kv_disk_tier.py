@@ -7,6 +7,7 @@ one thread (to a temporary name, then renamed), and read back on admission strai
 that fails its check is deleted and its tokens are computed instead. The folder as a whole keeps to a byte limit,
 dropping the least recently used files first (a file's time is its last write or read)."""
 
+import dataclasses
 import logging
 import os
 import queue
@@ -14,12 +15,14 @@ import struct
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from localchat.engine.dirs import write_atomically
 
 log = logging.getLogger("localchat.engine")
 
@@ -33,7 +36,7 @@ SUFFIX = ".kv"
 class DiskTierStats:
     enabled: int = 1  # 0 once the folder could not be used (a read-only or full disk): the engine goes on without
     bytes: int = 0  # on disk, every model's blocks
-    files: int = 0
+    files: int = 0  # the same, counted (filled in by KVDiskTier.stats)
     limit_bytes: int = 0
     lookups: int = 0  # blocks asked for on admission (after the in-memory cache)
     hits: int = 0  # blocks read back
@@ -48,7 +51,7 @@ class KVDiskTier:
         self.root, self.folder = root, root / fingerprint_hex
         self.block_shape, self.dtype = block_shape, dtype
         self.payload_bytes = torch.Size(block_shape).numel() * torch.empty(0, dtype=dtype).element_size()
-        self.stats = DiskTierStats(limit_bytes=limit_bytes)
+        self._stats = DiskTierStats(limit_bytes=limit_bytes)
         self._lock = threading.Lock()  # guards _files, _pending and stats between the engine and the writer
         self._files: OrderedDict[Path, int] = OrderedDict()  # every block file under root, least recently used first
         self._pending: dict[bytes, tuple[tuple[int, ...], torch.Tensor]] = {}  # queued, not yet on disk
@@ -58,7 +61,7 @@ class KVDiskTier:
                 self._files[path] = size
         except OSError as error:
             self._disable(error)
-        self.stats.bytes, self.stats.files = sum(self._files.values()), len(self._files)
+        self._stats.bytes = sum(self._files.values())
         self._queue: queue.Queue = queue.Queue()
         self._readers = ThreadPoolExecutor(4, thread_name_prefix="localchat-kv-read")  # I/O and CRC drop the GIL
         self._thread_buffer = threading.local()  # each reader's staging block
@@ -66,33 +69,43 @@ class KVDiskTier:
         self._writer.start()
         self._evict()
 
+    @property
+    def stats(self) -> DiskTierStats:
+        """A snapshot of the tier's use."""
+        with self._lock:
+            return dataclasses.replace(self._stats, files=len(self._files))
+
     def path(self, block_hash: bytes) -> Path:
         return self.folder / f"{block_hash.hex()}{SUFFIX}"
 
     def contains(self, block_hash: bytes) -> bool:
         with self._lock:
-            return bool(self.stats.enabled) and (block_hash in self._pending or self.path(block_hash) in self._files)
+            return self._holds(block_hash)
 
-    def write_behind(self, block_hash: bytes, token_ids: Sequence[int], data: torch.Tensor) -> None:
-        """Queue a block for writing; data is a copy of its K and V that nothing writes into any more."""
+    def write_behind(self, block_hash: bytes, token_ids: Sequence[int], copy: Callable[[], torch.Tensor]) -> None:
+        """Queue a block for writing unless the tier holds it; copy() gives its K and V, taken only then."""
         with self._lock:
-            if not self.stats.enabled or block_hash in self._pending or self.path(block_hash) in self._files:
+            if self._holds(block_hash):
                 return
-            self._pending[block_hash] = (tuple(token_ids), data)
+            self._pending[block_hash] = (tuple(token_ids), copy())
         self._queue.put(block_hash)
+
+    def _holds(self, block_hash: bytes) -> bool:
+        """Whether the block is on disk or queued for it (under the lock)."""
+        return bool(self._stats.enabled) and (block_hash in self._pending or self.path(block_hash) in self._files)
 
     def read_into(self, blocks: list[tuple[bytes, Sequence[int], torch.Tensor]]) -> int:
         """Read blocks (hash, token ids, the cache's memory their K and V go into: a block_shape view) into place;
         returns how many of them, from the first, were on disk and intact (the rest hold garbage)."""
         with self._lock:
-            self.stats.lookups += len(blocks)
+            self._stats.lookups += len(blocks)
         found = 0
         for ok in self._readers.map(lambda block: self._read_one(*block), blocks):
             if not ok:
                 break
             found += 1
         with self._lock:
-            self.stats.hits += found
+            self._stats.hits += found
         return found
 
     def drop(self, hashes: Iterable[bytes]) -> int:
@@ -102,13 +115,18 @@ class KVDiskTier:
             path = self.path(block_hash)
             with self._lock:
                 self._pending.pop(block_hash, None)
-                size = self._files.pop(path, None)
-                if size is not None:
-                    self.stats.bytes, self.stats.files = self.stats.bytes - size, self.stats.files - 1
-            if size is not None:
+                known = self._remove(path)
+            if known:
                 path.unlink(missing_ok=True)
                 dropped += 1
         return dropped
+
+    def _remove(self, path: Path) -> bool:
+        """Take a file out of the tier's count (under the lock); whether it was in it."""
+        size = self._files.pop(path, None)
+        if size is not None:
+            self._stats.bytes -= size
+        return size is not None
 
     def flush(self) -> None:
         """Wait until every queued block is on disk."""
@@ -142,7 +160,7 @@ class KVDiskTier:
         if not ok:
             log.warning("KV block file %s failed its check: deleted, its tokens are computed", path.name)
             with self._lock:
-                self.stats.failed_checks += 1
+                self._stats.failed_checks += 1
             self.drop([block_hash])
         return ok
 
@@ -184,28 +202,30 @@ class KVDiskTier:
         self._queue.task_done()
 
     def _write_one(self, block_hash: bytes, token_ids: tuple[int, ...], data: torch.Tensor) -> None:
-        payload = data.contiguous().cpu().view(torch.uint8).numpy().tobytes()
+        payload = memoryview(data.contiguous().cpu().view(-1).view(torch.uint8).numpy())
         header = HEADER.pack(MAGIC, FORMAT_VERSION, len(token_ids), len(payload), zlib.crc32(payload))
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as out:
+                out.write(header + struct.pack(f"<{len(token_ids)}I", *token_ids))
+                out.write(payload)
+
         path = self.path(block_hash)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        with open(tmp, "wb") as out:
-            out.write(header + struct.pack(f"<{len(token_ids)}I", *token_ids))
-            out.write(payload)
-        tmp.replace(path)
+        write_atomically(path, write)
         size = path.stat().st_size
         with self._lock:
             if block_hash not in self._pending:  # dropped while it was being written
                 path.unlink(missing_ok=True)
                 return
             self._files[path] = size
-            self.stats.bytes, self.stats.files = self.stats.bytes + size, self.stats.files + 1
-            self.stats.written += 1
+            self._stats.bytes += size
+            self._stats.written += 1
         self._evict()
 
     def _disable(self, error: OSError) -> None:
         """Go on without the tier: the engine computes what it would have read."""
         with self._lock:
-            was_enabled, self.stats.enabled = self.stats.enabled, 0
+            was_enabled, self._stats.enabled = self._stats.enabled, 0
             self._pending.clear()
         if was_enabled:
             log.error("the KV cache's disk tier in %s is off: %s (chats are computed again after a restart)",
@@ -215,11 +235,11 @@ class KVDiskTier:
         """Drop the least recently used files until the tier is within its limit."""
         while True:
             with self._lock:
-                if self.stats.bytes <= self.stats.limit_bytes or not self._files:
+                if self._stats.bytes <= self._stats.limit_bytes or not self._files:
                     return
-                path, size = self._files.popitem(last=False)
-                self.stats.bytes, self.stats.files = self.stats.bytes - size, self.stats.files - 1
-                self.stats.evicted += 1
+                path = next(iter(self._files))
+                self._remove(path)
+                self._stats.evicted += 1
             path.unlink(missing_ok=True)
 
 

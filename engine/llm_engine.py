@@ -1,7 +1,6 @@
 """The engine loop: requests in, one batched step at a time, reply deltas out."""
 
 import dataclasses
-import hashlib
 import itertools
 import json
 from collections.abc import Callable, Iterator
@@ -9,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from localchat.engine.block_pool import hash_block
+from localchat.engine.block_pool import root_hash
 from localchat.engine.config import EngineConfig
 from localchat.engine.dirs import user_dir
 from localchat.engine.kv_cache_manager import KVCacheManager
@@ -164,29 +163,13 @@ class LLMEngine:
 
     def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> int:
         """Drop the cached blocks of the token sequences `dropped` (a deleted conversation's branches) that none of
-        `kept` (every other conversation's) shares, from memory and disk; how many block hashes that was."""
-        hashes, shared = set(), set()
-        for token_ids in dropped:
-            hashes.update(self._block_hashes(token_ids))
-        for token_ids in kept:  # a chained hash never meets the dropped ones again once it leaves them
-            for block_hash in self._block_hashes(token_ids):
-                if block_hash not in hashes:
-                    break
-                shared.add(block_hash)
-        self.kv.forget(hashes - shared)
-        return len(hashes - shared)
+        `kept` (every other conversation's) shares, from memory and disk; how many blocks that was."""
+        return self.kv.forget(dropped, kept)
 
     def close(self) -> None:
         """Finish writing the disk tier (the engine may be used no further)."""
         if self.disk is not None:
             self.disk.close()
-
-    def _block_hashes(self, token_ids: list[int]) -> Iterator[bytes]:
-        """The chained hashes of a token sequence's full blocks, in order."""
-        parent, bs = self.kv.pool.root_hash, self.kv.block_size
-        for i in range(len(token_ids) // bs):
-            parent = hash_block(parent, token_ids[i * bs : (i + 1) * bs])
-            yield parent
 
     def stats(self) -> dict[str, int | float]:
         pool = self.kv.pool
@@ -258,8 +241,7 @@ def _disk_tier(config: EngineConfig, fingerprint: str, runner: ModelRunner) -> K
     if not (config.kv_disk_bytes and config.enable_prefix_caching) or runner.kv_cache.device.type != "cpu":
         return None
     root = Path(config.kv_disk_dir) if config.kv_disk_dir else user_dir("cache") / "kv"
-    folder = hashlib.blake2b(fingerprint.encode(), digest_size=8).hexdigest()
-    return KVDiskTier(root, folder, config.kv_disk_bytes, runner.block_shape, runner.dtype)
+    return KVDiskTier(root, root_hash(fingerprint).hex(), config.kv_disk_bytes, runner.block_shape, runner.dtype)
 
 
 def _runs_packed(source, quantization: str, device: torch.device) -> bool:

@@ -14,10 +14,8 @@ conversion.
 
 import hashlib
 import mmap
-import os
 import shutil
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +29,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
 
-from .dirs import user_dir
+from .dirs import user_dir, write_atomically
 from .gguf_header import HELD_AS, GGUFHeader, read_header
 from .model_catalog import EMBEDDED_NAME, SUPPORTED_ARCHITECTURES, embedded_gguf_path
 from .packed_linear import KERNEL_LAYOUT, GGUFMatrix, HeadRowsEmbedding, PackedLinear, pack
@@ -87,14 +85,14 @@ class ModelSource:
         """The safetensors files of every weight with Hugging Face names (a GGUF's are made on first use)."""
         if self.gguf_file is not None and not (self.folder / DENSE_FILE).is_file():
             config = self.config.get_text_config()
-            _write_atomically(self.folder / DENSE_FILE, lambda tmp: _write_dense(self.gguf_file, config, tmp))
+            write_atomically(self.folder / DENSE_FILE, lambda tmp: _write_dense(self.gguf_file, config, tmp))
         return sorted(f for f in self.folder.glob("*.safetensors") if not f.name.startswith("packed-"))
 
     def packed_file(self) -> Path:
         """A GGUF's packed weights (made on first use)."""
         path = self.folder / PACKED_FILE
         if not path.is_file():
-            _write_atomically(path, lambda tmp: _write_packed(self.gguf_file, self.config.get_text_config(), tmp))
+            write_atomically(path, lambda tmp: _write_packed(self.gguf_file, self.config.get_text_config(), tmp))
         return path
 
 
@@ -198,16 +196,6 @@ def _gguf_cache_dir(path: Path) -> Path:
     stat = path.stat()
     key = hashlib.sha256(f"{CACHE_FORMAT}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     return user_dir("cache") / "models" / f"{path.stem}-{key}"
-
-
-def _write_atomically(path: Path, write) -> None:
-    """write(tmp) a file beside `path`, then move it into place: a crash never leaves half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
-    try:
-        write(tmp)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _write_config_and_tokenizer(path: Path, header: GGUFHeader, out: Path) -> None:

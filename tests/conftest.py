@@ -23,10 +23,11 @@ if "LOCALCHAT_HOME" not in os.environ:
     os.environ["LOCALCHAT_HOME"] = tempfile.mkdtemp(prefix="localchat-test-home-")
     atexit.register(shutil.rmtree, os.environ["LOCALCHAT_HOME"], ignore_errors=True)
     kept_cache = Path(os.environ.get("LOCALCHAT_TEST_CACHE", Path(__file__).resolve().parent.parent / ".test-cache"))
-    (Path(os.environ["LOCALCHAT_HOME"]) / "cache").mkdir(mode=0o700)
+    cache = Path(os.environ["LOCALCHAT_HOME"]) / "cache"
+    cache.mkdir(mode=0o700)
     for name in KEPT_CACHE_FOLDERS:
         (kept_cache / name).mkdir(mode=0o700, parents=True, exist_ok=True)
-        (Path(os.environ["LOCALCHAT_HOME"]) / "cache" / name).symlink_to(kept_cache / name)
+        (cache / name).symlink_to(kept_cache / name)
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 # Without a GPU the Triton kernels run in Triton's interpreter, which must be chosen before anything imports

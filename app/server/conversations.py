@@ -71,6 +71,14 @@ class ActiveRequests:
                 if r.conversation_id == conversation_id and (message_id is None or message_id in r.message_ids)}
 
 
+def _path_to(message: Message, by_id: dict[str, Message]) -> list[Message]:
+    """The branch from the root down to message, from a conversation's messages by id."""
+    path = [message]
+    while path[0].parent_id is not None:
+        path.insert(0, by_id[path[0].parent_id])
+    return path
+
+
 class Conversations:
     def __init__(self, store: Store, backend: Backend, active: ActiveRequests):
         self.store, self.backend, self.active = store, backend, active
@@ -116,20 +124,13 @@ class Conversations:
         conversation is a prefix of one of these."""
         messages = self.store.messages(conversation.id, with_tokens=True)
         by_id, parents = {m.id: m for m in messages}, {m.parent_id for m in messages}
-        sequences = []
-        for leaf in (m for m in messages if m.id not in parents):
-            path, at = [], leaf
-            while at is not None:
-                path.insert(0, at)
-                at = by_id.get(at.parent_id) if at.parent_id else None
-            ids, _ = self.prompt(conversation, path)
-            sequences.append(ids)
-        return sequences
+        return [self.prompt(conversation, _path_to(leaf, by_id))[0] for leaf in messages if leaf.id not in parents]
 
     async def forget(self, conversation: Conversation) -> None:
         """Before a conversation is deleted: drop the cached KV blocks that only it used."""
         if self.backend.template is None:
             return
+
         def sequences():
             others = [c for c in self.store.list_conversations() if c.id != conversation.id]
             return self.token_sequences(conversation), [s for c in others for s in self.token_sequences(c)]
@@ -147,10 +148,7 @@ class Conversations:
             if self.backend.template is None or message.model != self.backend.model_name:
                 updates.append((message.id, []))  # prompt() renders it again when it is next needed
                 continue
-            path, parent = [], message.parent_id
-            while parent is not None:
-                path.insert(0, by_id[parent])
-                parent = by_id[parent].parent_id
+            path = _path_to(message, by_id)[:-1]
             updates.append((message.id, self.user_token_ids(conversation, path, message.content)))
         return updates
 

@@ -209,12 +209,11 @@ def test_timestamps_order_the_list(api):
     assert ids.index(a["id"]) < ids.index(b["id"])
 
 
-def disk_blocks(api) -> int:
+def disk_blocks(server) -> int:
     """Blocks in the server's KV disk tier once its writes have settled."""
     seen = None
     for _ in range(100):
-        metrics = dict(line.split() for line in api.get("/metrics").text.splitlines() if line.startswith("localchat_"))
-        count = int(metrics["localchat_kv_disk_blocks"])
+        count = int(server.metrics()["localchat_kv_disk_blocks"])
         if count == seen:
             return count
         seen = count
@@ -222,14 +221,14 @@ def disk_blocks(api) -> int:
     raise AssertionError("the disk tier kept writing")
 
 
-def test_deleting_a_conversation_drops_the_kv_blocks_only_it_used(api):
+def test_deleting_a_conversation_drops_the_kv_blocks_only_it_used(api, server):
     shared = {"system_prompt": SYSTEM, "settings": {"max_tokens": 40, "temperature": 1.0}}
     kept, deleted = (api.post("/api/conversations", json=shared).json()["id"] for _ in range(2))
     for cid, seed in ((kept, 1), (deleted, 2)):  # the same prompt, then replies of their own
         send(api, cid, "Tell me about rivers.", settings={**shared["settings"], "seed": seed})
-    before = disk_blocks(api)
+    before = disk_blocks(server)
     assert api.delete(f"/api/conversations/{deleted}").status_code == 204
-    after = disk_blocks(api)
+    after = disk_blocks(server)
     assert 0 < before - after <= 40 // 16 + 2  # its reply's blocks, not the prompt's that `kept` shares
     events = send(api, kept, "And lakes?", settings={"max_tokens": 2, "temperature": 0.0})
     done = replies(events)[0]

@@ -4,15 +4,15 @@ that restart warm but never reuse another model's, dtype's or weights' blocks.""
 import shutil
 import subprocess
 import sys
+from functools import partial
 
 import pytest
 import torch
 
 from localchat.engine import LLM, SamplingParams
-from localchat.engine.block_pool import hash_block, root_hash
+from localchat.engine.block_pool import hash_block, hash_chain, root_hash
 from localchat.engine.kv_cache_manager import KVCacheManager
 from localchat.engine.kv_disk_tier import KVDiskTier
-from localchat.engine.llm_engine import LLMEngine
 
 SHAPE = (2, 2, 4, 1, 8)  # layers, K/V, block size, kv heads, head dim
 
@@ -36,7 +36,7 @@ def test_a_block_reads_back_bit_for_bit_after_a_restart(tmp_path):
     first = tier(tmp_path)
     data, tokens = block(0), [5, 6, 7, 8]
     key = hash_block(root_hash("model-a"), tokens)
-    first.write_behind(key, tokens, data)
+    first.write_behind(key, tokens, lambda: data)
     first.close()
     again = tier(tmp_path)
     assert again.stats.files == 1 and again.stats.bytes > data.numel() * 4
@@ -50,7 +50,7 @@ def test_a_damaged_block_fails_its_check_is_deleted_and_ends_the_run(tmp_path):
     disk = tier(tmp_path)
     keys = [bytes([i]) * 16 for i in range(3)]
     for i, key in enumerate(keys):
-        disk.write_behind(key, [i] * 4, block(i))
+        disk.write_behind(key, [i] * 4, partial(block, i))
     disk.flush()
     damaged = disk.path(keys[1])
     raw = bytearray(damaged.read_bytes())
@@ -66,16 +66,16 @@ def test_a_damaged_block_fails_its_check_is_deleted_and_ends_the_run(tmp_path):
 
 def test_the_limit_drops_the_least_recently_used_blocks(tmp_path):
     probe = tier(tmp_path / "probe")
-    probe.write_behind(b"p" * 16, [0] * 4, block(0))
+    probe.write_behind(b"p" * 16, [0] * 4, lambda: block(0))
     probe.close()
     size = probe.stats.bytes
     disk = tier(tmp_path / "kv", limit=int(2.5 * size))
     keys = [bytes([i]) * 16 for i in range(4)]
     for i in range(2):
-        disk.write_behind(keys[i], [i] * 4, block(i))
+        disk.write_behind(keys[i], [i] * 4, partial(block, i))
         disk.flush()
     assert read(disk, [(keys[0], [0] * 4)])  # block 0 is now the most recently used
-    disk.write_behind(keys[2], [2] * 4, block(2))
+    disk.write_behind(keys[2], [2] * 4, lambda: block(2))
     disk.flush()
     assert [disk.contains(k) for k in keys[:3]] == [True, False, True]
     assert disk.stats.evicted == 1 and disk.stats.bytes == 2 * size <= disk.stats.limit_bytes
@@ -87,14 +87,14 @@ def test_a_folder_that_cannot_be_made_leaves_the_tier_off(tmp_path, caplog):
     (tmp_path / "file").write_text("not a folder")
     disk = tier(tmp_path / "file" / "kv")
     assert disk.stats.enabled == 0 and "disk tier" in caplog.text
-    disk.write_behind(b"x" * 16, [1] * 4, block(1))
+    disk.write_behind(b"x" * 16, [1] * 4, lambda: block(1))
     disk.flush()
     assert not disk.contains(b"x" * 16) and read(disk, [(b"x" * 16, [1] * 4)]) == []
 
 
 def test_a_restart_scans_every_models_blocks_under_one_limit_and_clears_cut_writes(tmp_path):
     a = tier(tmp_path, fingerprint="model-a")
-    a.write_behind(b"a" * 16, [1] * 4, block(1))
+    a.write_behind(b"a" * 16, [1] * 4, lambda: block(1))
     a.close()
     (a.folder / ".leftover.kv.123").write_bytes(b"half")  # a write cut short by a crash
     b = tier(tmp_path, fingerprint="model-b")
@@ -217,12 +217,11 @@ def test_a_sigkill_during_write_behind_leaves_nothing_torn(tmp_path):
 
 def test_forget_drops_only_the_blocks_no_kept_sequence_shares(tmp_path):
     """Shared prefixes (a system prompt) stay; a kept sequence that shares a longer prefix keeps that much."""
-    engine = LLMEngine.__new__(LLMEngine)  # forget() needs only the KV manager: no model
-    engine.kv = KVCacheManager(8, 4, fingerprint="f")
+    kv = KVCacheManager(8, 4, fingerprint="f")
     deleted = list(range(16))  # four blocks
     kept = [list(range(4)) + [99] * 8, list(range(8)) + [77] * 4]  # share one block, and two blocks
-    hashes = list(engine._block_hashes(deleted))
+    hashes = list(hash_chain(kv.pool.root_hash, deleted, 4))
     dropped = []
-    engine.kv.forget = dropped.extend
-    assert engine.forget([deleted], kept) == 2
+    kv.pool.forget = dropped.extend
+    assert kv.forget([deleted], kept) == 2
     assert set(dropped) == set(hashes[2:])
