@@ -2,7 +2,6 @@
 
 import argparse
 import asyncio
-import os
 import sys
 import warnings
 from importlib.metadata import version
@@ -13,10 +12,6 @@ MODEL_HELP = "a model from `localchat models`: a GGUF file, a safetensors folder
 
 
 def main(argv: list[str] | None = None) -> int:
-    # OpenMP threads that sleep at a barrier instead of spinning: a desktop shares its cores with a browser and
-    # an editor, and spinning torch threads on a busy machine made a decode step several times slower. Read
-    # when torch loads OpenMP, so set before anything imports torch; the environment can still choose.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     parser = argparse.ArgumentParser(prog="localchat", description="A local chat app with its own LLM engine. "
                                      "Without a command it opens the terminal UI.")
     parser.add_argument("--version", action="version", version=f"localchat {version('localchat')}")

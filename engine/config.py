@@ -30,6 +30,9 @@ class EngineConfig:
     # user's cache folder, kv/)
     kv_disk_bytes: int = 0
     kv_disk_dir: str | None = None
+    # CPU threads for the model's kernels: None adapts to the machine's load between steps, from torch's thread
+    # count down to 1 while other processes keep cores busy (see cpu_threads.py); a number fixes it
+    cpu_threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.quantization not in QUANTIZATIONS:
@@ -38,5 +41,7 @@ class EngineConfig:
             raise ValueError("block_size, max_num_seqs and max_num_batched_tokens must be at least 1")
         if self.kv_disk_bytes < 0:
             raise ValueError(f"kv_disk_bytes must be 0 (no disk tier) or more, got {self.kv_disk_bytes}")
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise ValueError(f"cpu_threads must be at least 1, got {self.cpu_threads}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
             raise ValueError(f"num_kv_blocks must be at least 1, got {self.num_kv_blocks}")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from localchat.engine.cpu_threads import single_threaded_copy
 from localchat.engine.dirs import write_atomically
 
 log = logging.getLogger("localchat.engine")
@@ -148,7 +149,7 @@ class KVDiskTier:
         if pending is not None:
             if pending[0] != tuple(token_ids):
                 return False
-            target.copy_(pending[1])
+            single_threaded_copy(target, pending[1])
             return True
         if not on_disk:
             return False
@@ -183,7 +184,7 @@ class KVDiskTier:
             payload = memoryview(staging.view(-1).view(torch.uint8).numpy())
             if file.readinto(payload) != payload_bytes or zlib.crc32(payload) != crc:
                 return False
-        target.copy_(staging)
+        single_threaded_copy(target, staging)
         return True
 
     def _write_loop(self) -> None:

@@ -10,6 +10,7 @@ import torch
 
 from localchat.engine.block_pool import root_hash
 from localchat.engine.config import EngineConfig
+from localchat.engine.cpu_threads import CPUThreads
 from localchat.engine.dirs import user_dir
 from localchat.engine.kv_cache_manager import KVCacheManager
 from localchat.engine.kv_disk_tier import FORMAT_VERSION, KVDiskTier
@@ -64,6 +65,7 @@ class LLMEngine:
                                  self.runner.read_block, self.runner.block_view)
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler()
+        self.cpu_threads = CPUThreads(config.cpu_threads) if self.device.type == "cpu" else None
         self.output = OutputProcessor(self.tokenizer, _eos_token_ids(source, model_config), self.max_model_len)
         self._request_ids = itertools.count()
         self.prompt_tokens = self.cached_prompt_tokens = 0
@@ -118,6 +120,8 @@ class LLMEngine:
         batch = self.scheduler.schedule()
         if not batch.seqs:
             return []
+        if self.cpu_threads is not None:
+            self.cpu_threads.adjust()
         sample_rows = batch.sample_rows
         logits = self.runner.run(batch, sample_rows)
         for seq, n in zip(batch.seqs, batch.num_new_tokens):
@@ -187,6 +191,7 @@ class LLMEngine:
             "num_running": len(self.scheduler.running),
             "num_waiting": len(self.scheduler.waiting),
             "num_preemptions": self.scheduler.num_preemptions,
+            "cpu_threads": self.cpu_threads.threads if self.cpu_threads else 0,
             **self._disk_stats(),
         }
 

@@ -11,6 +11,7 @@ import pytest
 from logit_rows import record_logits, reference_rows
 
 from localchat.engine import LLM, SamplingParams
+from localchat.engine.cpu_threads import CPUThreads
 from localchat.engine.dirs import user_dir
 from localchat.engine.loader import DENSE_FILE, resolve_model
 from localchat.engine.model_catalog import embedded_gguf_path
@@ -73,6 +74,22 @@ def test_a_seeded_request_gives_the_same_tokens_cold_cached_alone_and_batched(ll
     batched_cold = llm.generate(prompts, params)
     tokens = [[o.outputs[0].token_ids for o in run] for run in (alone_cold, batched_cold, batched_cached)]
     assert tokens[0] == tokens[1] == tokens[2]  # alone = batched (cold), cold = cached (batched)
+
+
+def test_the_thread_count_changes_no_token_and_no_logprob(llm):
+    """The engine picks its thread count by the machine's load (cpu_threads.py): replies must not depend on it."""
+    prompts = [llm.engine.apply_chat_template([{"role": "user", "content": q}]) for q in QUESTIONS[:4]]
+    params = [SamplingParams(temperature=0.9, seed=7 + i, max_tokens=24, logprobs=0) for i in range(len(prompts))]
+    runs = []
+    for threads in (1, 2):
+        llm.engine.cpu_threads = CPUThreads(threads)
+        llm.engine.kv.pool.reset_cache()
+        try:
+            outputs = llm.generate(prompts, params)  # batched: prefill of many rows, then decodes
+        finally:
+            llm.engine.cpu_threads = CPUThreads()
+        runs.append([(o.outputs[0].token_ids, o.outputs[0].logprobs) for o in outputs])
+    assert runs[0] == runs[1]
 
 
 def test_an_unsupported_architecture_or_tensor_type_is_refused_at_once(tmp_path):
