@@ -209,7 +209,12 @@ def run_harness(label: str, base_url: str, api_key: str | None, args, note: str,
         command += ["--api-key", api_key]
     log(f"harness: {shlex.join(command).replace(api_key or '@@', 'KEY')}")
     t0 = time.monotonic()
-    done = subprocess.run(command, stdout=subprocess.DEVNULL)  # its progress lines go to stderr
+    limit = args.busy_limit if label.endswith("+busy") else None
+    try:
+        done = subprocess.run(command, stdout=subprocess.DEVNULL, timeout=limit)  # its progress goes to stderr
+    except subprocess.TimeoutExpired:
+        return {"label": label, "error": f"the harness was stopped after {limit} s (--busy-limit)",
+                "seconds": time.monotonic() - t0}
     if done.returncode != 0 or not out.exists():
         return {"label": label, "error": f"harness exited {done.returncode}", "seconds": time.monotonic() - t0}
     return json.loads(out.read_text().splitlines()[-1])
@@ -361,6 +366,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--cache-dir", default=None,
                    help="localchat's cache folder to share (default: a fresh one: the model is converted again)")
     p.add_argument("--busy", action="store_true", help="also run both with one core busy with another process")
+    p.add_argument("--busy-limit", type=float, default=900,
+                   help="seconds a busy run may take before it is stopped and recorded as such (default 900: "
+                        "llama-server -t 2 with one core taken decodes at about 1 tok/s)")
     p.add_argument("--quick", action="store_true", help="the harness's tiny sizes (smoke test; peers-quick.json)")
     p.add_argument("--only", choices=("localchat", "llama.cpp"), default=None, help="run one server only")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="llama-server -t (default: the CPU count)")

@@ -45,6 +45,37 @@ class Tile:
 
 
 @dataclass
+class DecodeGroup:
+    """Decoding sequences (one new token each) whose tiles span the same number of keys, attended in one batched
+    call: `rows` [B] their token rows in the step, `blocks` [B * blocks each] their key blocks, gathered, and
+    `bias` [B * kv_heads, tile rows, keys]: each sequence's tile bias, once per KV head. Each sequence's products
+    run on exactly the shapes of its own tile (see _grouping_is_exact), so its bits are those of attending it
+    alone."""
+
+    rows: torch.Tensor
+    blocks: torch.Tensor
+    bias: torch.Tensor
+
+    def attend(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
+               scale: float) -> None:
+        kv_heads, head_dim = k_cache.shape[2:]
+        seqs, (rows, num_keys) = len(self.rows), self.bias.shape[1:]
+        group = query.shape[1] // kv_heads
+        q = query.index_select(0, self.rows).view(seqs * kv_heads, group, head_dim)
+        if rows > group:
+            q = torch.cat([q, q[:, -1:].expand(seqs * kv_heads, rows - group, head_dim)], dim=1)
+
+        def gather(cache: torch.Tensor) -> torch.Tensor:  # [seqs * kv_heads, num_keys, head_dim], contiguous
+            keys = cache.index_select(0, self.blocks).view(seqs, num_keys, kv_heads, head_dim)
+            return keys.transpose(1, 2).reshape(seqs * kv_heads, num_keys, head_dim)
+
+        keys, values = gather(k_cache), gather(v_cache)
+        scores = torch.baddbmm(self.bias, q, keys.transpose(1, 2), alpha=scale)
+        result = torch.bmm(torch.softmax(scores, dim=-1), values)[:, :group]
+        out.index_copy_(0, self.rows, result.reshape(seqs, kv_heads * group, head_dim))
+
+
+@dataclass
 class AttentionMetadata:
     """Where a step's tokens go in the cache and what each sequence attends to (shared by all layers)."""
 
@@ -66,6 +97,8 @@ class AttentionMetadata:
     prefill_seqs_tensor: torch.Tensor  # the same on the device, for kernels
     views: dict[int | None, list[KeySpan]] = field(default_factory=dict)  # built on first use, by window
     tile_sets: dict[tuple, list[list[Tile]]] = field(default_factory=dict)  # by window, group, head_dim, dtype
+    # by window, kv_heads, group, head_dim, dtype: the decode groups and the sequences attended one by one
+    group_sets: dict[tuple, tuple[list[DecodeGroup], list[int]]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, query_lens: list[int], seq_lens: list[int], block_tables: list[list[int]], block_size: int,
@@ -123,6 +156,33 @@ class AttentionMetadata:
                                    for i, span in enumerate(self.view(window))]
         return self.tile_sets[key]
 
+    def decode_groups(self, window: int | None, kv_heads: int, group: int, head_dim: int, dtype: torch.dtype
+                      ) -> tuple[list[DecodeGroup], list[int]]:
+        """The step's decoding sequences grouped by the keys their tiles span (built once per step, shared by the
+        layers alike), and the sequences left to attend one by one: the prefills, a decode alone in its group,
+        and all of them where grouping would change a bit on this machine (_grouping_is_exact)."""
+        key = (window, kv_heads, group, head_dim, dtype)
+        if key not in self.group_sets:
+            tile_sets = self.tiles(window, group, head_dim, dtype)
+            decodes = self.decode_seqs.tolist()
+            by_keys: dict[int, list[int]] = {}
+            if len(decodes) > 1 and _grouping_is_exact(head_dim, tile_sets[decodes[0]][0].bias.shape[0], dtype,
+                                                       self.positions.device):
+                for i in decodes:  # one tile each, over the whole span, with the same number of rows
+                    by_keys.setdefault(tile_sets[i][0].hi - tile_sets[i][0].lo, []).append(i)
+            groups, grouped = [], set()
+            for seqs in by_keys.values():
+                if len(seqs) < 2:
+                    continue
+                grouped.update(seqs)
+                tables = [self._span_table(i, window)[1] for i in seqs]
+                groups.append(DecodeGroup(
+                    rows=torch.tensor([self.query_start_loc[i] for i in seqs], device=self.positions.device),
+                    blocks=torch.tensor([b for table in tables for b in table], device=self.positions.device),
+                    bias=torch.stack([tile_sets[i][0].bias for i in seqs]).repeat_interleave(kv_heads, dim=0)))
+            self.group_sets[key] = groups, [i for i in range(len(self.query_lens)) if i not in grouped]
+        return self.group_sets[key]
+
     def _tiles(self, seq: int, span: KeySpan, window: int | None, group: int, fewest_rows: int,
                dtype: torch.dtype) -> list[Tile]:
         bs, tiles = self.block_size, []
@@ -145,12 +205,41 @@ class AttentionMetadata:
         return tiles
 
     def _span(self, seq: int, window: int | None) -> KeySpan:
-        new, context, bs = self.query_lens[seq], self.seq_lens[seq], self.block_size
-        first_block = _first_key((context - new) // bs * bs, window) // bs  # what the first new token's block sees
-        table = self.tables[seq][first_block : -(-context // bs)]
+        first_block, table = self._span_table(seq, window)
         blocks = (slice(table[0], table[-1] + 1) if _consecutive(table)
                   else torch.tensor(table, dtype=torch.int64, device=self.positions.device))
-        return KeySpan(blocks, first_block * bs, len(table) * bs)
+        return KeySpan(blocks, first_block * self.block_size, len(table) * self.block_size)
+
+    def _span_table(self, seq: int, window: int | None) -> tuple[int, list[int]]:
+        """The first block that the sequence's first new token's block sees, and the blocks from it on."""
+        new, context, bs = self.query_lens[seq], self.seq_lens[seq], self.block_size
+        first_block = _first_key((context - new) // bs * bs, window) // bs
+        return first_block, self.tables[seq][first_block : -(-context // bs)]
+
+
+@functools.cache
+def _grouping_is_exact(head_dim: int, rows: int, dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether attending decodes as a DecodeGroup (contiguous gathered keys, one batched call) gives the bits of
+    attending each alone (keys read in place, strided, broadcast bias), for key counts of 1 to 128 blocks. BLAS may
+    choose its kernels by strides or batch size; this is measured once per process, and grouping is off where a
+    bit differs."""
+    gen = torch.Generator().manual_seed(0)
+    kv_heads, seqs = 2, 3
+    for num_keys in (16, 48, 304, 1024, 2048):
+        q = torch.randn(seqs, kv_heads, rows, head_dim, generator=gen).to(device, dtype)
+        cache = torch.randn(seqs, num_keys, kv_heads, head_dim, generator=gen).to(device, dtype)
+        bias = torch.zeros(seqs, rows, num_keys, dtype=dtype, device=device)
+        bias[:, :, -3:] = float("-inf")
+        alone = [torch.bmm(torch.softmax(torch.baddbmm(bias[i], q[i], cache[i].transpose(0, 1).transpose(1, 2),
+                                                        alpha=0.125), dim=-1), cache[i].transpose(0, 1))
+                 for i in range(seqs)]
+        keys = cache.transpose(1, 2).reshape(seqs * kv_heads, num_keys, head_dim)
+        scores = torch.baddbmm(bias.repeat_interleave(kv_heads, dim=0), q.reshape(seqs * kv_heads, rows, head_dim),
+                               keys.transpose(1, 2), alpha=0.125)
+        grouped = torch.bmm(torch.softmax(scores, dim=-1), keys).view(seqs, kv_heads, rows, head_dim)
+        if not all(torch.equal(a, g) for a, g in zip(alone, grouped)):
+            return False
+    return True
 
 
 @functools.cache
@@ -212,10 +301,14 @@ class TorchPagedAttention:
         kv_heads, head_dim = k_cache.shape[2:]
         group = query.shape[1] // kv_heads
         tile_sets = meta.tiles(window, group, head_dim, query.dtype)
+        groups, alone = meta.decode_groups(window, kv_heads, group, head_dim, query.dtype)
         out = torch.empty_like(query)
-        for span, tiles in zip(meta.view(window), tile_sets):
-            keys, values = span.read(k_cache), span.read(v_cache)
-            for t in tiles:
+        for decode_group in groups:
+            decode_group.attend(query, k_cache, v_cache, out, scale)
+        spans = meta.view(window)
+        for i in alone:
+            keys, values = spans[i].read(k_cache), spans[i].read(v_cache)
+            for t in tile_sets[i]:
                 q = query[t.start : t.start + t.n].view(t.n, kv_heads, group, head_dim).transpose(0, 1)
                 q = q.reshape(kv_heads, t.n * group, head_dim)
                 padding = t.bias.shape[0] - t.n * group
