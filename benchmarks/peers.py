@@ -7,8 +7,9 @@ llama.cpp's `llama-server` and `localchat serve`, one after the other, in one ru
 - llama-server (built by ../shared/bench/build-llama-cpp.sh) runs with the README's flags:
   `-t THREADS -np 32 -kvu -c 32768 --cache-reuse 256 --host 127.0.0.1 --port PORT` (THREADS: the CPU count).
 - `localchat serve --port PORT` runs with its defaults (plus `--model PATH.gguf` when --model is given) in a fresh
-  temporary LOCALCHAT_HOME; `--cache-dir` shares a cache folder with it (e.g. ~/.cache/localchat, the one a plain
-  `localchat serve` uses) so the model is not converted again on every run. Its token is <home>/config/token.
+  temporary LOCALCHAT_HOME; `--cache-dir` shares the converted models of a cache folder with it (e.g.
+  ~/.cache/localchat, the one a plain `localchat serve` uses) so the model is not converted again on every run; its
+  KV disk tier is always its own. Its token is <home>/config/token.
 - Each server is started fresh for its run and stopped after it. `--busy` runs both once more with a process
   spinning on one core (`while True: pass`), labelled `llama.cpp+busy` and `localchat+busy`.
 - Writes benchmarks/results/peers.json (peers-quick.json with --quick): every run of this invocation with the
@@ -110,13 +111,14 @@ def localchat_version() -> str:
 
 
 def make_home(root: Path, cache_dir: str | None) -> Path:
-    """A fresh LOCALCHAT_HOME; its `cache` is a symlink to cache_dir when given (as tests/support.py make_home)."""
+    """A fresh LOCALCHAT_HOME; with cache_dir, its `cache/models` is a symlink to cache_dir's (the converted model)
+    while the rest of the cache (the KV disk tier) is its own: a run must not read the blocks of the one before."""
     home = root / "home"
-    home.mkdir(parents=True)
+    (home / "cache").mkdir(parents=True)
     if cache_dir:
-        cache = Path(cache_dir).expanduser().resolve()
-        cache.mkdir(parents=True, exist_ok=True)
-        (home / "cache").symlink_to(cache)
+        models = Path(cache_dir).expanduser().resolve() / "models"
+        models.mkdir(parents=True, exist_ok=True)
+        (home / "cache" / "models").symlink_to(models)
     return home
 
 

@@ -31,21 +31,26 @@ class Block:
     block_id: int
     ref_count: int = 0
     hash: bytes | None = None  # set once the block is full and registered in the pool's cache
-    token_ids: tuple[int, ...] = ()  # the tokens a hashed block holds, checked on every hit
+    token_ids: tuple[int, ...] = ()  # the tokens a hashed (or kept partial) block holds, checked on every hit
+    partial_after: bytes | None = None  # a kept partial last block: the hash of the full block before it
 
 
 class BlockPool:
     """Blocks with a reference count each.
 
     A block whose count drops to zero goes into the free queue. The queue's order is the eviction order:
-    blocks that hold nothing worth keeping go to its front, hashed blocks to its back (least recently
-    used first), so a cached prefix survives until every unhashed block and every older prefix is reused.
+    blocks that hold nothing worth keeping go to its front, hashed and kept partial blocks to its back (least
+    recently used first), so a cached prefix survives until every unhashed block and every older prefix is reused.
+
+    A kept partial block is the partial last block of a finished sequence: its tokens' K and V, findable by the
+    hash of the full block before them, so that the next turn of a chat copies them instead of computing them.
     """
 
     def __init__(self, num_blocks: int, fingerprint: str = ""):
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self.cached: dict[bytes, int] = {}  # block hash -> block id
+        self.partials: dict[bytes, int] = {}  # hash of the full block before a kept partial block -> its id
         self.root_hash = root_hash(fingerprint)
         self.on_evict: Callable[[Block], None] | None = None  # hears of a cached block just before it is reused
         self.never_used = set(range(num_blocks))
@@ -76,8 +81,35 @@ class BlockPool:
             del self.cached[block.hash]
             block.hash, block.token_ids = None, ()
             self.num_cached_free -= 1
+        self._drop_partial(block)
         block.ref_count = 1
         return block_id
+
+    def keep_partial(self, block_id: int, parent_hash: bytes, token_ids: Sequence[int]) -> None:
+        """Make a partial block findable after the full block parent_hash (its last owner is about to release it,
+        so nothing writes into it any more); it replaces an older one there."""
+        block = self.blocks[block_id]
+        if block.hash is not None:
+            return
+        old = self.partials.get(parent_hash)
+        if old is not None:
+            self._drop_partial(self.blocks[old])
+        self._drop_partial(block)
+        block.partial_after, block.token_ids = parent_hash, tuple(token_ids)
+        self.partials[parent_hash] = block_id
+
+    def lookup_partial(self, parent_hash: bytes) -> Block | None:
+        """The kept partial block after this full block, if any (its tokens may match the next ones in part)."""
+        block_id = self.partials.get(parent_hash)
+        return None if block_id is None else self.blocks[block_id]
+
+    def _drop_partial(self, block: Block) -> None:
+        """Make a kept partial block unfindable; free, it holds nothing worth keeping now: the first to be reused."""
+        if block.partial_after is not None:
+            del self.partials[block.partial_after]
+            block.partial_after, block.token_ids = None, ()
+            if block.block_id in self.free_queue:
+                self.free_queue.move_to_end(block.block_id, last=False)
 
     def lookup(self, block_hash: bytes, token_ids: Sequence[int]) -> int | None:
         """The cached block holding exactly these tokens after this prefix, if any."""
@@ -100,10 +132,10 @@ class BlockPool:
         block.ref_count -= 1
         if block.ref_count == 0:
             self.free_queue[block_id] = None
-            if block.hash is None:
-                self.free_queue.move_to_end(block_id, last=False)
-            else:
+            if block.hash is not None:
                 self.num_cached_free += 1
+            elif block.partial_after is None:
+                self.free_queue.move_to_end(block_id, last=False)
 
     def register(self, block_id: int, block_hash: bytes, token_ids: Sequence[int]) -> None:
         """Make a full block findable by its hash. A second block with the same content is not registered."""
@@ -113,8 +145,12 @@ class BlockPool:
             self.cached[block_hash] = block_id
 
     def forget(self, hashes: set[bytes]) -> None:
-        """Make these blocks unfindable where no sequence holds them; they become the first to be reused."""
+        """Make these blocks, and the partial blocks kept after them, unfindable where no sequence holds them; they
+        become the first to be reused."""
         for block_hash in hashes:
+            partial = self.lookup_partial(block_hash)
+            if partial is not None and partial.ref_count == 0:
+                self._drop_partial(partial)
             block_id = self.cached.get(block_hash)
             if block_id is not None and self.blocks[block_id].ref_count == 0:
                 block = self.blocks[block_id]
@@ -126,6 +162,7 @@ class BlockPool:
     def reset_cache(self) -> None:
         """Forget every cached prefix (blocks in use keep their contents)."""
         for block in self.blocks:
-            block.hash, block.token_ids = None, ()
+            block.hash, block.token_ids, block.partial_after = None, (), None
         self.cached.clear()
+        self.partials.clear()
         self.num_cached_free = 0

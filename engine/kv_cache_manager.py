@@ -1,5 +1,5 @@
-"""Which KV blocks each sequence owns: prefix hits on admission (in memory, then on disk), slots for new tokens
-with copy-on-write, forks that share every block, and tail-first freeing."""
+"""Which KV blocks each sequence owns: prefix hits on admission (in memory, then on disk, then a kept partial
+block), slots for new tokens with copy-on-write, forks that share every block, and tail-first freeing."""
 
 from collections.abc import Callable
 
@@ -20,6 +20,7 @@ class KVCacheManager:
         self.enable_prefix_caching = enable_prefix_caching
         self.pool = BlockPool(num_blocks, fingerprint)
         self.pending_copies: list[tuple[int, int]] = []  # (src, dst) blocks to copy before the next forward
+        self.copied_partials: list[int] = []  # kept partial blocks held until their copies are handed out
         self.disk = disk if enable_prefix_caching else None
         self.read_block, self.block_view = read_block, block_view
         if self.disk is not None:
@@ -61,23 +62,43 @@ class KVCacheManager:
             found.append(block_hash)
         return found
 
-    def allocate_slots(self, seq: Sequence, num_new_tokens: int, cached_prefix: list[tuple[int, int]] = (),
-                       on_disk: list[bytes] = ()) -> bool:
-        """Make room for seq's next num_new_tokens tokens after its computed ones (and, on admission, after
-        cached_prefix and then the blocks on disk, which are read into their new blocks now: where a file fails
-        its check, the tokens from that block on are computed instead). A shared last block is copied before it
-        is written. False, changing nothing, if the pool has too few free blocks."""
+    def find_partial(self, seq: Sequence, start: int) -> tuple[Block | None, int]:
+        """A kept partial block (BlockPool.keep_partial) after seq's first `start` full blocks, and how many of
+        seq's next tokens it holds (never seq's last token); (None, 0) if none."""
+        if not self.enable_prefix_caching:
+            return None, 0
         bs = self.block_size
-        num_computed = seq.num_computed_tokens + (len(cached_prefix) + len(on_disk)) * bs
+        partial = self.pool.lookup_partial(seq.block_hashes[start - 1] if start else self.pool.root_hash)
+        if partial is None:
+            return None, 0
+        wanted = seq.token_ids[start * bs : min((start + 1) * bs, len(seq) - 1)]
+        held = next((i for i, (a, b) in enumerate(zip(partial.token_ids, wanted)) if a != b),
+                    min(len(partial.token_ids), len(wanted)))
+        return (partial, held) if held else (None, 0)
+
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int, cached_prefix: list[tuple[int, int]] = (),
+                       on_disk: list[bytes] = (), partial: Block | None = None, partial_tokens: int = 0) -> bool:
+        """Make room for seq's next num_new_tokens tokens after its computed ones (and, on admission, after
+        cached_prefix, then the blocks on disk, which are read into their new blocks now: where a file fails its
+        check, the tokens from that block on are computed instead; or else the first partial_tokens of a kept
+        partial block, copied into seq's next block). A shared last block is copied before it is written. False,
+        changing nothing, if the pool has too few free blocks."""
+        bs = self.block_size
+        num_computed = seq.num_computed_tokens + (len(cached_prefix) + len(on_disk)) * bs + partial_tokens
         num_table_blocks = len(seq.block_table) + len(cached_prefix)
         num_new_blocks = self.num_blocks_for(num_computed + num_new_tokens) - num_table_blocks
-        copy_last = num_computed % bs != 0 and self.pool.blocks[seq.block_table[-1]].ref_count > 1
+        copy_last = (partial is None and num_computed % bs != 0
+                     and self.pool.blocks[seq.block_table[-1]].ref_count > 1)  # seq's own partial last block
         revived = sum(1 for _, block_id in cached_prefix if self.pool.blocks[block_id].ref_count == 0)
+        revived += partial is not None and partial.ref_count == 0
         if num_new_blocks + copy_last + revived > self.pool.num_free:
             return False
         for _, block_id in cached_prefix:
             self.pool.share(block_id)
             seq.block_table.append(block_id)
+        if partial is not None:  # held (out of the free queue) until its copy is handed out with the step
+            self.pool.share(partial.block_id)
+            self.copied_partials.append(partial.block_id)
         seq.num_computed_tokens = num_computed
         if copy_last:
             shared = seq.block_table[-1]
@@ -87,6 +108,8 @@ class KVCacheManager:
         new_blocks = [self.pool.allocate() for _ in range(num_new_blocks)]
         if on_disk:
             self._load(seq, on_disk, new_blocks)
+        if partial is not None:
+            self.pending_copies.append((partial.block_id, new_blocks[0]))
         seq.block_table.extend(new_blocks)
         return True
 
@@ -151,7 +174,14 @@ class KVCacheManager:
             self.pool.share(block_id)
 
     def free(self, seq: Sequence) -> None:
-        """Release seq's blocks, last block first, so shared prefixes are the last to be evicted."""
+        """Release seq's blocks, last block first, so shared prefixes are the last to be evicted. A partial last
+        block that seq alone holds is kept (BlockPool.keep_partial): the next turn of a chat finds its tokens."""
+        bs, computed = self.block_size, seq.num_computed_tokens
+        last = computed // bs
+        if self.enable_prefix_caching and computed % bs and last < len(seq.block_table) and \
+                self.pool.blocks[seq.block_table[last]].ref_count == 1:
+            parent = seq.block_hashes[last - 1] if last else self.pool.root_hash
+            self.pool.keep_partial(seq.block_table[last], parent, seq.token_ids[last * bs : computed])
         for block_id in reversed(seq.block_table):
             self.pool.release(block_id)
         seq.block_table.clear()
@@ -162,4 +192,7 @@ class KVCacheManager:
         first time, to clear so that attention never reads uninitialized memory."""
         copies, self.pending_copies = self.pending_copies, []
         cleared, self.pool.first_used = self.pool.first_used, []
+        for block_id in self.copied_partials:  # copied before anything writes into it again (the next forward)
+            self.pool.release(block_id)
+        self.copied_partials.clear()
         return copies, cleared

@@ -191,7 +191,8 @@ class LLMEngine:
             "num_running": len(self.scheduler.running),
             "num_waiting": len(self.scheduler.waiting),
             "num_preemptions": self.scheduler.num_preemptions,
-            "cpu_threads": self.cpu_threads.threads if self.cpu_threads else 0,
+            **({"cpu_threads": self.cpu_threads.threads, "cpu_load_of_others": self.cpu_threads.others}
+               if self.cpu_threads else {}),
             **self._disk_stats(),
         }
 

@@ -65,8 +65,9 @@ class Scheduler:
             seq = self.waiting[0]
             cached = self.kv.find_cached_prefix(seq)
             on_disk = self.kv.find_disk_prefix(seq, len(cached))
-            num_new = min(len(seq) - (len(cached) + len(on_disk)) * self.kv.block_size, budget)
-            if not self.kv.allocate_slots(seq, num_new, cached, on_disk):
+            partial, partial_tokens = (None, 0) if on_disk else self.kv.find_partial(seq, len(cached))
+            num_new = min(len(seq) - (len(cached) + len(on_disk)) * self.kv.block_size - partial_tokens, budget)
+            if not self.kv.allocate_slots(seq, num_new, cached, on_disk, partial, partial_tokens):
                 break
             self.waiting.popleft()
             if seq.num_admissions == 0:

@@ -84,6 +84,10 @@ class SystemController(Controller):
             ("requests_waiting", "gauge", "requests waiting for KV blocks or a batch slot",
              stats.get("num_waiting")),
             ("preemptions_total", "counter", "requests preempted (recomputed later)", stats.get("num_preemptions")),
+            ("cpu_threads", "gauge", "threads the engine's CPU kernels use now (fewer while other processes "
+             "keep cores busy)", stats.get("cpu_threads")),
+            ("cpu_load_of_others", "gauge", "cores' worth of CPU time that other processes took, last measured",
+             stats.get("cpu_load_of_others")),
             ("kv_disk_enabled", "gauge", "1 while the KV cache's disk tier works, 0 once its folder failed",
              stats.get("kv_disk_enabled")),
             ("kv_disk_bytes", "gauge", "disk used by the KV cache's disk tier", stats.get("kv_disk_bytes")),

@@ -235,8 +235,26 @@ class SchedulerMachine(RuleBasedStateMachine):
     def free_queue_puts_cached_blocks_last(self) -> None:
         if self.was_reset:
             return
-        hashed = [self.kv.pool.blocks[b].hash is not None for b in self.kv.pool.free_queue]
-        assert hashed == sorted(hashed), "an unhashed free block is queued behind a cached one"
+        pool = self.kv.pool
+        kept = [pool.blocks[b].hash is not None or pool.blocks[b].partial_after is not None for b in pool.free_queue]
+        assert kept == sorted(kept), "a block holding nothing is queued behind a cached or kept partial one"
+
+    @invariant()
+    def kept_partial_blocks_hold_their_tokens(self) -> None:
+        """A kept partial block holds the K/V of its tokens after exactly the prefix its parent hash names."""
+        pool, bs = self.kv.pool, self.bs
+        assert all(pool.blocks[b].partial_after == h for h, b in pool.partials.items())
+        assert sum(1 for b in pool.blocks if b.partial_after is not None) == len(pool.partials)
+        for h, b in pool.partials.items():
+            block = pool.blocks[b]
+            assert block.hash is None and 0 < len(block.token_ids) < bs
+            first = self.mem.get(self.slot(b, 0))
+            assert first is not None and (len(first) - 1) % bs == 0, f"kept block {b} does not start a block"
+            prefix = first[:-1]
+            assert (chain_hashes(pool, prefix, bs)[-1] if prefix else pool.root_hash) == h
+            for j in range(len(block.token_ids)):
+                assert self.mem.get(self.slot(b, j)) == prefix + tuple(block.token_ids[: j + 1]), (
+                    f"kept block {b} holds other tokens than recorded at slot {j}")
 
     @invariant()
     def cached_blocks_hold_their_tokens(self) -> None:
@@ -345,9 +363,9 @@ def test_free_evicts_the_tail_before_the_head() -> None:
     kv.free(seq)
     unused = [b for b in range(8) if b not in table]
     order = [kv.pool.allocate() for _ in range(8)]
-    # blocks holding nothing first (the partial last one among them), then the cached blocks, tail first
-    assert set(order[:5]) == set(unused) | {table[3]}
-    assert order[5:] == [table[2], table[1], table[0]]
+    # blocks holding nothing first, then the kept partial last block and the cached blocks, tail first
+    assert set(order[:4]) == set(unused)
+    assert order[4:] == [table[3], table[2], table[1], table[0]]
 
 
 def test_eviction_of_the_tail_keeps_the_head_findable() -> None:
@@ -389,8 +407,10 @@ def test_least_recently_freed_prefix_is_evicted_first() -> None:
     kv.free(a)
     kv.free(b)
     probe_a, probe_b = make_seq(kv, [1, 1, 1, 1, 1]), make_seq(kv, [2, 2, 2, 2, 2])
-    kv.pool.allocate(), kv.pool.allocate()  # the two partial blocks
+    kv.pool.allocate()  # a's kept partial block: a was freed first, and its tail goes first
     assert len(kv.find_cached_prefix(probe_a)) == 2 and len(kv.find_cached_prefix(probe_b)) == 2
+    longer_a, longer_b = make_seq(kv, [1, 1, 1, 1, 1, 7]), make_seq(kv, [2, 2, 2, 2, 2, 7])
+    assert kv.find_partial(longer_a, 2) == (None, 0) and kv.find_partial(longer_b, 2)[1] == 1
     kv.pool.allocate(), kv.pool.allocate()
     assert len(kv.find_cached_prefix(probe_a)) == 0 and len(kv.find_cached_prefix(probe_b)) == 2
 
@@ -453,3 +473,34 @@ def test_all_blocks_return_to_the_free_queue() -> None:
         kv.free(seq)
     assert all(b.ref_count == 0 for b in kv.pool.blocks)
     assert sorted(kv.pool.free_queue) == list(range(12))
+
+
+def test_the_next_turn_copies_the_kept_partial_block_instead_of_computing_it() -> None:
+    kv = KVCacheManager(num_blocks=8, block_size=4)
+    first = run_prompt(kv, [1, 2, 3, 4, 5, 6])  # [1 2 3 4] [5 6 . .]
+    partial = first.block_table[1]
+    kv.free(first)
+    turn = make_seq(kv, [1, 2, 3, 4, 5, 6, 7, 8, 9])
+    cached = kv.find_cached_prefix(turn)
+    found, held = kv.find_partial(turn, len(cached))
+    assert len(cached) == 1 and found.block_id == partial and held == 2
+    assert kv.allocate_slots(turn, len(turn) - 4 - held, cached, (), found, held)
+    assert turn.num_computed_tokens == 6 and turn.block_table[0] == cached[0][1]
+    assert kv.pool.blocks[partial].ref_count == 1  # held until the copy is handed out with the step
+    copies, _ = kv.take_block_updates()
+    assert copies == [(partial, turn.block_table[1])] and partial not in turn.block_table
+    assert kv.pool.blocks[partial].ref_count == 0 and kv.find_partial(turn, 1)[0] is found  # still kept
+    kv.free(turn)
+    assert all(b.ref_count == 0 for b in kv.pool.blocks)
+
+
+def test_a_partial_block_that_a_fork_still_holds_is_not_kept() -> None:
+    kv = KVCacheManager(num_blocks=8, block_size=4)
+    parent = run_prompt(kv, [1, 2, 3, 4, 5, 6])
+    child = parent.fork(1, None)
+    kv.fork(child)
+    partial = child.block_table[1]
+    kv.free(parent)  # the child still holds (and may write into) the partial block
+    assert kv.pool.partials == {}
+    kv.free(child)  # the last owner: now it is kept
+    assert list(kv.pool.partials.values()) == [partial]
