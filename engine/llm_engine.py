@@ -38,7 +38,7 @@ class LLMEngine:
         config = config or EngineConfig()
         self.config = config
         progress = on_progress or (lambda stage, fraction: None)
-        progress("preparing the model files (a first start converts the GGUF file)", None)
+        progress("reading the model files", None)
         source = resolve_model(config.model)
         self.model_name = source.name
         self.tokenizer = source.tokenizer
@@ -52,6 +52,8 @@ class LLMEngine:
         num_kv_blocks = config.num_kv_blocks or default_num_blocks(model_config, block_size, self.dtype, self.device)
         self.max_model_len = min(config.max_model_len or limit, num_kv_blocks * block_size)
         self.packed = _runs_packed(source, config.quantization, self.device)
+        if source.needs_conversion(self.packed):
+            progress(f"converting {source.gguf_file.name} for this machine (its first start only)", None)
         total = count_weights(source, self.packed)  # a first start converts the GGUF file here
         weights = _reporting(load_packed(source) if self.packed else load_weights(source, self.dtype), total, progress)
         self.runner = ModelRunner(model_config, weights, self.packed, self.dtype, self.device,

@@ -88,6 +88,12 @@ class ModelSource:
             write_atomically(self.folder / DENSE_FILE, lambda tmp: _write_dense(self.gguf_file, config, tmp))
         return sorted(f for f in self.folder.glob("*.safetensors") if not f.name.startswith("packed-"))
 
+    def needs_conversion(self, packed: bool) -> bool:
+        """Whether loading (packed or dense weights) first converts the GGUF file: its first use on this machine."""
+        if self.gguf_file is None:
+            return False
+        return not (self.folder / (PACKED_FILE if packed else DENSE_FILE)).is_file()
+
     def packed_file(self) -> Path:
         """A GGUF's packed weights (made on first use)."""
         path = self.folder / PACKED_FILE

@@ -14,7 +14,7 @@ class ChatCommands(Provider):
             return []
         groups = self.app.help_groups()[:2]
         return [(binding.description, binding.action) for _, bindings in groups for binding in bindings
-                if binding.show]
+                if "focus_message" not in binding.action]  # every action, the footer's and the rest
 
     async def discover(self) -> Hits:
         for description, action in self.commands():

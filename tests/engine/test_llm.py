@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from localchat.engine import LLM, SamplingParams
+from localchat.engine.loader import resolve_model
 
 pytestmark = pytest.mark.slow  # the embedded model and transformers' reference: left out of `./dev test --fast`
 
@@ -226,9 +227,14 @@ def test_a_prompt_longer_than_the_token_budget_prefills_in_chunks(prompts):
 
 def test_loading_reports_its_progress():
     seen = []
-    LLM(dtype="float32", num_kv_blocks=8, on_progress=lambda stage, fraction: seen.append((stage, fraction)))
+    converts = resolve_model(None).needs_conversion(packed=False)
+    LLM(dtype="float32", num_kv_blocks=8, quantization="none",
+        on_progress=lambda stage, fraction: seen.append((stage, fraction)))
     stages = list(dict.fromkeys(stage for stage, _ in seen))
-    assert stages[0].startswith("preparing the model files")
-    assert stages[1:] == ["loading weights", "allocating the KV cache"]
+    conversion = [stage for stage in stages if stage.startswith("converting")]
+    assert len(conversion) == converts  # said only when the GGUF file is converted
+    assert [stage for stage in stages if stage not in conversion] == [
+        "reading the model files", "loading weights", "allocating the KV cache"]
+    assert not resolve_model(None).needs_conversion(packed=False)
     fractions = [f for stage, f in seen if stage == "loading weights"]
     assert fractions == sorted(fractions) and fractions[0] == 0 and fractions[-1] > 0.99

@@ -47,26 +47,26 @@ def test_the_branch_on_screen_follows_the_active_leaf_then_the_newest_child(tmp_
 @pytest.mark.asyncio
 async def test_keymap_and_theme_come_from_the_config_file(tmp_path):
     config = tmp_path / "tui.toml"
-    config.write_text('theme = "nord"\n\n[keymap]\nnew_chat = "ctrl+y"\nhelp = "f9"\n')
+    config.write_text('theme = "nord"\n\n[keymap]\nnew_chat = "ctrl+r"\nhelp = "f9"\n')
     app = LocalChatApp(client=FakeEngine(), config_file=config)
     async with app.run_test(size=SIZE) as pilot:
         screen = await opened(pilot)
         assert app.theme == "nord"
         await pilot.press("ctrl+n")  # remapped away: does nothing
         assert screen.conversation is not None
-        await pilot.press("ctrl+y")
+        await pilot.press("ctrl+r")
         await wait_until(pilot, lambda: screen.conversation is None and not screen.view.views)
 
         await pilot.press("f9")
         help_screen = await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen) and app.screen)
         rows = {row[3]: row[1] for row in map(help_screen.query_one(DataTable).get_row_at,
                                                range(help_screen.query_one(DataTable).row_count))}
-        assert rows["new_chat"] == "ctrl+y" and rows["regenerate"] == "r" and rows["fork"] == "ctrl+g"
+        assert rows["new_chat"] == "ctrl+r" and rows["regenerate"] == "r" and rows["fork"] == "ctrl+g"
         await pilot.press("escape")
 
         app.theme = "gruvbox"  # chosen in the palette: remembered, the keymap kept
         await wait_until(pilot, lambda: TuiConfig.load(config).theme == "gruvbox")
-        assert TuiConfig.load(config).keymap == {"new_chat": "ctrl+y", "help": "f9"}
+        assert TuiConfig.load(config).keymap == {"new_chat": "ctrl+r", "help": "f9"}
 
 
 @pytest.mark.asyncio
@@ -92,9 +92,11 @@ async def test_the_command_palette_lists_the_chat_actions(tmp_path):
         assert screen.leaf == "m_a3"
         tree = tree_screen.query_one(Tree)
         assert tree.cursor_node.data == "m_a3"  # the branch on screen is where the outline starts
-        first_reply = tree.root.children[0].children[0]
+        # the outline indents only where the chat branches: the question, then its two replies one level in
+        question, first_reply, second_reply = tree.root.children
+        assert not question.allow_expand and str(question.label).startswith("● You:")
         assert first_reply.data == "m_a1" and str(first_reply.label).startswith("○ Assistant:")
-        assert str(tree.root.children[0].children[1].label).startswith("● Assistant:")  # on the shown path
+        assert str(second_reply.label).startswith("● Assistant:")  # on the shown path
         tree.move_cursor(first_reply)
         await pilot.press("enter")
         await wait_until(pilot, lambda: screen.view.views[-1].message.id == "m_a1")

@@ -26,22 +26,31 @@ class BranchTreeScreen(ModalScreen[str | None]):
             yield Label("Branches (enter shows one)", classes="dialog-title")
             tree: Tree[str] = Tree(self.chat_title, id="branches")
             tree.root.expand()
-            self.add_children(tree.root, None)
+            self.add_after(tree.root, None)
             yield tree
 
-    def add_children(self, node: TreeNode, parent_id: str | None) -> None:
-        for message_id in self.branches.children.get(parent_id, []):
-            message = self.branches.messages[message_id]
-            who = "You" if message.role == "user" else "Assistant"
-            text = " ".join(message.content.split())
-            on_path = message_id in self.shown
-            label = Text.assemble("● " if on_path else "○ ", (f"{who}: ", "bold"),
-                                  text[:PREVIEW] + ("…" if len(text) > PREVIEW else ""),
-                                  style=f"bold {self.app.current_theme.accent}" if on_path else "")
-            child = node.add(label, data=message_id, expand=True)
-            self.add_children(child, message_id)
-            if not self.branches.children.get(message_id):
-                child.allow_expand = False
+    def add_after(self, node: TreeNode, message_id: str | None) -> None:
+        """The messages after message_id: a lone reply continues in node, one under another; where there are
+        several, each starts a node of its own, one level in, that holds the rest of its branch. The outline indents
+        only where the chat branches."""
+        children = self.branches.children.get(message_id, [])
+        while len(children) == 1:
+            message_id = children[0]
+            node.add_leaf(self.label(message_id), data=message_id)
+            children = self.branches.children.get(message_id, [])
+        for child in children:
+            branch = node.add(self.label(child), data=child, expand=True)
+            self.add_after(branch, child)
+            branch.allow_expand = bool(branch.children)
+
+    def label(self, message_id: str) -> Text:
+        message = self.branches.messages[message_id]
+        who = "You" if message.role == "user" else "Assistant"
+        text = " ".join(message.content.split())
+        on_path = message_id in self.shown
+        return Text.assemble("● " if on_path else "○ ", (f"{who}: ", "bold"),
+                             text[:PREVIEW] + ("…" if len(text) > PREVIEW else ""),
+                             style=f"bold {self.app.current_theme.accent}" if on_path else "")
 
     def on_mount(self) -> None:
         tree = self.query_one(Tree)

@@ -2,11 +2,12 @@
 
 import time
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input
+from textual.widgets import Footer, Header, Input, TextArea
 
 from localchat.app.client.engine_client import EngineClient
 from localchat.app.protocol import (
@@ -30,6 +31,7 @@ from localchat.tui.screens.prompt import PromptScreen
 from localchat.tui.screens.search import SearchScreen
 from localchat.tui.screens.settings import ChatSettings, SettingsScreen
 from localchat.tui.widgets.chat_list import ChatList
+from localchat.tui.widgets.composer import Composer
 from localchat.tui.widgets.conversation_view import ConversationView
 from localchat.tui.widgets.message_view import ChatMessage
 
@@ -37,18 +39,19 @@ DEFAULT_FORK_N = 3
 
 
 class ChatScreen(Screen):
+    # the footer shows the first keys (it must fit 80 columns); F1 lists every key
     BINDINGS = [
-        Binding("ctrl+n", "new_chat", "New chat", id="new_chat"),
-        Binding("f2", "rename", "Rename", id="rename"),
-        Binding("f8", "delete_chat", "Delete chat", id="delete_chat"),
-        Binding("ctrl+f", "search", "Search", id="search"),
-        Binding("ctrl+s", "settings", "Settings", id="settings"),
-        Binding("ctrl+t", "branch_tree", "Branches", id="branch_tree"),
-        Binding("ctrl+g", "fork", "Fork N", id="fork"),
-        Binding("ctrl+o", "export", "Export", id="export"),
-        Binding("escape", "stop", "Stop", id="stop"),
-        Binding("ctrl+b", "toggle_sidebar", "Sidebar", id="toggle_sidebar"),
         Binding("f1", "help", "Help", id="help"),
+        Binding("ctrl+n", "new_chat", "New chat", id="new_chat"),
+        Binding("ctrl+f", "search", "Search", id="search"),
+        Binding("ctrl+g", "fork", "Fork N", id="fork"),
+        Binding("ctrl+t", "branch_tree", "Branches", id="branch_tree"),
+        Binding("escape", "stop", "Stop", id="stop"),
+        Binding("ctrl+s", "settings", "Settings", id="settings", show=False),
+        Binding("f2", "rename", "Rename", id="rename", show=False),
+        Binding("f8", "delete_chat", "Delete chat", id="delete_chat", show=False),
+        Binding("ctrl+o", "export", "Export", id="export", show=False),
+        Binding("ctrl+b", "toggle_sidebar", "Sidebar", id="toggle_sidebar", show=False),
     ]
 
     def __init__(self, client: EngineClient):
@@ -59,6 +62,8 @@ class ChatScreen(Screen):
         self.leaf: str | None = None  # the end of the branch on screen
         self.fork_n: dict[str, int] = {}  # per chat
         self.generating_in: str | None = None  # the chat whose replies are being written
+        self.writing = False  # a send, regenerate or edit runs (set before its worker starts)
+        self.focus_reply = False  # focus the new reply when it starts (a regenerate from a focused message)
         self.picker: ForkPicker | None = None
 
     def compose(self) -> ComposeResult:
@@ -68,7 +73,8 @@ class ChatScreen(Screen):
                 yield ChatList(id="chats")
             with Vertical(id="main"):
                 yield ConversationView(id="conversation")
-                yield Input(placeholder="Message (enter sends, ctrl+g asks for N replies, f1 keys)", id="composer")
+                yield Composer(placeholder="Message (enter sends, shift+enter or ctrl+j: new line, ctrl+g: N replies, "
+                                           "f1: keys)", id="composer")
         yield Footer()
 
     @property
@@ -76,8 +82,17 @@ class ChatScreen(Screen):
         return self.query_one(ConversationView)
 
     @property
-    def composer(self) -> Input:
-        return self.query_one("#composer", Input)
+    def composer(self) -> Composer:
+        return self.query_one("#composer", Composer)
+
+    def on_key(self, event: events.Key) -> None:
+        """Printable text always goes to the message box, wherever the focus is, unless the key is a binding there
+        (a focused message's r, e, c...: Textual checks bindings after the key has bubbled up to here)."""
+        if (event.is_printable and event.character and not isinstance(self.focused, Input | TextArea)
+                and event.key not in self.active_bindings):
+            event.stop()
+            self.composer.focus()
+            self.composer.insert(event.character)
 
     def on_mount(self) -> None:
         self.composer.focus()
@@ -153,7 +168,8 @@ class ChatScreen(Screen):
             await self.open(hit.conversation_id, leaf=MessageTree.of(tree).newest_leaf(hit.message_id))
             await self.query_one(ChatList).show(await self.client.list_conversations(), hit.conversation_id)
             if (view := self.view.view_of(hit.message_id)) is not None:
-                view.focus()
+                view.scroll_visible(top=True)
+            self.composer.focus()  # the hit is shown; typing goes on in the message box
 
     def action_toggle_sidebar(self) -> None:
         self.query_one("#sidebar").toggle_class("-hidden")
@@ -174,7 +190,8 @@ class ChatScreen(Screen):
         return views[-1] if views else None
 
     def action_focus_message(self, delta: int) -> None:
-        views, target = self.view.views, self.target
+        """The message before or after the focused one; from anywhere else, the last message."""
+        views, target = self.view.views, self.focused
         at = views.index(target) + delta if target in views else len(views) - 1
         if 0 <= at < len(views):
             views[at].focus()
@@ -274,20 +291,20 @@ class ChatScreen(Screen):
 
     # --- writing replies ---
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
+    def on_composer_submitted(self, event: Composer.Submitted) -> None:
         self.send(n=1)
 
     def action_fork(self) -> None:
         """N replies: to the text in the message box, else beside the focused (or last) reply."""
-        if self.composer.value.strip() or self.target is None:
+        if self.composer.text.strip() or self.target is None:
             self.send(n=self.n_of(self.conversation.id) if self.conversation else DEFAULT_FORK_N)
         else:
             self.regenerate(self.n_of(self.conversation.id))
 
     def send(self, n: int) -> None:
-        text = self.composer.value.strip()
+        text = self.composer.text.strip()
         if text and self.can_generate():
-            self.composer.value = ""
+            self.composer.clear()
             self.write_replies(lambda conversation_id: self.client.send(conversation_id, text, self.leaf, n=n))
 
     def action_regenerate(self) -> None:
@@ -296,6 +313,7 @@ class ChatScreen(Screen):
     def regenerate(self, n: int) -> None:
         if self.target is not None and self.can_generate():
             message_id = self.target.message.id
+            self.focus_reply = isinstance(self.focused, ChatMessage)  # keep a focused message's keys (←/→) at hand
             self.write_replies(lambda conversation_id: self.client.regenerate(conversation_id, message_id, n=n))
 
     def action_edit(self) -> None:
@@ -308,14 +326,15 @@ class ChatScreen(Screen):
         message_id = target.message.id
 
         def resend(content: str | None) -> None:
-            if content and content.strip() != target.message.content:
+            if content and content.strip() != target.message.content and self.can_generate():
                 self.write_replies(lambda conversation_id: self.client.edit(conversation_id, message_id, content))
 
         self.app.push_screen(PromptScreen("Edit and resend (a new branch)", target.message.content, multiline=True,
                                           action="Send"), resend)
 
     def can_generate(self) -> bool:
-        if self.generating_in is not None:
+        """One reply (or one set of N) at a time: a key press while one is written is refused, not queued."""
+        if self.writing:
             self.notify("A reply is being written; esc stops it", severity="warning")
             return False
         return True
@@ -328,17 +347,22 @@ class ChatScreen(Screen):
     async def stop_generation(self) -> None:
         await self.client.stop(self.generating_in)
 
+    def write_replies(self, start) -> None:
+        """Stream the events of start(conversation id) (a send, regenerate or edit) into the screen. The slot is
+        taken now, before the worker runs: a second key press in between is refused (can_generate)."""
+        self.writing = True
+        self.stream_replies(start)
+
     @engine_work(group="generation")
-    async def write_replies(self, start) -> None:
-        """Stream the events of start(conversation id) (a send, regenerate or edit) into the screen."""
-        conversation = self.conversation or await self.create_chat()
-        self.generating_in = conversation.id
+    async def stream_replies(self, start) -> None:
         try:
+            conversation = self.conversation or await self.create_chat()
+            self.generating_in = conversation.id
             async for event in start(conversation.id):
                 if self.conversation is not None and self.conversation.id == conversation.id:
                     await self.show_event(event)
         finally:
-            self.generating_in = None
+            self.generating_in, self.writing, self.focus_reply = None, False, False
             self.load_chats()
 
     async def show_event(self, event: StreamEvent) -> None:
@@ -353,6 +377,8 @@ class ChatScreen(Screen):
                     self.branches.add(reply)
                 if len(replies) == 1:
                     await self.show_branch(ids[0])
+                    if self.focus_reply:
+                        self.view.view_of(ids[0]).focus()
                 else:
                     await self.show_branch(parent_id)
                     self.picker = ForkPicker(replies, stop=self.stop_generation)

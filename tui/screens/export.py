@@ -4,6 +4,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import platformdirs
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -19,9 +20,18 @@ class ExportChoice:
     path: Path
 
 
+def export_folder() -> Path:
+    """The user's downloads folder, else documents folder, else home (never the current folder: with ./dev that is
+    the source checkout)."""
+    for folder in (platformdirs.user_downloads_path(), platformdirs.user_documents_path()):
+        if folder.is_dir():
+            return folder
+    return Path.home()
+
+
 def default_path(title: str, format: str) -> Path:
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", title).strip(".-")[:60] or "chat"
-    return Path.cwd() / f"{name}{EXTENSIONS[format]}"
+    return export_folder() / f"{name}{EXTENSIONS[format]}"
 
 
 class ExportScreen(ModalScreen[ExportChoice | None]):

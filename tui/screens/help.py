@@ -7,6 +7,18 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
 
 
+class KeyTable(DataTable):
+    """The list of keys; Home and End go to its first and last row."""
+
+    BINDINGS = [Binding("home", "first_row", show=False), Binding("end", "last_row", show=False)]
+
+    def action_first_row(self) -> None:
+        self.move_cursor(row=0)
+
+    def action_last_row(self) -> None:
+        self.move_cursor(row=self.row_count - 1)
+
+
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,f1,q", "dismiss", "Close", id="cancel")]
 
@@ -17,7 +29,9 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="help"):
             yield Label("Keys", classes="dialog-title")
-            yield DataTable(cursor_type="row", zebra_stripes=True)
+            yield KeyTable(cursor_type="row", zebra_stripes=True)
+            yield Label("A message's keys act on the focused message: ↑ in the message box (or Shift+Tab) focuses "
+                        "the last one, ↑/↓ move between them, Tab goes back to the message box.", markup=False)
             yield Label(f"Remap keys in {self.config_path}, [keymap]: binding id = \"keys\". "
                         "Ctrl+P: command palette (themes too).", markup=False)
 

@@ -23,7 +23,7 @@ class LoadingScreen(Screen):
         with Middle(), Center(id="loading"):
             yield Label("localchat", classes="dialog-title")
             yield Label("Looking for the engine…", id="stage")
-            yield ProgressBar(total=None, show_eta=False, id="progress")
+            yield ProgressBar(total=None, show_eta=False, show_percentage=False, id="progress")
 
     def on_mount(self) -> None:
         self.connect_engine()
@@ -43,4 +43,5 @@ class LoadingScreen(Screen):
             return
         self.query_one("#stage", Label).update(f"Loading the model: {progress.stage}")
         bar = self.query_one(ProgressBar)
+        bar.show_percentage = progress.fraction is not None  # a stage without a fraction shows no "--%"
         bar.update(total=None if progress.fraction is None else 1.0, progress=progress.fraction or 0.0)

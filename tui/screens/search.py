@@ -19,7 +19,8 @@ def hit_label(hit: SearchHit) -> Content:
 
 
 class SearchScreen(ModalScreen[SearchHit | None]):
-    BINDINGS = [Binding("escape", "dismiss(None)", "Close", id="cancel")]
+    BINDINGS = [Binding("escape", "dismiss(None)", "Close", id="cancel"),
+                Binding("down", "to_hits", "Results", show=False)]  # from the query box (the list takes its own ↓)
 
     def __init__(self, client: EngineClient):
         super().__init__()
@@ -37,10 +38,13 @@ class SearchScreen(ModalScreen[SearchHit | None]):
         self.search(event.value.strip())
 
     def on_input_submitted(self) -> None:
+        self.action_to_hits()
+
+    def action_to_hits(self) -> None:
         hits = self.query_one(OptionList)
         if self.hits:
             hits.focus()
-            hits.highlighted = 0
+            hits.highlighted = hits.highlighted or 0
 
     @engine_work(exclusive=True)
     async def search(self, query: str) -> None:

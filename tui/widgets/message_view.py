@@ -98,8 +98,8 @@ class ChatMessage(MessageView, can_focus=True):
         Binding("r", "screen.regenerate", "Regenerate", id="regenerate"),
         Binding("e", "screen.edit", "Edit", id="edit"),
         Binding("f", "screen.fork", "Fork N", id="fork_here"),
-        Binding("c", "screen.copy_message", "Copy", id="copy_message"),
-        Binding("y", "screen.copy_code", "Copy code", id="copy_code"),
+        Binding("c", "screen.copy_message", "Copy", id="copy_message", show=False),
+        Binding("y", "screen.copy_code", "Copy code", id="copy_code", show=False),
         Binding("up", "screen.focus_message(-1)", "Previous message", show=False, id="message_previous"),
         Binding("down", "screen.focus_message(1)", "Next message", show=False, id="message_next"),
     ]
