@@ -1,6 +1,7 @@
 """A stand-in for EngineClient with fixed data, for snapshots and for tests that need no model: the same
 methods, returning fixed Structs (fixed ids, timestamps and stats) so that every screenshot is the same."""
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -18,6 +19,7 @@ from localchat.app.protocol import (
     StartEvent,
     StopResult,
     StreamEvent,
+    UserEvent,
 )
 
 T0 = 1_700_000_000.0
@@ -64,6 +66,7 @@ class FakeEngine:
         }
         self.messages = {"c_sort": list(MESSAGES), "c_cats": [], "c_rust": []}
         self.fail_with: Exception | None = None  # raised by every call, to play a lost engine
+        self.hold: asyncio.Event | None = None  # when set, replies stream their first words and wait for it
 
     def _check(self) -> None:
         if self.fail_with is not None:
@@ -96,7 +99,19 @@ class FakeEngine:
 
     async def search(self, query: str, limit: int = 50) -> list[SearchHit]:
         self._check()
-        return []
+        return [SearchHit(conversation_id=cid, conversation_title=self.conversations[cid].title, message_id=m.id,
+                          role=m.role, snippet=m.content[:60])
+                for cid, messages in self.messages.items() for m in messages
+                if query and query.lower() in m.content.lower()][:limit]
+
+    async def send(self, conversation_id: str, text: str, parent_id: str | None, n: int = 1, settings=None
+                   ) -> AsyncIterator[StreamEvent]:
+        user = message(f"m_s{len(self.messages[conversation_id])}", parent_id, "user", text, 30, None,
+                       conversation_id)
+        self.messages[conversation_id].append(user)
+        yield UserEvent(message=user)
+        async for event in self._replies(conversation_id, user.id, n):
+            yield event
 
     async def stop(self, conversation_id: str, message_id: str | None = None) -> StopResult:
         return StopResult(stopped=[])
@@ -108,11 +123,14 @@ class FakeEngine:
         return self._replies(conversation_id, parent_id, n)
 
     async def _replies(self, conversation_id: str, parent_id: str, n: int) -> AsyncIterator[StreamEvent]:
-        ids = [f"m_f{i}" for i in range(1, n + 1)]
+        first = len(self.messages[conversation_id])
+        ids = [f"m_f{first + i}" for i in range(1, n + 1)]
         yield StartEvent(parent_id=parent_id, message_ids=ids)
         for i, id in enumerate(ids):
             for word in FORKED[i % len(FORKED)].split(" "):
                 yield DeltaEvent(message_id=id, index=i, text=word + " ")
+                if self.hold is not None:
+                    await self.hold.wait()
         for i, id in enumerate(ids):
             reply = message(id, parent_id, "assistant", FORKED[i % len(FORKED)], 20 + i, stats(88, 80, 8 + i),
                             conversation_id)

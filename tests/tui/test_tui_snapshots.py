@@ -12,7 +12,9 @@ SIZE = (120, 36)
 
 
 def app(tmp_path) -> LocalChatApp:
-    return LocalChatApp(client=FakeEngine(), config_file=tmp_path / "tui.toml")
+    app = LocalChatApp(client=FakeEngine(), config_file=tmp_path / "tui.toml")
+    app.animation_level = "none"  # a focused message scrolls into view at once: the same frame every run
+    return app
 
 
 async def branched_chat_shown(pilot: Pilot) -> ChatScreen:
@@ -41,3 +43,4 @@ def test_n_reply_picker(snap_compare, tmp_path):
         await pilot.pause()
 
     assert snap_compare(app(tmp_path), terminal_size=SIZE, run_before=three_replies)
+

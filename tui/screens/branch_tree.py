@@ -34,22 +34,29 @@ class BranchTreeScreen(ModalScreen[str | None]):
         several, each starts a node of its own, one level in, that holds the rest of its branch. The outline indents
         only where the chat branches."""
         children = self.branches.children.get(message_id, [])
+        depth = self.depth(node)
         while len(children) == 1:
             message_id = children[0]
-            node.add_leaf(self.label(message_id), data=message_id)
+            node.add_leaf(self.label(message_id, depth), data=message_id)
             children = self.branches.children.get(message_id, [])
         for child in children:
-            branch = node.add(self.label(child), data=child, expand=True)
+            branch = node.add(self.label(child, depth), data=child, expand=True)
             self.add_after(branch, child)
             branch.allow_expand = bool(branch.children)
 
-    def label(self, message_id: str) -> Text:
+    @staticmethod
+    def depth(node: TreeNode) -> int:
+        return 0 if node.parent is None else 1 + BranchTreeScreen.depth(node.parent)
+
+    def label(self, message_id: str, depth: int) -> Text:
+        """The message's first words, as many as fit beside the outline's indent (at most PREVIEW characters)."""
         message = self.branches.messages[message_id]
         who = "You" if message.role == "user" else "Assistant"
         text = " ".join(message.content.split())
+        room = max(12, min(PREVIEW, self.app.size.width - 30 - 4 * depth - len(who)))
         on_path = message_id in self.shown
         return Text.assemble("● " if on_path else "○ ", (f"{who}: ", "bold"),
-                             text[:PREVIEW] + ("…" if len(text) > PREVIEW else ""),
+                             text[:room] + ("…" if len(text) > room else ""),
                              style=f"bold {self.app.current_theme.accent}" if on_path else "")
 
     def on_mount(self) -> None:

@@ -45,7 +45,7 @@ class ChatScreen(Screen):
         Binding("ctrl+n", "new_chat", "New chat", id="new_chat"),
         Binding("ctrl+f", "search", "Search", id="search"),
         Binding("ctrl+g", "fork", "Fork N", id="fork"),
-        Binding("ctrl+t", "branch_tree", "Branches", id="branch_tree"),
+        Binding("ctrl+t", "branch_tree", "Branches", id="branch_tree", show=False),
         Binding("escape", "stop", "Stop", id="stop"),
         Binding("ctrl+s", "settings", "Settings", id="settings", show=False),
         Binding("f2", "rename", "Rename", id="rename", show=False),
@@ -75,7 +75,7 @@ class ChatScreen(Screen):
                 yield ConversationView(id="conversation")
                 yield Composer(placeholder="Message (enter sends, shift+enter or ctrl+j: new line, ctrl+g: N replies, "
                                            "f1: keys)", id="composer")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)  # Ctrl+P is in the help (F1)
 
     @property
     def view(self) -> ConversationView:

@@ -89,15 +89,18 @@ class MessageView(Vertical):
             stats.update(describe_stats(message.stats))
 
 
+BRANCH = Binding.Group("Branch")  # ← and → as one footer entry
+
+
 class ChatMessage(MessageView, can_focus=True):
     """A message of the branch on screen; keys act on the focused one."""
 
     BINDINGS = [
-        Binding("left", "screen.switch_branch(-1)", "Prev branch", id="branch_previous"),
-        Binding("right", "screen.switch_branch(1)", "Next branch", id="branch_next"),
+        Binding("left", "screen.switch_branch(-1)", "Prev branch", id="branch_previous", group=BRANCH),
+        Binding("right", "screen.switch_branch(1)", "Next branch", id="branch_next", group=BRANCH),
         Binding("r", "screen.regenerate", "Regenerate", id="regenerate"),
         Binding("e", "screen.edit", "Edit", id="edit"),
-        Binding("f", "screen.fork", "Fork N", id="fork_here"),
+        Binding("f", "screen.fork", "Fork N", id="fork_here", show=False),
         Binding("c", "screen.copy_message", "Copy", id="copy_message", show=False),
         Binding("y", "screen.copy_code", "Copy code", id="copy_code", show=False),
         Binding("up", "screen.focus_message(-1)", "Previous message", show=False, id="message_previous"),
