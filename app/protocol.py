@@ -10,9 +10,6 @@ from typing import Literal
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-MAX_N = 16  # most replies one request may ask for (the engine's LIMITS["n"]; the terminal UI checks it)
-
-
 # --- OpenAI-compatible (/v1) ---------------------------------------------------------------------
 
 

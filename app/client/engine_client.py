@@ -22,6 +22,7 @@ from localchat.app.protocol import (
     ConversationUpdate,
     EditMessage,
     Health,
+    Limits,
     LoginCode,
     Regenerate,
     SamplingSettings,
@@ -94,6 +95,10 @@ class EngineClient:
 
     async def health(self) -> Health:
         return await self._call("GET", "/health", kind=Health)
+
+    async def limits(self) -> Limits:
+        """The range of every sampling setting, as the engine checks them."""
+        return await self._call("GET", "/api/limits", kind=Limits)
 
     async def metrics(self) -> dict[str, float]:
         """/metrics as {name without the localchat_ prefix: value}."""

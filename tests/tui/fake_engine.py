@@ -12,6 +12,8 @@ from localchat.app.protocol import (
     DeltaEvent,
     DoneEvent,
     Health,
+    Limit,
+    Limits,
     Message,
     ReplyStats,
     SamplingSettings,
@@ -21,6 +23,7 @@ from localchat.app.protocol import (
     StreamEvent,
     UserEvent,
 )
+from localchat.engine.sampling_params import LIMITS, MAX_STOP_STRINGS, MIN_TEMPERATURE
 
 T0 = 1_700_000_000.0
 
@@ -78,6 +81,10 @@ class FakeEngine:
     async def health(self) -> Health:
         self._check()
         return Health(status="ready", model="SmolLM2", backend="embedded", pid=1, version="0")
+
+    async def limits(self) -> Limits:
+        return Limits(sampling={name: Limit(low, high) for name, (low, high) in LIMITS.items()},
+                      min_temperature=MIN_TEMPERATURE, max_stop_strings=MAX_STOP_STRINGS)
 
     async def list_conversations(self) -> list[Conversation]:
         self._check()

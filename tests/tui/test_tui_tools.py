@@ -89,6 +89,13 @@ async def test_settings_modal_saves_the_system_prompt_and_sampling(client, tmp_p
         await pilot.pause()
         assert pilot.app.screen is modal and "number" in str(modal.query_one("#settings-error", Label).visual)
         modal.query_one("#max-tokens", Input).value = "20"
+        modal.query_one("#temperature", Input).value = "3"  # out of the engine's range (GET /api/limits)
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert pilot.app.screen is modal and "0.0 to 2.0" in str(modal.query_one("#settings-error", Label).visual)
+        for field, value in {"temperature": "0.5", "top-k": "40", "min-p": "0.05", "presence-penalty": "0.5"}.items():
+            modal.query_one(f"#{field}", Input).value = value
+        modal.query_one("#stop", TextArea).text = "\n\nTHE END\n"
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: pilot.app.screen is screen and screen.fork_n.get(conversation.id) == 2)
         await wait_until(pilot, lambda: screen.conversation.system_prompt == "Answer like a pirate.")
@@ -97,6 +104,8 @@ async def test_settings_modal_saves_the_system_prompt_and_sampling(client, tmp_p
         assert stored.system_prompt == "Answer like a pirate."
         assert (stored.settings.temperature, stored.settings.top_p, stored.settings.max_tokens,
                 stored.settings.seed) == (0.5, 0.8, 20, 7)
+        assert (stored.settings.top_k, stored.settings.min_p, stored.settings.presence_penalty,
+                stored.settings.stop) == (40, 0.05, 0.5, ["THE END"])  # the web UI's settings, here too
 
         await pilot.press(*"Hi", "enter")  # the saved settings apply to the next reply
         reply = await reply_written(pilot, screen)

@@ -270,7 +270,8 @@ class ChatScreen(Screen):
     @engine_work()
     async def edit_settings(self) -> None:
         conversation = self.conversation or await self.create_chat()
-        choice = await self.app.push_screen_wait(SettingsScreen(conversation, self.n_of(conversation.id)))
+        limits = await self.client.limits()
+        choice = await self.app.push_screen_wait(SettingsScreen(conversation, self.n_of(conversation.id), limits))
         if choice is not None:
             await self.save_settings(conversation.id, choice)
 

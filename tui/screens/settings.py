@@ -1,15 +1,28 @@
-"""A chat's system prompt and sampling settings, and N (how many replies "fork" asks for)."""
+"""A chat's system prompt and sampling settings, and N (how many replies "fork" asks for). Every field is checked
+against the engine's limits (GET /api/limits), the ones the web UI and the server use."""
 
 from dataclasses import dataclass
 
 import msgspec
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid, Horizontal, Vertical
+from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, TextArea
 
-from localchat.app.protocol import MAX_N, Conversation, SamplingSettings
+from localchat.app.protocol import Conversation, Limits, SamplingSettings
+
+# (setting, label, input type): the numeric settings of SamplingSettings, in the dialog's order
+NUMBERS = [
+    ("temperature", "Temperature", "number"),
+    ("top_p", "Top p", "number"),
+    ("top_k", "Top k", "integer"),
+    ("min_p", "Min p", "number"),
+    ("repetition_penalty", "Repetition penalty", "number"),
+    ("presence_penalty", "Presence penalty", "number"),
+    ("frequency_penalty", "Frequency penalty", "number"),
+    ("max_tokens", "Max tokens", "integer"),
+]
 
 
 @dataclass
@@ -19,57 +32,72 @@ class ChatSettings:
     fork_n: int
 
 
+def field_id(setting: str) -> str:
+    return setting.replace("_", "-")
+
+
 class SettingsScreen(ModalScreen[ChatSettings | None]):
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="cancel"),
                 Binding("ctrl+s", "save", "Save", id="submit", priority=True)]
 
-    def __init__(self, conversation: Conversation, fork_n: int):
+    def __init__(self, conversation: Conversation, fork_n: int, limits: Limits):
         super().__init__()
-        self.conversation, self.fork_n = conversation, fork_n
+        self.conversation, self.fork_n, self.limits = conversation, fork_n, limits
 
     def compose(self) -> ComposeResult:
         s = self.conversation.settings
         with Vertical(classes="dialog", id="settings"):
             yield Label(f"Settings of “{self.conversation.title}”", classes="dialog-title", markup=False)
-            yield Label("System prompt")
-            yield TextArea(self.conversation.system_prompt, id="system-prompt")
-            with Grid(id="sampling"):
-                yield Label("Temperature")
-                yield Input(str(s.temperature), type="number", id="temperature")
-                yield Label("Top p")
-                yield Input(str(s.top_p), type="number", id="top-p")
-                yield Label("Max tokens")
-                yield Input(str(s.max_tokens), type="integer", id="max-tokens")
-                yield Label("Seed")
-                yield Input("" if s.seed is None else str(s.seed), type="integer", placeholder="random", id="seed")
-                yield Label("N (fork)")
-                yield Input(str(self.fork_n), type="integer", id="fork-n")
+            with VerticalScroll(id="settings-fields"):
+                yield Label("System prompt")
+                yield TextArea(self.conversation.system_prompt, id="system-prompt")
+                with Grid(id="sampling"):
+                    for setting, label, kind in NUMBERS:
+                        yield Label(label)
+                        yield Input(str(getattr(s, setting)), type=kind, id=field_id(setting),
+                                    tooltip=self.describe(setting))
+                    yield Label("Seed")
+                    yield Input("" if s.seed is None else str(s.seed), type="integer", placeholder="random",
+                                id="seed")
+                    yield Label("N (fork)")
+                    yield Input(str(self.fork_n), type="integer", id="fork-n", tooltip=self.describe("n"))
+                yield Label(f"Stop strings (one per line, at most {self.limits.max_stop_strings})")
+                yield TextArea("\n".join(s.stop), id="stop")
             yield Label("", id="settings-error")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Cancel", id="cancel")
                 yield Button("Save", id="save", variant="primary")
 
-    def value(self, field_id: str) -> str:
-        return self.query_one(f"#{field_id}", Input).value.strip()
+    def describe(self, setting: str) -> str:
+        limit = self.limits.sampling[setting]
+        return f"{limit.min} to {limit.max}" if limit.max is not None else f"at least {limit.min}"
+
+    def value(self, field: str) -> str:
+        return self.query_one(f"#{field}", Input).value.strip()
+
+    def number(self, setting: str, label: str, kind: type, field: str | None = None) -> int | float:
+        """The field's value within the engine's limit; raises ValueError with a message for the user."""
+        try:
+            value = kind(self.value(field or field_id(setting)))
+        except ValueError:
+            raise ValueError(f"{label} needs {'a whole number' if kind is int else 'a number'}") from None
+        limit = self.limits.sampling[setting]
+        if value < limit.min or (limit.max is not None and value > limit.max):
+            raise ValueError(f"{label} is {self.describe(setting)}")
+        if setting == "temperature" and 0 < value < self.limits.min_temperature:
+            raise ValueError(f"Temperature is 0 (greedy) or at least {self.limits.min_temperature}")
+        return value
 
     def read(self) -> ChatSettings:
         """Raises ValueError with a message for the user."""
-        try:
-            temperature, top_p = float(self.value("temperature")), float(self.value("top-p"))
-            max_tokens, fork_n = int(self.value("max-tokens")), int(self.value("fork-n"))
-            seed = int(self.value("seed")) if self.value("seed") else None
-        except ValueError:
-            raise ValueError("every field but the seed needs a number") from None
-        if not 0 <= temperature <= 2:
-            raise ValueError("temperature is between 0 and 2")
-        if not 0 < top_p <= 1:
-            raise ValueError("top p is above 0 and at most 1")
-        if max_tokens < 1:
-            raise ValueError("max tokens is at least 1")
-        if not 1 <= fork_n <= MAX_N:
-            raise ValueError(f"N is between 1 and {MAX_N}")
-        sampling = msgspec.structs.replace(self.conversation.settings, temperature=temperature, top_p=top_p,
-                                           max_tokens=max_tokens, seed=seed)
+        numbers = {setting: self.number(setting, label, int if kind == "integer" else float)
+                   for setting, label, kind in NUMBERS}
+        seed = self.number("seed", "Seed", int) if self.value("seed") else None
+        fork_n = self.number("n", "N", int, field="fork-n")
+        stop = [line for line in self.query_one("#stop", TextArea).text.splitlines() if line]
+        if len(stop) > self.limits.max_stop_strings:
+            raise ValueError(f"at most {self.limits.max_stop_strings} stop strings")
+        sampling = msgspec.structs.replace(self.conversation.settings, **numbers, seed=seed, stop=stop)
         return ChatSettings(self.query_one("#system-prompt", TextArea).text, sampling, fork_n)
 
     def action_save(self) -> None:
