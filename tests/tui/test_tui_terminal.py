@@ -1,5 +1,5 @@
-"""`localchat` in a real terminal (tmux): it starts the engine itself on a fresh LOCALCHAT_HOME, a message is
-typed, and the reply is read back from the screen."""
+"""`localchat` in a real terminal (tmux): it starts the engine itself on a fresh LOCALCHAT_HOME, a two-line message
+is typed, and the reply is read back from the screen."""
 
 import json
 import os
@@ -46,7 +46,8 @@ def test_localchat_in_tmux_starts_the_engine_and_answers(tmp_path):
 
     try:
         wait_for(lambda: "enter sends" in pane(), 240, "the chat screen (the engine started and loaded)")
-        subprocess.run([*tmux, "send-keys", "-t", "chat", "Say hello to me.", "Enter"], check=True)
+        # two lines: Ctrl+J starts the second (a terminal sends Shift+Enter as Enter), Enter sends
+        subprocess.run([*tmux, "send-keys", "-t", "chat", "Say hello", "C-j", "to me.", "Enter"], check=True)
         screen = wait_for(lambda: "tok/s" in (text := pane()) and text, 180, "the reply's stats")
 
         state = json.loads((home / "runtime" / "engine.json").read_text())
@@ -54,7 +55,7 @@ def test_localchat_in_tmux_starts_the_engine_and_answers(tmp_path):
         with httpx.Client(base_url=state["url"], headers={"Authorization": f"Bearer {token}"}) as api:
             (chat,) = api.get("/api/conversations").json()
             user, reply = api.get(f"/api/conversations/{chat['id']}").json()["messages"]
-        assert user["content"] == "Say hello to me." and "Say hello to me." in screen
+        assert user["content"] == "Say hello\nto me." and "Say hello" in screen and "to me." in screen
         # the view follows the reply: its end is on screen (lines joined, as Markdown renders them, without the
         # marks it turns into style)
         shown = "".join(line.split("▌", 1)[1] for line in screen.splitlines() if "▌" in line)
