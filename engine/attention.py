@@ -61,17 +61,13 @@ class DecodeGroup:
         kv_heads, head_dim = k_cache.shape[2:]
         seqs, (rows, num_keys) = len(self.rows), self.bias.shape[1:]
         group = query.shape[1] // kv_heads
-        q = query.index_select(0, self.rows).view(seqs * kv_heads, group, head_dim)
-        if rows > group:
-            q = torch.cat([q, q[:, -1:].expand(seqs * kv_heads, rows - group, head_dim)], dim=1)
+        q = _padded(query.index_select(0, self.rows).view(seqs * kv_heads, group, head_dim), rows)
 
         def gather(cache: torch.Tensor) -> torch.Tensor:  # [seqs * kv_heads, num_keys, head_dim], contiguous
             keys = cache.index_select(0, self.blocks).view(seqs, num_keys, kv_heads, head_dim)
             return keys.transpose(1, 2).reshape(seqs * kv_heads, num_keys, head_dim)
 
-        keys, values = gather(k_cache), gather(v_cache)
-        scores = torch.baddbmm(self.bias, q, keys.transpose(1, 2), alpha=scale)
-        result = torch.bmm(torch.softmax(scores, dim=-1), values)[:, :group]
+        result = _tile_attention(self.bias, q, gather(k_cache), gather(v_cache), scale)[:, :group]
         out.index_copy_(0, self.rows, result.reshape(seqs, kv_heads * group, head_dim))
 
 
@@ -217,6 +213,22 @@ class AttentionMetadata:
         return first_block, self.tables[seq][first_block : -(-context // bs)]
 
 
+def _padded(q: torch.Tensor, rows: int) -> torch.Tensor:
+    """q [batch, n, head_dim] with its last row repeated up to `rows` rows (a tile's row count)."""
+    if rows == q.shape[1]:
+        return q
+    return torch.cat([q, q[:, -1:].expand(q.shape[0], rows - q.shape[1], q.shape[2])], dim=1)
+
+
+def _tile_attention(bias: torch.Tensor, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                    scale: float) -> torch.Tensor:
+    """softmax(scale q kᵀ + bias) v for a batch of tiles: q [batch, rows, head_dim], keys and values
+    [batch, num_keys, head_dim], bias [rows, num_keys] or [batch, rows, num_keys]. Every tile goes through these
+    two products, so a token's bits depend on its tile's shape alone."""
+    scores = torch.baddbmm(bias, q, keys.transpose(1, 2), alpha=scale)
+    return torch.bmm(torch.softmax(scores, dim=-1), values)
+
+
 @functools.cache
 def _grouping_is_exact(head_dim: int, rows: int, dtype: torch.dtype, device: torch.device) -> bool:
     """Whether attending decodes as a DecodeGroup (contiguous gathered keys, one batched call) gives the bits of
@@ -230,13 +242,11 @@ def _grouping_is_exact(head_dim: int, rows: int, dtype: torch.dtype, device: tor
         cache = torch.randn(seqs, num_keys, kv_heads, head_dim, generator=gen).to(device, dtype)
         bias = torch.zeros(seqs, rows, num_keys, dtype=dtype, device=device)
         bias[:, :, -3:] = float("-inf")
-        alone = [torch.bmm(torch.softmax(torch.baddbmm(bias[i], q[i], cache[i].transpose(0, 1).transpose(1, 2),
-                                                        alpha=0.125), dim=-1), cache[i].transpose(0, 1))
+        alone = [_tile_attention(bias[i], q[i], cache[i].transpose(0, 1), cache[i].transpose(0, 1), 0.125)
                  for i in range(seqs)]
         keys = cache.transpose(1, 2).reshape(seqs * kv_heads, num_keys, head_dim)
-        scores = torch.baddbmm(bias.repeat_interleave(kv_heads, dim=0), q.reshape(seqs * kv_heads, rows, head_dim),
-                               keys.transpose(1, 2), alpha=0.125)
-        grouped = torch.bmm(torch.softmax(scores, dim=-1), keys).view(seqs, kv_heads, rows, head_dim)
+        grouped = _tile_attention(bias.repeat_interleave(kv_heads, dim=0), q.reshape(seqs * kv_heads, rows, head_dim),
+                                  keys, keys, 0.125).view(seqs, kv_heads, rows, head_dim)
         if not all(torch.equal(a, g) for a, g in zip(alone, grouped)):
             return False
     return True
@@ -310,12 +320,9 @@ class TorchPagedAttention:
             keys, values = spans[i].read(k_cache), spans[i].read(v_cache)
             for t in tile_sets[i]:
                 q = query[t.start : t.start + t.n].view(t.n, kv_heads, group, head_dim).transpose(0, 1)
-                q = q.reshape(kv_heads, t.n * group, head_dim)
-                padding = t.bias.shape[0] - t.n * group
-                if padding:
-                    q = torch.cat([q, q[:, -1:].expand(kv_heads, padding, head_dim)], dim=1)
-                scores = torch.baddbmm(t.bias, q, keys[:, t.lo : t.hi].transpose(1, 2), alpha=scale)
-                result = torch.bmm(torch.softmax(scores, dim=-1), values[:, t.lo : t.hi])[:, : t.n * group]
+                q = _padded(q.reshape(kv_heads, t.n * group, head_dim), t.bias.shape[0])
+                result = _tile_attention(t.bias, q, keys[:, t.lo : t.hi], values[:, t.lo : t.hi], scale)
+                result = result[:, : t.n * group]
                 out[t.start : t.start + t.n].view(t.n, kv_heads, group, head_dim).copy_(
                     result.view(kv_heads, t.n, group, head_dim).transpose(0, 1))
         return out

@@ -88,13 +88,10 @@ class BlockPool:
     def keep_partial(self, block_id: int, parent_hash: bytes, token_ids: Sequence[int]) -> None:
         """Make a partial block findable after the full block parent_hash (its last owner is about to release it,
         so nothing writes into it any more); it replaces an older one there."""
-        block = self.blocks[block_id]
-        if block.hash is not None:
-            return
         old = self.partials.get(parent_hash)
         if old is not None:
             self._drop_partial(self.blocks[old])
-        self._drop_partial(block)
+        block = self.blocks[block_id]  # a sequence's own block: allocate() left it neither hashed nor kept
         block.partial_after, block.token_ids = parent_hash, tuple(token_ids)
         self.partials[parent_hash] = block_id
 

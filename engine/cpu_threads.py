@@ -33,6 +33,8 @@ class CPUThreads:
         self.most = fixed or torch.get_num_threads()
         self.fixed = fixed is not None
         self.cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        self._stat_lines = {f"cpu{core}" for core in self.cores}  # /proc/stat's lines of these cores
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else None  # read with /proc/stat alone
         self.others = 0.0  # cores' worth of CPU time that other processes took in the last interval
         self.threads = self.most
         self._last = self._sample()
@@ -41,18 +43,14 @@ class CPUThreads:
     def adjust(self) -> int:
         """Set torch's thread count for the calling thread (at most every CHECK_EVERY_S); the count in use."""
         now = time.monotonic()
-        if self.fixed or self._last is None or now - self._last_check < CHECK_EVERY_S:
-            if torch.get_num_threads() != self.threads:
-                torch.set_num_threads(self.threads)
-            return self.threads
-        sample = self._sample()
-        if sample is not None:
-            (busy, own, wall), (busy0, own0, wall0) = sample, self._last
-            self.others = max(0.0, ((busy - busy0) - (own - own0)) / max(wall - wall0, 1e-3))
-            self._last = sample
-        self._last_check = now
-        free = len(self.cores) - self.others
-        self.threads = max(1, min(self.most, int(free + 0.5)))
+        if not self.fixed and self._last is not None and now - self._last_check >= CHECK_EVERY_S:
+            self._last_check = now
+            sample = self._sample()
+            if sample is not None:
+                (busy, own, wall), (busy0, own0, wall0) = sample, self._last
+                self.others = max(0.0, ((busy - busy0) - (own - own0)) / max(wall - wall0, 1e-3))
+                self._last = sample
+            self.threads = max(1, min(self.most, int(len(self.cores) - self.others + 0.5)))
         if torch.get_num_threads() != self.threads:
             torch.set_num_threads(self.threads)
         return self.threads
@@ -65,15 +63,13 @@ class CPUThreads:
                 lines = stat.read().splitlines()
         except OSError:
             return None
-        tick = os.sysconf("SC_CLK_TCK")
-        wanted = {f"cpu{core}" for core in self.cores}
         busy = 0
         for line in lines:
             name, *fields = line.split()
-            if name in wanted:  # user nice system idle iowait irq softirq steal ...
+            if name in self._stat_lines:  # user nice system idle iowait irq softirq steal ...
                 values = [int(v) for v in fields[:8]]
                 busy += sum(values) - values[3] - values[4]
-        return busy / tick, time.process_time(), time.monotonic()
+        return busy / self._tick, time.process_time(), time.monotonic()
 
 
 def single_threaded_copy(target: torch.Tensor, source: torch.Tensor) -> None:

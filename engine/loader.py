@@ -83,7 +83,7 @@ class ModelSource:
 
     def dense_files(self) -> list[Path]:
         """The safetensors files of every weight with Hugging Face names (a GGUF's are made on first use)."""
-        if self.gguf_file is not None and not (self.folder / DENSE_FILE).is_file():
+        if self.needs_conversion(packed=False):
             config = self.config.get_text_config()
             write_atomically(self.folder / DENSE_FILE, lambda tmp: _write_dense(self.gguf_file, config, tmp))
         return sorted(f for f in self.folder.glob("*.safetensors") if not f.name.startswith("packed-"))
@@ -97,7 +97,7 @@ class ModelSource:
     def packed_file(self) -> Path:
         """A GGUF's packed weights (made on first use)."""
         path = self.folder / PACKED_FILE
-        if not path.is_file():
+        if self.needs_conversion(packed=True):
             write_atomically(path, lambda tmp: _write_packed(self.gguf_file, self.config.get_text_config(), tmp))
         return path
 

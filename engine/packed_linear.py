@@ -126,10 +126,8 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x16 = x.to(torch.bfloat16).contiguous()
-        if len(self.parts) == 1:
-            y = self.parts[0](x16).to(x.dtype)
-        else:
-            y = torch.cat([part(x16).to(x.dtype) for part in self.parts], dim=-1)
+        outputs = [part(x16).to(x.dtype) for part in self.parts]
+        y = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
         return y if self.bias is None else y + self.bias.to(x.dtype)
 
 

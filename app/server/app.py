@@ -138,12 +138,17 @@ class AuthController(Controller):
         return SessionsRevoked(revoked=sessions.revoke())
 
 
+def engine_limits() -> Limits:
+    """The engine's sampling limits (sampling_params.LIMITS and friends) as GET /api/limits answers them."""
+    return Limits(sampling={name: Limit(low, high) for name, (low, high) in LIMITS.items()},
+                  min_temperature=MIN_TEMPERATURE, max_stop_strings=MAX_STOP_STRINGS)
+
+
 class LimitsController(Controller):
     @get("/api/limits")
     async def limits(self) -> Limits:
         """The range of every sampling setting, for the UIs (the server refuses values outside them)."""
-        return Limits(sampling={name: Limit(low, high) for name, (low, high) in LIMITS.items()},
-                      min_temperature=MIN_TEMPERATURE, max_stop_strings=MAX_STOP_STRINGS)
+        return engine_limits()
 
 
 

@@ -12,7 +12,6 @@ from localchat.app.protocol import (
     DeltaEvent,
     DoneEvent,
     Health,
-    Limit,
     Limits,
     Message,
     ReplyStats,
@@ -23,7 +22,7 @@ from localchat.app.protocol import (
     StreamEvent,
     UserEvent,
 )
-from localchat.engine.sampling_params import LIMITS, MAX_STOP_STRINGS, MIN_TEMPERATURE
+from localchat.app.server.app import engine_limits
 
 T0 = 1_700_000_000.0
 
@@ -83,8 +82,7 @@ class FakeEngine:
         return Health(status="ready", model="SmolLM2", backend="embedded", pid=1, version="0")
 
     async def limits(self) -> Limits:
-        return Limits(sampling={name: Limit(low, high) for name, (low, high) in LIMITS.items()},
-                      min_temperature=MIN_TEMPERATURE, max_stop_strings=MAX_STOP_STRINGS)
+        return engine_limits()
 
     async def list_conversations(self) -> list[Conversation]:
         self._check()
