@@ -13,6 +13,11 @@ def db_path() -> Path:
     return user_dir("data") / "localchat.db"
 
 
+def chosen_model_path() -> Path:
+    """The model last chosen in a UI (POST /api/models/current): `localchat serve` loads it unless told otherwise."""
+    return user_dir("data") / "model"
+
+
 def token_path() -> Path:
     return user_dir("config") / "token"
 

@@ -214,6 +214,7 @@ class Conversation(Struct, kw_only=True):
     updated_at: float  # last activity
     message_count: int = 0
     active_leaf: str | None = None  # the message that ends the branch last shown (a UI sets it)
+    model: str | None = None  # the model that wrote its latest reply (None: no reply yet)
 
 
 class ConversationCreate(Struct, kw_only=True):
@@ -327,6 +328,9 @@ class UserEvent(Struct, tag="user", tag_field="type"):
 class StartEvent(Struct, tag="start", tag_field="type"):
     parent_id: str
     message_ids: list[str]  # one per branch, in reply order
+    model: str | None = None  # the model writing the replies
+    # the other models that wrote messages of this branch: their text was tokenized again for `model`
+    retokenized_from: list[str] = msgspec.field(default_factory=list)
 
 
 class DeltaEvent(Struct, tag="delta", tag_field="type"):
@@ -344,6 +348,31 @@ class ErrorEvent(Struct, tag="error", tag_field="type"):
 
 
 StreamEvent = UserEvent | StartEvent | DeltaEvent | DoneEvent | ErrorEvent
+
+
+# --- /api/models: the models on this machine, and switching the engine's model ---------------------------
+
+
+class ModelInfo(Struct, kw_only=True):
+    name: str  # what POST /api/models/current takes (and `localchat serve --model`)
+    source: Literal["embedded", "hf-cache", "folder"]
+    format: Literal["gguf", "safetensors"]
+    architecture: str | None
+    quantization: str | None  # a GGUF's main tensor type ("Q4_K", ...)
+    size_bytes: int
+    memory_bytes: int | None  # its weights in memory, as the engine holds them
+    supported: bool
+    current: bool  # the one the engine runs (or loads) now
+
+
+class ModelCatalog(Struct, kw_only=True):
+    models: list[ModelInfo]
+    current: str | None  # the name the engine runs or loads, as in `models`
+    switchable: bool  # False with --engine-url: the remote server's model is its own
+
+
+class ModelChoice(Struct, forbid_unknown_fields=True):
+    model: str  # a name from GET /api/models
 
 
 # --- /health ------------------------------------------------------------------------------------

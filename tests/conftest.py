@@ -46,6 +46,18 @@ def server(tmp_path_factory) -> Iterator:
         yield process
 
 
+@pytest.fixture(scope="session")
+def two_model_server(tmp_path_factory) -> Iterator:
+    """A `localchat serve` of its own that finds a second model, `tiny-llama` (support.second_model_dir), for the
+    tests that switch models; it starts on the embedded one."""
+    from support import running_server, second_model_dir
+
+    models = second_model_dir(Path(os.environ["LOCALCHAT_HOME"]) / "cache" / "test-references" / "second-model")
+    with running_server(tmp_path_factory.mktemp("two-models-home"), kv_blocks=256,
+                        env={"LOCALCHAT_MODEL_DIRS": str(models)}) as process:
+        yield process
+
+
 @pytest.fixture
 def api(server) -> httpx.Client:
     """An authorized HTTP client of the shared `server`."""

@@ -123,10 +123,11 @@ class Server:
 
 
 @contextmanager
-def running_server(home: Path, kv_blocks: int, args: list[str] = ()) -> Iterator[Server]:
+def running_server(home: Path, kv_blocks: int, args: list[str] = (), env: dict[str, str] | None = None
+                   ) -> Iterator[Server]:
     """A started `localchat serve` with a KV cache of kv_blocks blocks in its own home (sharing the model cache),
     stopped at the end."""
-    server = Server(make_home(home), args=["--kv-blocks", str(kv_blocks), *args]).start()
+    server = Server(make_home(home), args=["--kv-blocks", str(kv_blocks), *args], env=env).start()
     try:
         yield server
     finally:
@@ -171,3 +172,35 @@ def stream_in_background(api: httpx.Client, path: str, body: dict
     listener = threading.Thread(target=listen)
     listener.start()
     return listener, events, writing
+
+
+SECOND_MODEL_NAME = "tiny-llama"
+
+
+def second_model_dir(root: Path) -> Path:
+    """A folder for $LOCALCHAT_MODEL_DIRS holding a second chat model, `tiny-llama`: a 2-layer Llama with random
+    weights (seeded) and the embedded model's tokenizer and chat template, about 13 MB. Built once per test
+    session (a file lock lets the test workers share it). Its replies are noise; switching models is the point."""
+    import fcntl
+
+    folder = root / SECOND_MODEL_NAME
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "model.safetensors").is_file():
+            import torch
+            from transformers import LlamaConfig, LlamaForCausalLM
+
+            from localchat.engine.loader import resolve_model
+
+            tokenizer = resolve_model(None).tokenizer
+            torch.manual_seed(0)
+            config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 max_position_embeddings=2048, tie_word_embeddings=True,
+                                 bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+            tmp = root / f".{SECOND_MODEL_NAME}-{os.getpid()}"
+            tokenizer.save_pretrained(tmp)
+            LlamaForCausalLM(config).save_pretrained(tmp)  # model.safetensors last: a complete folder
+            tmp.rename(folder)
+    return root

@@ -24,6 +24,8 @@ from localchat.app.protocol import (
     Health,
     Limits,
     LoginCode,
+    ModelCatalog,
+    ModelChoice,
     Regenerate,
     SamplingSettings,
     SearchHit,
@@ -99,6 +101,14 @@ class EngineClient:
     async def limits(self) -> Limits:
         """The range of every sampling setting, as the engine checks them."""
         return await self._call("GET", "/api/limits", kind=Limits)
+
+    async def models(self) -> ModelCatalog:
+        """The models on this machine; `current` is the one the engine runs."""
+        return await self._call("GET", "/api/models", kind=ModelCatalog)
+
+    async def switch_model(self, name: str) -> ModelCatalog:
+        """Stop the running replies and load `name` (health() shows the progress)."""
+        return await self._call("POST", "/api/models/current", ModelChoice(model=name), kind=ModelCatalog)
 
     async def metrics(self) -> dict[str, float]:
         """/metrics as {name without the localchat_ prefix: value}."""

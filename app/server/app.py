@@ -24,6 +24,7 @@ from localchat.app.server.backends import Backend, BackendNotReady, BackendReque
 from localchat.app.server.config import MAX_REQUEST_BYTES, ServerConfig
 from localchat.app.server.conversations import ActiveRequests, Conversations
 from localchat.app.server.conversations_api import ConversationController, SearchController
+from localchat.app.server.models_api import ModelsController, remembered_model
 from localchat.app.server.openai_api import OpenAIController, OpenAIRelay
 from localchat.app.server.security import (
     COOKIE_NAME,
@@ -45,7 +46,8 @@ log = logging.getLogger("localchat.app")
 def make_backend(settings: ServerConfig) -> Backend:
     if settings.engine_url:
         return RemoteBackend(settings.engine_url, settings.engine_model, settings.engine_api_key)
-    return EmbeddedBackend(settings.model, num_kv_blocks=settings.kv_blocks, max_model_len=settings.max_model_len,
+    return EmbeddedBackend(settings.model or remembered_model(), num_kv_blocks=settings.kv_blocks,
+                           max_model_len=settings.max_model_len,
                            quantization=settings.quantization, kv_disk_bytes=settings.kv_disk_bytes)
 
 
@@ -236,8 +238,7 @@ def create_app(settings: ServerConfig | None = None, *, backend: Backend | None 
     async def stop_all() -> None:
         """Refuse new requests and end the running ones (each stream finishes with "abort")."""
         backend.stopping = True
-        for request_id in list(active.requests):
-            await backend.abort(request_id)
+        await conversations.stop_all()
 
     async def on_startup(app: Litestar) -> None:
         interrupted = store.mark_interrupted()
@@ -255,7 +256,7 @@ def create_app(settings: ServerConfig | None = None, *, backend: Backend | None 
         return Provide(lambda: obj, sync_to_thread=False, use_cache=True)
 
     app = Litestar(
-        route_handlers=[SystemController, AuthController, LimitsController,
+        route_handlers=[SystemController, AuthController, LimitsController, ModelsController,
                         OpenAIRelay if isinstance(backend, RemoteBackend) else OpenAIController,
                         ConversationController, SearchController, *webui_routes],
         dependencies={"store": value(store), "backend": value(backend), "active": value(active),

@@ -12,6 +12,8 @@ sharing to that server's own cache.
 """
 
 import asyncio
+import ctypes
+import gc
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -24,6 +26,7 @@ from localchat.app.protocol import LoadProgress
 from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.config import MAX_CHARS_PER_TOKEN
 from localchat.app.sse import async_data_lines
+from localchat.engine.model_catalog import EMBEDDED_NAME
 from localchat.engine.outputs import CompletionOutput
 from localchat.engine.sampling_params import SamplingParams
 
@@ -129,6 +132,25 @@ class EmbeddedBackend(Backend):
             self.loading.stage = "failed"
 
     @property
+    def model_choice(self) -> str:
+        """The name of the model it runs or loads, as find_models() lists it."""
+        return self.model_arg or EMBEDDED_NAME
+
+    async def switch(self, model: str) -> None:
+        """Unload the model and load `model` in its place; returns once loading has begun (see health()).
+        The caller has ended the running requests."""
+        if not (self.loading.ready or self.loading.error):
+            raise BackendRequestError(f"{self.model_choice} is still loading: switch once it is ready", 409)
+        old, self.llm, self.template = self.llm, None, None
+        self.model_arg, self.model_name = model, None
+        self.loading = Loading(stage="unloading the previous model")
+        if old is not None:
+            await asyncio.to_thread(old.shutdown)
+            del old
+            await asyncio.to_thread(release_memory)
+        self.start()
+
+    @property
     def max_model_len(self) -> int | None:
         return self.llm.engine.max_model_len if self.llm else None
 
@@ -213,6 +235,16 @@ class EmbeddedBackend(Backend):
         self.stopping = True
         if self.llm is not None:
             await asyncio.to_thread(self.llm.shutdown)
+
+
+def release_memory() -> None:
+    """Free an unloaded model's memory now: its cycles collected, and glibc's freed pages given back to the
+    system (without malloc_trim the process keeps them, and every switch of models grows it)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 async def _warm_up(llm) -> None:

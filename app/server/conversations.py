@@ -195,11 +195,18 @@ class Conversations:
         """Abort the conversation's requests (or the one writing message_id); with wait, return once their
         replies are saved."""
         matching = self.active.matching(conversation_id, message_id)
-        for request_id in matching:
-            await self.backend.abort(request_id)
-        if wait and matching:
-            await asyncio.wait([asyncio.create_task(r.done.wait()) for r in matching.values()], timeout=STOP_WAIT_S)
+        await self._abort(matching, wait)
         return [message_id for r in matching.values() for message_id in r.message_ids]
+
+    async def stop_all(self, wait: bool = False) -> None:
+        """Abort every request, /v1 ones included (before the model is switched, or the process stops)."""
+        await self._abort(dict(self.active.requests), wait)
+
+    async def _abort(self, requests: dict[str, ActiveRequest], wait: bool) -> None:
+        for request_id in requests:
+            await self.backend.abort(request_id)
+        if wait and requests:
+            await asyncio.wait([asyncio.create_task(r.done.wait()) for r in requests.values()], timeout=STOP_WAIT_S)
 
 
 @dataclass
@@ -243,7 +250,9 @@ class Replies:
             self.store.add_message(self._message(reply), [])
 
     async def events(self) -> AsyncIterator[StreamEvent]:
-        yield StartEvent(parent_id=self.parent.id, message_ids=self.message_ids)
+        model = self.conversations.backend.model_name
+        others = sorted({m.model for m in self.path if m.model and m.model != model})
+        yield StartEvent(parent_id=self.parent.id, message_ids=self.message_ids, model=model, retokenized_from=others)
         try:
             async for update in self.stream:
                 if update.prompt_tokens is not None:

@@ -75,6 +75,11 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 _MESSAGE_COLUMNS = ("id, conversation_id, parent_id, role, content, token_ids, finish_reason, stopped, model, "
                     "stats, created_at")
+# a conversation's row, its message count and the model of its latest reply
+_CONVERSATION_COLUMNS = (
+    "c.*, (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count, "
+    "(SELECT model FROM messages m WHERE m.conversation_id = c.id AND m.role = 'assistant' "
+    "ORDER BY created_at DESC LIMIT 1) AS model")
 
 
 class StoreError(LookupError):
@@ -154,14 +159,12 @@ class Store:
     def list_conversations(self) -> list[Conversation]:
         """Newest activity first."""
         rows = self.db.execute(
-            "SELECT c.*, (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count "
-            "FROM conversations c ORDER BY updated_at DESC, rowid DESC").fetchall()
+            f"SELECT {_CONVERSATION_COLUMNS} FROM conversations c ORDER BY updated_at DESC, rowid DESC").fetchall()
         return [_conversation(row) for row in rows]
 
     def get_conversation(self, conversation_id: str) -> Conversation:
         row = self.db.execute(
-            "SELECT c.*, (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count "
-            "FROM conversations c WHERE id = ?", (conversation_id,)).fetchone()
+            f"SELECT {_CONVERSATION_COLUMNS} FROM conversations c WHERE id = ?", (conversation_id,)).fetchone()
         if row is None:
             raise StoreError(f"no conversation {conversation_id!r}")
         return _conversation(row)
@@ -317,7 +320,7 @@ def _conversation(row: sqlite3.Row) -> Conversation:
     return Conversation(id=row["id"], title=row["title"], system_prompt=row["system_prompt"],
                         settings=msgspec.json.decode(row["settings"], type=SamplingSettings),
                         created_at=row["created_at"], updated_at=row["updated_at"],
-                        message_count=row["message_count"], active_leaf=row["active_leaf"])
+                        message_count=row["message_count"], active_leaf=row["active_leaf"], model=row["model"])
 
 
 def _message(row: sqlite3.Row, with_tokens: bool) -> Message:

@@ -27,6 +27,7 @@ from localchat.tui.screens.branch_tree import BranchTreeScreen
 from localchat.tui.screens.confirm import ConfirmScreen
 from localchat.tui.screens.export import ExportChoice, ExportScreen
 from localchat.tui.screens.fork_picker import ForkPicker
+from localchat.tui.screens.models import ModelsScreen
 from localchat.tui.screens.prompt import PromptScreen
 from localchat.tui.screens.search import SearchScreen
 from localchat.tui.screens.settings import ChatSettings, SettingsScreen
@@ -52,6 +53,7 @@ class ChatScreen(Screen):
         Binding("f8", "delete_chat", "Delete chat", id="delete_chat", show=False),
         Binding("ctrl+o", "export", "Export", id="export", show=False),
         Binding("ctrl+b", "toggle_sidebar", "Sidebar", id="toggle_sidebar", show=False),
+        Binding("f4", "switch_model", "Switch model", id="switch_model", show=False),
     ]
 
     def __init__(self, client: EngineClient):
@@ -65,6 +67,7 @@ class ChatScreen(Screen):
         self.writing = False  # a send, regenerate or edit runs (set before its worker starts)
         self.focus_reply = False  # focus the new reply when it starts (a regenerate from a focused message)
         self.picker: ForkPicker | None = None
+        self.model: str | None = None  # the model the engine runs (as replies record it)
 
     def compose(self) -> ComposeResult:
         yield Header(icon="◆")
@@ -96,7 +99,49 @@ class ChatScreen(Screen):
 
     def on_mount(self) -> None:
         self.composer.focus()
+        self.load_model()
         self.load_chats(open_newest=True)
+
+    # --- the model ---
+
+    @engine_work(group="model")
+    async def load_model(self) -> None:
+        self.show_model((await self.client.health()).model)
+
+    def show_model(self, model: str | None) -> None:
+        self.model = model
+        self.title = f"localchat · {model}" if model else "localchat"
+
+    def action_switch_model(self) -> None:
+        if self.writing:
+            self.notify("A reply is being written; esc stops it, then F4 switches the model", severity="warning")
+        else:
+            self.switch_model()
+
+    @engine_work(group="model")
+    async def switch_model(self) -> None:
+        catalog = await self.client.models()
+        if not catalog.switchable:
+            self.notify(f"This engine relays to another server, which chooses its model ({catalog.current})",
+                        severity="warning")
+            return
+        health = await self.app.push_screen_wait(ModelsScreen(self.client, catalog))
+        if health is None:
+            return
+        if health.status != "ready":
+            self.notify(health.error or f"the engine is {health.status}", title="The model did not load",
+                        severity="error")
+        self.show_model(health.model)
+        if health.model:
+            self.notify(f"Now running {health.model}", title="Model")
+        self.note_other_model()
+
+    def note_other_model(self) -> None:
+        """Say so when the open chat was written with another model than the engine runs."""
+        written_with = self.conversation and self.conversation.model
+        if written_with and self.model and written_with != self.model:
+            self.notify(f"This chat was written with {written_with}; the engine runs {self.model}. Continuing "
+                        f"tokenizes its messages again for {self.model} (F4 switches the model).", title="Model")
 
     # --- chats ---
 
@@ -115,6 +160,7 @@ class ChatScreen(Screen):
         self.conversation, self.branches = tree.conversation, MessageTree.of(tree)
         self.sub_title = self.conversation.title
         await self.show_branch(leaf or self.branches.shown_leaf(self.conversation.active_leaf))
+        self.note_other_model()
         if leaf is not None:
             await self.client.update_conversation(conversation_id, active_leaf=leaf)
 
@@ -371,7 +417,10 @@ class ChatScreen(Screen):
             case UserEvent(message=message):
                 self.branches.add(message)
                 await self.show_branch(message.id)
-            case StartEvent(parent_id=parent_id, message_ids=ids):
+            case StartEvent(parent_id=parent_id, message_ids=ids, model=model, retokenized_from=others):
+                if others:
+                    self.notify(f"Continuing with {model}: the messages written with {', '.join(others)} were "
+                                f"tokenized again for it.", title="Model")
                 replies = [Message(id=i, conversation_id=self.conversation.id, parent_id=parent_id,
                                    role="assistant", content="", created_at=time.time()) for i in ids]
                 for reply in replies:

@@ -6,10 +6,11 @@ from textual import work
 from textual.app import ComposeResult
 from textual.containers import Center, Middle
 from textual.screen import Screen
-from textual.widgets import Label, ProgressBar
+from textual.widgets import Label
 
 from localchat.app.client.engine_client import EngineClient
 from localchat.app.protocol import Health
+from localchat.tui.widgets.load_progress import LoadProgress
 
 Connect = Callable[[Callable[[Health], None]], Awaitable[EngineClient]]
 
@@ -22,8 +23,7 @@ class LoadingScreen(Screen):
     def compose(self) -> ComposeResult:
         with Middle(), Center(id="loading"):
             yield Label("localchat", classes="dialog-title")
-            yield Label("Looking for the engine…", id="stage")
-            yield ProgressBar(total=None, show_eta=False, show_percentage=False, id="progress")
+            yield LoadProgress("Looking for the engine…")
 
     def on_mount(self) -> None:
         self.connect_engine()
@@ -38,10 +38,4 @@ class LoadingScreen(Screen):
             self.app.connected(client)
 
     def show_progress(self, health: Health) -> None:
-        progress = health.progress
-        if progress is None:
-            return
-        self.query_one("#stage", Label).update(f"Loading the model: {progress.stage}")
-        bar = self.query_one(ProgressBar)
-        bar.show_percentage = progress.fraction is not None  # a stage without a fraction shows no "--%"
-        bar.update(total=None if progress.fraction is None else 1.0, progress=progress.fraction or 0.0)
+        self.query_one(LoadProgress).show(health)

@@ -1,0 +1,71 @@
+"""The models on this machine (GET /api/models) and switching the engine to another one
+(POST /api/models/current). The choice is remembered: the next `localchat serve` without --model loads it."""
+
+import asyncio
+
+from litestar import Controller, get, post
+from litestar.di import NamedDependency
+from litestar.exceptions import NotFoundException
+from litestar.params import JSONBody
+
+from localchat.app import paths
+from localchat.app.protocol import ModelCatalog, ModelChoice, ModelInfo
+from localchat.app.server.backends import Backend, BackendRequestError, EmbeddedBackend
+from localchat.app.server.conversations import Conversations
+from localchat.engine.model_catalog import LocalModel, find_models
+
+
+class ModelsController(Controller):
+    path = "/api/models"
+
+    @get("/")
+    async def catalog(self, backend: NamedDependency[Backend]) -> ModelCatalog:
+        """Every model `localchat models` lists; the one the engine runs is `current`."""
+        if not isinstance(backend, EmbeddedBackend):
+            return ModelCatalog(models=[], current=backend.model_name, switchable=False)
+        models = await asyncio.to_thread(find_models)
+        return ModelCatalog(models=[_info(m, backend.model_choice) for m in models], current=backend.model_choice,
+                            switchable=True)
+
+    @post("/current", status_code=202)
+    async def switch(self, data: JSONBody[ModelChoice], backend: NamedDependency[Backend],
+                     conversations: NamedDependency[Conversations]) -> ModelCatalog:
+        """Stop the running replies (each keeps its text, marked stopped), unload the model and start loading
+        `model`; /health shows the progress. 404 for a name GET lists not, 400 for an unsupported one."""
+        if not isinstance(backend, EmbeddedBackend):
+            raise BackendRequestError(f"this engine relays to {backend.url}: its model is chosen there")
+        models = await asyncio.to_thread(find_models)
+        chosen = next((m for m in models if m.name == data.model), None)
+        if chosen is None:
+            raise NotFoundException(f"no model named {data.model!r} on this machine (GET /api/models lists them)")
+        if not chosen.supported:
+            raise BackendRequestError(f"{chosen.name} has architecture {chosen.architecture or 'unknown'}, "
+                                      "which localchat does not run")
+        if chosen.name == backend.model_choice and backend.loading.ready:
+            return ModelCatalog(models=[_info(m, chosen.name) for m in models], current=chosen.name, switchable=True)
+        await conversations.stop_all(wait=True)
+        await backend.switch(chosen.name)
+        await asyncio.to_thread(_remember, chosen.name)
+        return ModelCatalog(models=[_info(m, chosen.name) for m in models], current=chosen.name, switchable=True)
+
+
+def _info(model: LocalModel, current: str) -> ModelInfo:
+    return ModelInfo(name=model.name, source=model.source, format=model.format, architecture=model.architecture,
+                     quantization=model.quantization, size_bytes=model.size_bytes, memory_bytes=model.memory_bytes,
+                     supported=model.supported, current=model.name == current)
+
+
+def _remember(name: str) -> None:
+    path = paths.chosen_model_path()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(name + "\n")
+    tmp.replace(path)
+
+
+def remembered_model() -> str | None:
+    """The model last chosen in a UI, if it is still on this machine (else the default model loads)."""
+    try:
+        name = paths.chosen_model_path().read_text().strip()
+    except OSError:
+        return None
+    return name if name and any(m.name == name and m.supported for m in find_models()) else None
