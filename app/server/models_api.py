@@ -50,9 +50,9 @@ class ModelsController(Controller):
 
 
 def _info(model: LocalModel, current: str) -> ModelInfo:
-    return ModelInfo(name=model.name, source=model.source, format=model.format, architecture=model.architecture,
-                     quantization=model.quantization, size_bytes=model.size_bytes, memory_bytes=model.memory_bytes,
-                     supported=model.supported, current=model.name == current)
+    return ModelInfo(name=model.name, served_name=model.served_name, source=model.source, format=model.format,
+                     architecture=model.architecture, quantization=model.quantization, size_bytes=model.size_bytes,
+                     memory_bytes=model.memory_bytes, supported=model.supported, current=model.name == current)
 
 
 def _remember(name: str) -> None:

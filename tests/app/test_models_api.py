@@ -46,6 +46,7 @@ def test_the_catalog_lists_both_models_and_marks_the_current_one(two_model_serve
         tiny = names[second_model(client)]
         assert tiny["supported"] and not tiny["current"] and tiny["format"] == "safetensors"
         assert tiny["architecture"] == "llama" and tiny["memory_bytes"] > 0
+        assert tiny["served_name"] == SECOND_MODEL_NAME and names[EMBEDDED_NAME]["served_name"] == EMBEDDED_NAME
 
 
 def test_unknown_and_malformed_choices_are_refused(two_model_server):

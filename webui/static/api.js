@@ -41,6 +41,9 @@ export const deleteConversation = (id) => json("DELETE", conversation(id));
 export const stopReplies = (id) => json("POST", `${conversation(id)}/stop`, {});
 export const search = (q) => json("GET", `/api/search?q=${encodeURIComponent(q)}`);
 export const getLimits = () => json("GET", "/api/limits");
+export const listModels = () => json("GET", "/api/models");
+export const switchModel = (model) => json("POST", "/api/models/current", { model });
+export const health = () => json("GET", "/health");
 
 export function exportUrl(id, format, leaf) {
   const query = new URLSearchParams({ format });

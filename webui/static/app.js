@@ -3,6 +3,7 @@ import * as api from "./api.js";
 import { BranchTreeView } from "./branches.js";
 import { copyText, setRange } from "./dom.js";
 import { fillHelp, installShortcuts } from "./keys.js";
+import { ModelPicker } from "./models.js";
 import { Panels } from "./panels.js";
 import { SettingsDialog } from "./settings.js";
 import { Sidebar } from "./sidebar.js";
@@ -46,6 +47,7 @@ class App {
       onSearch: (query) => this.search(query),
     });
     this.settings = new SettingsDialog($("settings-dialog"));
+    this.models = new ModelPicker($("model"), $("model-status"), $("model-note"), (e) => this.showError(e));
     fillHelp($("help-dialog"));
     this.wire();
   }
@@ -88,6 +90,7 @@ class App {
       throw error;
     }
     this.useLimits(await api.getLimits());
+    await this.models.load();
     $("app").hidden = false;
     // a chat named in the URL, else a new one (written to the server with its first message)
     const named = this.conversations.find((c) => c.id === chatInLocation());
@@ -138,6 +141,7 @@ class App {
     $("chat-title").textContent = title;
     $("chat-title").title = title;
     document.title = c ? `${c.title} · localchat` : "localchat";
+    this.models.showChat(c?.id ?? null, c?.model ?? null);
   }
 
   render() {
@@ -284,6 +288,7 @@ class App {
         }
         this.leaf = event.message_ids[0];
         this.fork = event.message_ids.length > 1 ? { parentId: event.parent_id, ids: event.message_ids } : null;
+        this.models.showStart(event.model, event.retokenized_from);
         this.render();
         break;
       case "delta": {
