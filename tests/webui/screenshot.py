@@ -24,6 +24,11 @@ OTHER_CHATS = ["Plan a weekend in Lisbon", "Explain paged attention", "Regex for
 
 
 def main() -> None:
+    cache = Path(os.environ["LOCALCHAT_HOME"]) / "cache"  # the test runs' converted models, where there are some
+    cache.mkdir(parents=True, exist_ok=True)
+    kept_models = HERE.parents[1] / ".test-cache" / "models"
+    if kept_models.is_dir() and not (cache / "models").exists():
+        (cache / "models").symlink_to(kept_models)
     server = Server(make_home(Path(os.environ["LOCALCHAT_HOME"]) / "serve")).start()
     try:
         with server.client() as api, sync_playwright() as playwright:
