@@ -1,8 +1,8 @@
 """Messages on the wire, shared by the engine process (server) and its clients.
 
 Two families: the OpenAI-compatible shapes under /v1, and localchat's own conversation shapes under /api.
-Every body is a msgspec.Struct. A /v1 request with a field localchat does not support (tools, response_format,
-logit_bias, ...) is refused with a 400 that names it, never silently ignored.
+Every body is a msgspec.Struct. A /v1 request with a field localchat does not support (logit_bias, audio,
+modalities, ...) is refused with a 400 that names it, never silently ignored.
 """
 
 from typing import Literal
@@ -18,10 +18,24 @@ class ContentPart(Struct, forbid_unknown_fields=True):
     text: str
 
 
+class FunctionCall(Struct, forbid_unknown_fields=True):
+    name: str
+    arguments: str  # JSON text of an object
+
+
+class ToolCall(Struct, forbid_unknown_fields=True):
+    id: str
+    function: FunctionCall
+    type: Literal["function"] = "function"
+
+
 class ChatMessageIn(Struct, forbid_unknown_fields=True):
-    role: Literal["system", "developer", "user", "assistant"]  # "developer" is OpenAI's newer name for system
+    role: Literal["system", "developer", "user", "assistant", "tool"]  # "developer": OpenAI's newer name for system
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None  # an assistant's calls
+    tool_call_id: str | None = None  # a tool message: the call it answers
+    refusal: None = None  # sent back with an assistant message by some clients; localchat never refuses
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -58,11 +72,58 @@ class SamplingFields(Struct, kw_only=True, forbid_unknown_fields=True):
     user: str | None = None  # an end-user id for abuse tracking: accepted, nothing to track locally
 
 
+class FunctionDefinition(Struct, forbid_unknown_fields=True):
+    name: str
+    description: str | None = None
+    parameters: dict | None = None  # a JSON Schema of the arguments (an object)
+    strict: bool | None = None
+
+
+class Tool(Struct, forbid_unknown_fields=True):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(Struct, forbid_unknown_fields=True):
+    name: str
+
+
+class NamedToolChoice(Struct, forbid_unknown_fields=True):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JSONSchemaFormat(Struct, forbid_unknown_fields=True):
+    name: str
+    schema: dict | None = None  # None: any JSON value
+    description: str | None = None
+    strict: bool | None = None
+
+
+class TextFormat(Struct, tag="text", tag_field="type", forbid_unknown_fields=True):
+    pass
+
+
+class JSONObjectFormat(Struct, tag="json_object", tag_field="type", forbid_unknown_fields=True):
+    pass
+
+
+class JSONSchemaResponseFormat(Struct, tag="json_schema", tag_field="type", forbid_unknown_fields=True):
+    json_schema: JSONSchemaFormat
+
+
+ResponseFormat = TextFormat | JSONObjectFormat | JSONSchemaResponseFormat
+
+
 class ChatCompletionRequest(SamplingFields, kw_only=True):
     messages: list[ChatMessageIn]
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
+    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
 
 
 class CompletionRequest(SamplingFields, kw_only=True):
@@ -101,7 +162,8 @@ class ChoiceLogprobs(Struct):
 
 class AssistantMessage(Struct):
     role: str = "assistant"
-    content: str = ""
+    content: str | None = ""  # None when the reply is tool calls only
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatChoice(Struct):
@@ -120,9 +182,22 @@ class ChatCompletion(Struct):
     object: str = "chat.completion"
 
 
+class FunctionCallDelta(Struct, omit_defaults=True):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(Struct, omit_defaults=True):
+    index: int
+    id: str | None = None
+    type: str | None = None
+    function: FunctionCallDelta | None = None
+
+
 class ChunkDelta(Struct, omit_defaults=True):
     role: str | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChunkChoice(Struct):
@@ -203,6 +278,9 @@ class SamplingSettings(Struct, kw_only=True):
     max_tokens: int = 512
     seed: int | None = None
     stop: list[str] = msgspec.field(default_factory=list)
+    json_mode: bool = False  # every reply is a JSON object (grammar-constrained)
+    tools: list[Tool] = msgspec.field(default_factory=list)  # functions the model may call (OpenAI's shape)
+    tool_choice: Literal["auto", "required", "none"] = "auto"  # "required": every reply is one tool call
 
 
 class Conversation(Struct, kw_only=True):
@@ -243,8 +321,8 @@ class Message(Struct, kw_only=True, omit_defaults=True):
     id: str
     conversation_id: str
     parent_id: str | None
-    role: Literal["user", "assistant"]
-    content: str
+    role: Literal["user", "assistant", "tool"]
+    content: str  # an assistant's text without its tool calls; a tool message: the result
     created_at: float
     num_tokens: int = 0
     # assistant: "stop", "length", "abort" (stopped), "interrupted" (the engine died while writing it), or None
@@ -254,6 +332,20 @@ class Message(Struct, kw_only=True, omit_defaults=True):
     model: str | None = None
     stats: ReplyStats | None = None
     token_ids: list[int] | None = None  # only when asked for (?token_ids=true)
+    tool_calls: list[ToolCall] | None = None  # an assistant's calls of the conversation's tools
+    tool_call_id: str | None = None  # a tool message: the call whose result it is
+
+    @property
+    def author(self) -> str:
+        return {"user": "You", "assistant": "Assistant", "tool": "Tool result"}[self.role]
+
+    def markdown(self) -> str:
+        """The message as Markdown, for people (the UIs, an export): tool calls and results as code blocks."""
+        if self.role == "tool":
+            return f"```\n{self.content}\n```"
+        calls = [f"Calls `{call.function.name}`:\n\n```json\n{call.function.arguments}\n```"
+                 for call in self.tool_calls or []]
+        return "\n\n".join(part for part in (self.content, *calls) if part)
 
 
 class ConversationTree(Struct):
@@ -266,6 +358,10 @@ class SendMessage(Struct, kw_only=True):
     parent_id: str | None = None  # None: a new root of the tree
     n: int = 1
     settings: SamplingSettings | None = None  # this request only
+    # a tool's result instead of a user message: the id of the parent's tool call it answers (the parent is the
+    # assistant message that called, or a result sent before this one for another of its calls)
+    tool_call_id: str | None = None
+    reply: bool = True  # False: store the message, write no reply (a first result of several)
 
 
 class Regenerate(Struct, kw_only=True):

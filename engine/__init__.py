@@ -7,7 +7,7 @@ import importlib
 
 _PUBLIC = {
     "LLM": "llm", "AsyncLLM": "async_llm", "SamplingParams": "sampling_params", "RequestOutput": "outputs",
-    "CompletionOutput": "outputs", "TokenLogprob": "outputs",
+    "CompletionOutput": "outputs", "TokenLogprob": "outputs", "StructuredOutput": "structured_output",
 }
 __all__ = list(_PUBLIC)
 

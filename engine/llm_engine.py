@@ -23,6 +23,7 @@ from localchat.engine.sampler import Sampler
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.scheduler import Scheduler
 from localchat.engine.sequence import Sequence, SequenceStatus
+from localchat.engine.structured_output import Grammars
 
 KV_CACHE_BYTES_CPU = 2 * 1024**3
 KV_CACHE_SHARE_OF_FREE_GPU_MEMORY = 0.6
@@ -68,7 +69,9 @@ class LLMEngine:
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler()
         self.cpu_threads = CPUThreads(config.cpu_threads) if self.device.type == "cpu" else None
-        self.output = OutputProcessor(self.tokenizer, _eos_token_ids(source, model_config), self.max_model_len)
+        eos_token_ids = _eos_token_ids(source, model_config)
+        self.output = OutputProcessor(self.tokenizer, eos_token_ids, self.max_model_len)
+        self.grammars = Grammars(self.tokenizer, model_config.vocab_size, eos_token_ids)
         self._request_ids = itertools.count()
         self.prompt_tokens = self.cached_prompt_tokens = 0
 
@@ -82,12 +85,14 @@ class LLMEngine:
             return self.tokenizer.encode(prompt, add_special_tokens=False)
         return list(prompt)
 
-    def apply_chat_template(self, messages: list[dict]) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        """The prompt's token ids, with the function tools (OpenAI's shape) for a template that renders them."""
+        ids = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True)
         return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 
     def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
-        """The request's max_tokens; a clear ValueError if the engine cannot run it."""
+        """The request's max_tokens; a clear ValueError if the engine cannot run it (a bad schema among others:
+        its grammar is compiled here)."""
         if not prompt_token_ids:
             raise ValueError("the prompt is empty")
         vocab = self.runner.model.config.vocab_size
@@ -97,6 +102,8 @@ class LLMEngine:
         if room < 1:
             raise ValueError(f"the prompt has {len(prompt_token_ids)} tokens, more than this engine's "
                              f"max_model_len of {self.max_model_len} allows (with one token for the reply)")
+        if params.structured is not None:
+            self.grammars.check(params.structured)
         return min(params.max_tokens or room, room)
 
     def add_request(self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None) -> str:
@@ -105,8 +112,9 @@ class LLMEngine:
         request_id = request_id if request_id is not None else f"req-{next(self._request_ids)}"
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already running")
+        matcher = self.grammars.matcher(params.structured) if params.structured is not None else None
         seq = Sequence(request_id, 0, list(prompt_token_ids), len(prompt_token_ids), params,
-                       self._generator(params.seed_for(0)), num_forks_pending=params.n - 1)
+                       self._generator(params.seed_for(0)), matcher, num_forks_pending=params.n - 1)
         self.kv.hash_blocks(seq)
         self.output.add(RequestState(request_id, prompt_token_ids, params, max_tokens))
         self.output.track(seq)

@@ -1,5 +1,5 @@
-"""The output side of the engine: per request, its replies' text (incremental detokenizing), stop strings and
-stop tokens, logprobs, and the deltas streamed to callers."""
+"""The output side of the engine: per request, its replies' text (incremental detokenizing), stop strings, stop
+tokens and grammars, logprobs, and the deltas streamed to callers."""
 
 from dataclasses import dataclass, field
 
@@ -52,7 +52,8 @@ class OutputProcessor:
             self.tokenizer, request.prompt_token_ids, request.params.stop, request.params.skip_special_tokens)))
 
     def append(self, seq: Sequence, token: int, logprob: TokenLogprob | None) -> str | None:
-        """Add a sampled token to its reply; the finish reason if the reply ends with it."""
+        """Add a sampled token to its reply; the finish reason if the reply ends with it ("stop" also when it
+        completes the reply's grammar)."""
         request = self.requests[seq.request_id]
         reply = request.replies[seq.index]
         seq.token_ids.append(token)
@@ -61,7 +62,8 @@ class OutputProcessor:
         if logprob is not None:
             reply.logprobs.append(logprob)
         params = request.params
-        if reply.detokenizer.stopped or token in params.stop_token_ids or (
+        grammar_done = seq.matcher is not None and seq.matcher.advance(token)
+        if grammar_done or reply.detokenizer.stopped or token in params.stop_token_ids or (
                 not params.ignore_eos and token in self.eos_token_ids):
             return "stop"
         if seq.num_output_tokens >= request.max_tokens or len(seq) >= self.max_model_len:

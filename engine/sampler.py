@@ -4,6 +4,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from localchat.engine.outputs import TokenLogprob
@@ -17,16 +18,22 @@ class SamplerOutput:
 
 
 class Sampler:
-    """Penalties, then greedy or temperature / top-k / top-p / min-p sampling, for a batch.
+    """Penalties and grammars, then greedy or temperature / top-k / top-p / min-p sampling, for a batch.
 
-    Each row has `params`, `generator` (a torch.Generator or None), `prompt_token_ids` and
-    `output_token_ids`. A row with a generator draws exactly one number from it per step, so its
-    tokens do not depend on the rest of the batch.
+    Each row has `params`, `generator` (a torch.Generator or None), `matcher` (a structured_output.Matcher or
+    None), `prompt_token_ids` and `output_token_ids`. A row with a generator draws exactly one number from it per
+    step, so its tokens do not depend on the rest of the batch.
     """
 
+    @torch.inference_mode()  # as the model runner's: its logits are masked in place
     def __call__(self, logits: torch.Tensor, rows: Sequence[Any]) -> SamplerOutput:
         params = [row.params for row in rows]
         penalized = apply_penalties(logits.float(), rows)
+        constrained = [i for i, row in enumerate(rows) if row.matcher is not None]
+        if constrained:
+            if penalized is logits and any(params[i].logprobs is not None for i in constrained):
+                penalized = logits.clone()  # masked in place below; logprobs are of the raw logits
+            apply_grammars(penalized, rows, constrained)
         tokens = penalized.argmax(dim=-1)
         sampled = [i for i, p in enumerate(params) if not p.greedy]
         if sampled:
@@ -57,6 +64,19 @@ def apply_penalties(logits: torch.Tensor, rows: Sequence[Any]) -> torch.Tensor:
         frequency = _column([p.frequency_penalty for p in params], device)
         logits = logits - presence * (output_counts > 0) - frequency * output_counts
     return logits
+
+
+def apply_grammars(logits: torch.Tensor, rows: Sequence[Any], constrained: list[int]) -> None:
+    """-inf, in place, for each token that a constrained row's grammar does not allow next. The rows' bitmasks (one
+    bit per token, from their matchers) are unpacked together; the other rows are not touched."""
+    bitmasks = np.stack([rows[i].matcher.next_token_bitmask for i in constrained])
+    allowed = np.unpackbits(bitmasks.view(np.uint8), axis=-1, count=logits.shape[-1], bitorder="little")
+    banned = torch.from_numpy(allowed.view(np.bool_)).logical_not_().to(logits.device)
+    if len(constrained) == len(rows):
+        logits.masked_fill_(banned, float("-inf"))
+    else:
+        for mask, i in zip(banned, constrained):
+            logits[i].masked_fill_(mask, float("-inf"))
 
 
 def _sample(logits: torch.Tensor, rows: Sequence[Any]) -> torch.Tensor:

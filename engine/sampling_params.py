@@ -5,6 +5,8 @@ range with a 400 that quotes them, and the UIs read them from the server (GET /a
 
 from dataclasses import dataclass, field
 
+from localchat.engine.structured_output import StructuredOutput
+
 # name -> (lowest, highest or None); every bound is inclusive
 LIMITS: dict[str, tuple[float, float | None]] = {
     "n": (1, 16),
@@ -41,6 +43,7 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None  # number of top alternatives per sampled token
     skip_special_tokens: bool = True
+    structured: StructuredOutput | None = None  # a grammar the reply must match: JSON, a JSON Schema, tool calls
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -55,6 +58,8 @@ class SamplingParams:
             raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings, got {len(self.stop)}")
         if not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_LENGTH for s in self.stop):
             raise ValueError(f"stop strings must have 1 to {MAX_STOP_LENGTH} characters")
+        if not isinstance(self.structured, StructuredOutput | None):
+            raise ValueError(f"structured must be a StructuredOutput, got {type(self.structured).__name__}")
 
     @property
     def greedy(self) -> bool:

@@ -93,11 +93,12 @@ class Scheduler:
         self.num_preemptions += 1
 
     def finish(self, seq: Sequence, reason: str) -> None:
-        """End a sequence wherever it is and return its blocks to the pool."""
+        """End a sequence wherever it is, return its blocks to the pool and drop its grammar state."""
         if seq.status is SequenceStatus.RUNNING:
             self.running.remove(seq)
         elif seq.status is SequenceStatus.WAITING:
             self.waiting.remove(seq)
         self.kv.free(seq)
+        seq.matcher = None
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason

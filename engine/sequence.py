@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from localchat.engine.sampling_params import SamplingParams
+from localchat.engine.structured_output import Matcher
 
 
 class SequenceStatus(enum.Enum):
@@ -26,6 +27,7 @@ class Sequence:
     num_prompt_tokens: int
     params: SamplingParams
     generator: torch.Generator | None = None
+    matcher: Matcher | None = None  # the reply's place in its grammar (params.structured), until it finishes
     seq_id: int = field(default_factory=lambda: next(_seq_ids))
     status: SequenceStatus = SequenceStatus.WAITING
     # block_table and num_computed_tokens are written by the KVCacheManager alone
@@ -61,7 +63,8 @@ class Sequence:
         return self.status is SequenceStatus.FINISHED
 
     def fork(self, index: int, generator: torch.Generator | None) -> "Sequence":
-        """A copy that will write its own reply. The caller shares the KV blocks (KVCacheManager.fork)."""
+        """A copy that will write its own reply, in its own place in the grammar. The caller shares the KV blocks
+        (KVCacheManager.fork)."""
         return Sequence(
             request_id=self.request_id,
             index=index,
@@ -69,6 +72,7 @@ class Sequence:
             num_prompt_tokens=self.num_prompt_tokens,
             params=self.params,
             generator=generator,
+            matcher=self.matcher.fork() if self.matcher is not None else None,
             status=self.status,
             num_computed_tokens=self.num_computed_tokens,
             num_cached_tokens=self.num_cached_tokens,

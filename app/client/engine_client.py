@@ -150,9 +150,13 @@ class EngineClient:
         await self._call("DELETE", f"/api/conversations/{conversation_id}")
 
     def send(self, conversation_id: str, content: str, parent_id: str | None = None, n: int = 1,
-             settings: SamplingSettings | None = None) -> AsyncIterator[StreamEvent]:
+             settings: SamplingSettings | None = None, tool_call_id: str | None = None,
+             reply: bool = True) -> AsyncIterator[StreamEvent]:
+        """A user message (or, with tool_call_id, a tool's result) under parent_id, then n replies (none without
+        reply)."""
         return self._events(f"/api/conversations/{conversation_id}/messages",
-                            SendMessage(content=content, parent_id=parent_id, n=n, settings=settings))
+                            SendMessage(content=content, parent_id=parent_id, n=n, settings=settings,
+                                        tool_call_id=tool_call_id, reply=reply))
 
     def regenerate(self, conversation_id: str, message_id: str, n: int = 1,
                    settings: SamplingSettings | None = None) -> AsyncIterator[StreamEvent]:

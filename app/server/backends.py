@@ -181,12 +181,13 @@ class EmbeddedBackend(Backend):
             raise BackendRequestError(f"the text has {num_chars:,} characters: more than fit in this engine's "
                                       f"max_model_len of {self.max_model_len} tokens")
 
-    async def apply_chat_template(self, messages: list[dict]) -> list[int]:
-        """The chat's prompt token ids, tokenized off the event loop."""
+    async def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        """The chat's prompt token ids (with the tools, for a template that renders them), tokenized off the event
+        loop."""
         engine = self.ensure_ready().engine
         self.check_chat()
-        self.check_text_size(sum(len(m["content"]) for m in messages))
-        return await asyncio.to_thread(engine.apply_chat_template, messages)
+        self.check_text_size(sum(len(m["content"]) for m in messages) + len(str(tools or "")))
+        return await asyncio.to_thread(engine.apply_chat_template, messages, tools)
 
     async def tokenize(self, prompt: str | list[int]) -> list[int]:
         engine = self.ensure_ready().engine

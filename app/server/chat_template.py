@@ -11,18 +11,22 @@ whatever the template writes after a reply that the model did not generate (for 
 
 from transformers import PreTrainedTokenizerBase
 
-Chat = list[dict[str, str]]
+Chat = list[dict]  # {"role", "content"}, and an assistant's "tool_calls" or a tool message's "tool_call_id"
 
 
 class ChatTemplate:
-    def __init__(self, tokenizer: PreTrainedTokenizerBase):
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, tools: list[dict] | None = None):
+        self.tokenizer, self.tools = tokenizer, tools
+
+    def with_tools(self, tools: list[dict] | None) -> "ChatTemplate":
+        """The same template, rendering these function tools (for a template that renders tools)."""
+        return ChatTemplate(self.tokenizer, tools) if tools else self
 
     def render(self, chat: Chat, add_generation_prompt: bool = False) -> str:
         if not chat and not add_generation_prompt:
             return ""
         try:
-            return self.tokenizer.apply_chat_template(chat, tokenize=False,
+            return self.tokenizer.apply_chat_template(chat, tools=self.tools, tokenize=False,
                                                       add_generation_prompt=add_generation_prompt)
         except Exception:  # some templates refuse an empty or system-only chat
             if chat:

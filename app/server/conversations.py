@@ -24,10 +24,14 @@ from localchat.app.protocol import (
     SamplingSettings,
     StartEvent,
     StreamEvent,
+    ToolCall,
 )
 from localchat.app.server.backends import Backend, Update
+from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.store import Store, new_id
+from localchat.app.server.tool_calls import ToolSyntax, call_grammar, parse_tool_calls, template_chat, tool_syntax
 from localchat.engine.sampling_params import SamplingParams
+from localchat.engine.structured_output import StructuredOutput
 
 DEFAULT_TITLE = "New chat"
 TITLE_LENGTH = 60
@@ -37,12 +41,22 @@ STOP_WAIT_S = 10.0  # how long a delete waits for its stopped replies to be save
 log = logging.getLogger("localchat.app")
 
 
-def sampling_params(settings: SamplingSettings, n: int) -> SamplingParams:
-    """Raises ValueError on a value out of range (SamplingParams checks every limit)."""
+def sampling_params(settings: SamplingSettings, n: int, structured: StructuredOutput | None = None
+                    ) -> SamplingParams:
+    """Raises ValueError on a value out of range (SamplingParams checks every limit) or a tool setting that cannot
+    be met."""
+    names = [tool.function.name for tool in settings.tools]
+    if len(set(names)) < len(names):
+        raise ValueError("two tools have the same name")
+    if settings.tool_choice == "required" and not names:
+        raise ValueError('tool_choice "required" needs tools')
+    if settings.tool_choice == "required" and settings.json_mode:
+        raise ValueError('json_mode and tool_choice "required" cannot both shape the reply')
     return SamplingParams(n=n, temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,
                           min_p=settings.min_p, repetition_penalty=settings.repetition_penalty,
                           presence_penalty=settings.presence_penalty, frequency_penalty=settings.frequency_penalty,
-                          seed=settings.seed, max_tokens=settings.max_tokens, stop=list(settings.stop))
+                          seed=settings.seed, max_tokens=settings.max_tokens, stop=list(settings.stop),
+                          structured=structured)
 
 
 @dataclass
@@ -85,22 +99,39 @@ class Conversations:
 
     # --- the branch as a chat and as token ids (pure: run off the event loop, see to_thread) ---
 
-    def chat(self, conversation: Conversation, path: list[Message]) -> list[dict[str, str]]:
-        system = [{"role": "system", "content": conversation.system_prompt}] if conversation.system_prompt else []
-        return system + [{"role": m.role, "content": m.content} for m in path]
-
-    def user_token_ids(self, conversation: Conversation, path: list[Message], content: str) -> list[int]:
+    @property
+    def tool_syntax(self) -> ToolSyntax:
         template = self.backend.template
+        return tool_syntax(template.tokenizer.chat_template if template else None)
+
+    def chat(self, conversation: Conversation, path: list[Message]) -> list[dict]:
+        """The branch as the chat template takes it: the conversation's tools (its settings') shape how its tool
+        calls and results are written (tool_calls.template_chat)."""
+        system = [{"role": "system", "content": conversation.system_prompt}] if conversation.system_prompt else []
+        messages = system + [{"role": m.role, "content": m.content, "tool_calls": m.tool_calls,
+                              "tool_call_id": m.tool_call_id} for m in path]
+        return template_chat(messages, conversation.settings.tools, self.tool_syntax)[0]
+
+    def template(self, conversation: Conversation) -> ChatTemplate | None:
+        """The backend's chat template, rendering the conversation's tools where the template renders tools."""
+        if self.backend.template is None:
+            return None
+        return self.backend.template.with_tools(template_chat([], conversation.settings.tools, self.tool_syntax)[1])
+
+    def message_token_ids(self, conversation: Conversation, path: list[Message], message: Message) -> list[int]:
+        """The segment of a user or tool message written after `path`."""
+        template = self.template(conversation)
         if template is None:
             return []
-        return template.segment(self.chat(conversation, path), {"role": "user", "content": content})
+        chat = self.chat(conversation, [*path, message])
+        return template.segment(chat[:-1], chat[-1])
 
     def prompt(self, conversation: Conversation, path: list[Message]
                ) -> tuple[list[int] | list[dict[str, str]], list[tuple[str, list[int]]]]:
         """The prompt for a reply after `path` (which ends with the message replied to), and the segments
         it had to render again (messages stored without token ids), for the store."""
         chat = self.chat(conversation, path)
-        template = self.backend.template
+        template = self.template(conversation)
         if template is None:
             return chat, []
         system = len(chat) - len(path)
@@ -110,10 +141,10 @@ class Conversations:
             segment = message.token_ids
             if not segment or message.model != self.backend.model_name:  # written by another model or backend
                 history = chat[: system + i]
-                if message.role == "user":
-                    segment = template.segment(history, chat[system + i])
-                else:
+                if message.role == "assistant" and not message.tool_calls:
                     segment = template.assistant_segment(history, message.content, template.encode(message.content))
+                else:
+                    segment = template.segment(history, chat[system + i])
                 if message.model in (None, self.backend.model_name):
                     repaired.append((message.id, segment))
             ids += segment
@@ -143,13 +174,13 @@ class Conversations:
         by_id = {m.id: m for m in messages}
         updates = []
         for message in messages:
-            if message.role != "user":
+            if message.role == "assistant":
                 continue
             if self.backend.template is None or message.model != self.backend.model_name:
                 updates.append((message.id, []))  # prompt() renders it again when it is next needed
                 continue
             path = _path_to(message, by_id)[:-1]
-            updates.append((message.id, self.user_token_ids(conversation, path, message.content)))
+            updates.append((message.id, self.message_token_ids(conversation, path, message)))
         return updates
 
     # --- writing ---
@@ -160,13 +191,16 @@ class Conversations:
         if updates:
             self.store.set_token_ids(updates)
 
-    async def add_user_message(self, conversation: Conversation, parent_id: str | None, content: str) -> Message:
+    async def add_user_message(self, conversation: Conversation, parent_id: str | None, content: str,
+                               tool_call_id: str | None = None) -> Message:
+        """A user message, or (with tool_call_id) the result of one of the parent's tool calls."""
         self.backend.check_chat()
         self.backend.check_text_size(len(content))
         path = self.store.path(conversation.id, parent_id) if parent_id else []
-        token_ids = await asyncio.to_thread(self.user_token_ids, conversation, path, content)
-        message = Message(id=new_id("m"), conversation_id=conversation.id, parent_id=parent_id, role="user",
-                          content=content, created_at=time.time(), model=self.backend.model_name)
+        message = Message(id=new_id("m"), conversation_id=conversation.id, parent_id=parent_id,
+                          role="tool" if tool_call_id else "user", content=content, created_at=time.time(),
+                          model=self.backend.model_name, tool_call_id=tool_call_id)
+        token_ids = await asyncio.to_thread(self.message_token_ids, conversation, path, message)
         self.store.add_message(message, token_ids)
         if conversation.message_count == 0 and conversation.title == DEFAULT_TITLE:
             words = " ".join(content.split())
@@ -178,18 +212,31 @@ class Conversations:
                             settings: SamplingSettings) -> "Replies":
         """Validate and start n replies to `parent`; raises ValueError, BackendRequestError or BackendNotReady
         before anything streams. The replies are stored at once (empty, unfinished) and saved as they grow."""
-        params = sampling_params(settings, n)
+        params = sampling_params(settings, n, self.structured(settings))
         self.backend.check_chat()
         path = self.store.path(conversation.id, parent.id)
         prompt, repaired = await asyncio.to_thread(self.prompt, conversation, path)
         if repaired:
             self.store.set_token_ids(repaired)
-        replies = Replies(self, conversation, path, parent, params, uuid.uuid4().hex)
+        replies = Replies(self, conversation, path, parent, params, settings, uuid.uuid4().hex)
         replies.stream = await self.backend.open(prompt, params, replies.request_id)
         self.active.add(replies.request_id, conversation.id, replies.message_ids)
         replies.store_started()
         self.store.set_active_leaf(conversation.id, replies.message_ids[0])  # the newest branch is shown
         return replies
+
+    def structured(self, settings: SamplingSettings) -> StructuredOutput | None:
+        """The grammar replies must match: one tool call (tool_choice "required"), or JSON (json_mode)."""
+        if settings.tools and settings.tool_choice == "required":
+            return call_grammar(settings.tools, self.tool_syntax, None, parallel=False)
+        return StructuredOutput.json_object() if settings.json_mode else None
+
+    def read_tool_calls(self, settings: SamplingSettings, text: str) -> tuple[str, list[ToolCall]]:
+        """A finished reply's text without its calls of the conversation's tools, and the calls."""
+        if not settings.tools or settings.tool_choice == "none":
+            return text, []
+        content, calls = parse_tool_calls(text, self.tool_syntax, {t.function.name for t in settings.tools})
+        return content or "", calls
 
     async def stop(self, conversation_id: str, message_id: str | None = None, wait: bool = False) -> list[str]:
         """Abort the conversation's requests (or the one writing message_id); with wait, return once their
@@ -228,10 +275,10 @@ class Replies:
     (a crash loses at most that much) and each one whole as it completes."""
 
     def __init__(self, conversations: Conversations, conversation: Conversation, path: list[Message],
-                 parent: Message, params: SamplingParams, request_id: str):
+                 parent: Message, params: SamplingParams, settings: SamplingSettings, request_id: str):
         self.conversations, self.conversation, self.path, self.parent = conversations, conversation, path, parent
         self.store = conversations.store
-        self.params, self.request_id = params, request_id
+        self.params, self.settings, self.request_id = params, settings, request_id
         self.replies = [PartialReply(new_id("m")) for _ in range(params.n)]
         self.stream: AsyncIterator[Update] | None = None
         self.started = time.monotonic()
@@ -313,10 +360,14 @@ class Replies:
             time_to_first_token_s=round(reply.first_token_at - self.started, 4) if reply.first_token_at else None,
             tokens_per_s=round((num_tokens - 1) / decode_time, 2) if num_tokens > 1 and decode_time > 0 else None,
             duration_s=round(now - self.started, 4))
-        template = self.conversations.backend.template
+        template = self.conversations.template(self.conversation)
         token_ids = []
-        if template is not None:
+        if template is not None:  # the tokens as generated, tool calls included
             history = self.conversations.chat(self.conversation, self.path)
             token_ids = template.assistant_segment(history, reply.text, reply.token_ids)
+        message.content, calls = self.conversations.read_tool_calls(self.settings, reply.text)
+        if calls:
+            message.tool_calls = calls
+            message.finish_reason = "tool_calls" if message.finish_reason == "stop" else message.finish_reason
         reply.done = True
         return self.store.finish_message(message, token_ids)

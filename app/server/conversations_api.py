@@ -71,8 +71,8 @@ class ConversationController(Controller):
                                   system_prompt=None if data.system_prompt is UNSET else data.system_prompt,
                                   settings=None if data.settings is UNSET else data.settings)
         after = store.get_conversation(conversation_id)
-        if after.system_prompt != before.system_prompt:
-            await conversations.retokenize(after)
+        if after.system_prompt != before.system_prompt or after.settings.tools != before.settings.tools:
+            await conversations.retokenize(after)  # both are written into the prompt's first segment
         return after
 
     @delete("/{conversation_id:str}")
@@ -86,11 +86,15 @@ class ConversationController(Controller):
     @post("/{conversation_id:str}/messages", status_code=200)
     async def send(self, conversation_id: Id, data: JSONBody[SendMessage], store: StoreDep,
                    conversations: ConversationsDep) -> ServerSentEvent:
-        """A user message under any parent (or a new root), then n replies as sibling branches."""
+        """A user message under any parent (or a new root), or a tool's result under the message that called it;
+        then n replies as sibling branches."""
         conversation = store.get_conversation(conversation_id)
         if data.parent_id is not None:
             store.get_message(conversation_id, data.parent_id)
-        return await _send(conversations, conversation, data.parent_id, data.content, data.n, data.settings)
+        if data.tool_call_id is not None:
+            _check_tool_result(store, conversation_id, data.parent_id, data.tool_call_id)
+        return await _send(conversations, conversation, data.parent_id, data.content, data.n, data.settings,
+                           data.tool_call_id, data.reply)
 
     @post("/{conversation_id:str}/messages/{message_id:str}/edit", status_code=200)
     async def edit(self, conversation_id: Id, message_id: Id, data: JSONBody[EditMessage], store: StoreDep,
@@ -172,18 +176,38 @@ async def _start(conversations: Conversations, conversation: Conversation, paren
         raise ValidationException(str(error)) from None
 
 
+def _check_tool_result(store: Store, conversation_id: str, parent_id: str | None, tool_call_id: str) -> None:
+    """A tool's result goes under the assistant message whose call it answers, or under an earlier result of
+    that message's calls."""
+    path = store.path(conversation_id, parent_id) if parent_id else []
+    while path and path[-1].role == "tool":
+        path.pop()
+    calls = path[-1].tool_calls or [] if path and path[-1].role == "assistant" else []
+    if tool_call_id not in {call.id for call in calls}:
+        raise ValidationException(f"tool_call_id {tool_call_id!r} is not a tool call of the message it answers "
+                                  "(parent_id: the assistant message that called, or a result after it)")
+
+
 async def _send(conversations: Conversations, conversation: Conversation, parent_id: str | None, content: str,
-                n: int, settings: SamplingSettings | None) -> ServerSentEvent:
-    if not content.strip():
+                n: int, settings: SamplingSettings | None, tool_call_id: str | None = None,
+                reply: bool = True) -> ServerSentEvent:
+    if not content.strip() and tool_call_id is None:
         raise ValidationException("the message is empty")
     conversations.backend.ensure_ready()
-    user = await conversations.add_user_message(conversation, parent_id, content)
+    user = await conversations.add_user_message(conversation, parent_id, content, tool_call_id)
+    if not reply:
+        return _event_stream(_prepend(UserEvent(message=user), _nothing()))
     try:
         replies = await _start(conversations, conversation, user, n, settings)
     except Exception:
         conversations.store.delete_message(conversation.id, user.id)  # nothing was answered: leave no trace
         raise
     return _event_stream(_prepend(UserEvent(message=user), replies.events()))
+
+
+async def _nothing() -> AsyncIterator[StreamEvent]:
+    return
+    yield
 
 
 async def _prepend(first: StreamEvent, rest: AsyncIterator[StreamEvent]) -> AsyncIterator[StreamEvent]:
@@ -206,7 +230,7 @@ def export_markdown(conversation: Conversation, path: list[Message]) -> str:
     if conversation.system_prompt:
         lines += ["**System**", "", conversation.system_prompt, ""]
     for message in path:
-        who = "You" if message.role == "user" else f"Assistant ({message.model})" if message.model else "Assistant"
+        who = f"Assistant ({message.model})" if message.role == "assistant" and message.model else message.author
         note = " — stopped" if message.stopped else ""
-        lines += [f"**{who}**{note}", "", message.content, ""]
+        lines += [f"**{who}**{note}", "", message.markdown(), ""]
     return "\n".join(lines)

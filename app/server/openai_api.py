@@ -29,19 +29,36 @@ from localchat.app.protocol import (
     CompletionChoice,
     CompletionLogprobs,
     CompletionRequest,
+    FunctionCallDelta,
+    JSONObjectFormat,
+    JSONSchemaResponseFormat,
     Model,
     ModelList,
+    NamedToolChoice,
     PromptTokensDetails,
     SamplingFields,
+    TextFormat,
     TokenLogprobOut,
+    Tool,
+    ToolCall,
+    ToolCallDelta,
     TopLogprob,
     Usage,
 )
 from localchat.app.server.backends import Backend, EmbeddedBackend, RemoteBackend, Update
 from localchat.app.server.config import MAX_CHOICES, MAX_PROMPTS
 from localchat.app.server.conversations import ActiveRequests
+from localchat.app.server.tool_calls import (
+    StreamedReply,
+    ToolSyntax,
+    call_grammar,
+    parse_tool_calls,
+    template_chat,
+    tool_syntax,
+)
 from localchat.engine.outputs import CompletionOutput, RequestOutput, TokenLogprob
 from localchat.engine.sampling_params import SamplingParams
+from localchat.engine.structured_output import StructuredOutput
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # as OpenAI's /v1/completions
 
@@ -67,16 +84,25 @@ class OpenAIController(Controller):
         if not req.messages:
             raise ValidationException("messages must not be empty")
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        params = _params(req, max_tokens, (req.top_logprobs or 0) if req.logprobs else None)
-        prompt = await backend.apply_chat_template([{"role": m.template_role, "content": m.text()}
-                                                    for m in req.messages])
+        syntax = tool_syntax(backend.ensure_ready().tokenizer.chat_template)
+        tools = _tools(req)
+        params = _params(req, max_tokens, (req.top_logprobs or 0) if req.logprobs else None,
+                         _structured(req, tools, syntax))
+        try:
+            messages = [{"role": m.template_role, "content": m.text(), "tool_calls": m.tool_calls,
+                         "tool_call_id": m.tool_call_id} for m in req.messages]
+            chat, template_tools = template_chat(messages, tools, syntax)
+        except ValueError as error:
+            raise ValidationException(str(error)) from None
+        prompt = await backend.apply_chat_template(chat, template_tools)
         job = await _Job.open(backend, active, [prompt], params)
+        calls = _CallReader(syntax, tools, only_calls=req.tool_choice not in (None, "auto")) if tools else None
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return ServerSentEvent(_chat_chunks(job, include_usage))
+            return ServerSentEvent(_chat_chunks(job, include_usage, calls))
         results = await job.collect()
-        choices = [ChatChoice(index=o.index, message=AssistantMessage(content=o.text), finish_reason=o.finish_reason,
-                              logprobs=_chat_logprobs(backend, o.logprobs)) for o in results]
+        choices = [ChatChoice(index=o.index, message=_message(o.text, calls), logprobs=_chat_logprobs(
+            backend, o.logprobs), finish_reason=_finish_reason(o.finish_reason, calls, o.text)) for o in results]
         return Response(ChatCompletion(id=job.id, created=job.created, model=job.model, choices=choices,
                                        usage=job.usage()))
 
@@ -115,14 +141,75 @@ def _check_model(req: SamplingFields, backend: Backend) -> None:
         raise NotFoundException(f"model {req.model!r} does not exist; this server serves {backend.model_name!r}")
 
 
-def _params(req: SamplingFields, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+def _tools(req: ChatCompletionRequest) -> list[Tool] | None:
+    """The tools the model may call (None: none, or tool_choice "none"); a 400 for a choice that cannot be met."""
+    names = [t.function.name for t in req.tools or []]
+    if len(set(names)) < len(names):
+        raise ValidationException("tools: two functions have the same name")
+    choice = req.tool_choice
+    if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+        raise ValidationException(f"tool_choice names {choice.function.name!r}, which is not among the tools")
+    if choice in ("required",) and not names:
+        raise ValidationException("tool_choice \"required\" needs tools")
+    if choice not in (None, "auto", "none") and not isinstance(req.response_format, TextFormat | None):
+        raise ValidationException("response_format and a required tool call cannot both shape the reply")
+    return req.tools if names and choice != "none" else None
+
+
+def _structured(req: ChatCompletionRequest, tools: list[Tool] | None, syntax: ToolSyntax) -> StructuredOutput | None:
+    """The grammar the replies must match: a required tool call, else the response_format's JSON."""
+    choice = req.tool_choice
+    try:
+        if tools and choice == "required":
+            return call_grammar(tools, syntax, None, req.parallel_tool_calls)
+        if tools and isinstance(choice, NamedToolChoice):
+            return call_grammar(tools, syntax, choice.function.name, parallel=False)
+        match req.response_format:
+            case JSONObjectFormat():
+                return StructuredOutput.json_object()
+            case JSONSchemaResponseFormat(json_schema=spec):
+                # strict either way: the reply matches the schema, and a small model cannot ramble in extra fields
+                return StructuredOutput.json_schema(spec.schema or {}, strict=True)
+    except ValueError as error:
+        raise ValidationException(str(error)) from None
+    return None
+
+
+class _CallReader:
+    """Reads the tool calls out of replies (whole, or streamed with StreamedReply)."""
+
+    def __init__(self, syntax: ToolSyntax, tools: list[Tool], only_calls: bool):
+        self.syntax, self.names, self.only_calls = syntax, {t.function.name for t in tools}, only_calls
+
+    def read(self, text: str) -> tuple[str | None, list[ToolCall]]:
+        return parse_tool_calls(text, self.syntax, self.names)
+
+    def stream(self) -> StreamedReply:
+        return StreamedReply(self.syntax, self.names, self.only_calls)
+
+
+def _message(text: str, calls: _CallReader | None) -> AssistantMessage:
+    if calls is None:
+        return AssistantMessage(content=text)
+    content, tool_calls = calls.read(text)
+    return AssistantMessage(content=content, tool_calls=tool_calls or None)
+
+
+def _finish_reason(reason: str | None, calls: _CallReader | None, text: str) -> str | None:
+    """"tool_calls" for a reply that ended by itself with calls (one cut by max_tokens stays "length")."""
+    return "tool_calls" if reason == "stop" and calls is not None and calls.read(text)[1] else reason
+
+
+def _params(req: SamplingFields, max_tokens: int | None, logprobs: int | None,
+            structured: StructuredOutput | None = None) -> SamplingParams:
     try:
         return SamplingParams(
             n=req.n, temperature=1.0 if req.temperature is None else req.temperature,
             top_p=1.0 if req.top_p is None else req.top_p, top_k=req.top_k or 0, min_p=req.min_p or 0.0,
             repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
             presence_penalty=req.presence_penalty or 0.0, frequency_penalty=req.frequency_penalty or 0.0,
-            seed=req.seed, stop=req.stop or [], max_tokens=max_tokens, logprobs=logprobs, ignore_eos=req.ignore_eos)
+            seed=req.seed, stop=req.stop or [], max_tokens=max_tokens, logprobs=logprobs, ignore_eos=req.ignore_eos,
+            structured=structured)
     except ValueError as error:
         raise ValidationException(str(error)) from None
 
@@ -217,19 +304,39 @@ def _encode(value) -> str:
     return msgspec.json.encode(value).decode()
 
 
-async def _chat_chunks(job: _Job, include_usage: bool) -> AsyncIterator[str]:
+async def _chat_chunks(job: _Job, include_usage: bool, calls: _CallReader | None) -> AsyncIterator[str]:
     first = [ChunkChoice(index=k, delta=ChunkDelta(role="assistant", content="")) for k in range(job.n)]
     yield _encode(ChatCompletionChunk(id=job.id, created=job.created, model=job.model, choices=first))
+    replies = [calls.stream() for _ in range(job.n)] if calls else None
     async for _, update in job.updates():
-        choices = [ChunkChoice(index=o.index, delta=ChunkDelta(content=o.text or None), finish_reason=o.finish_reason,
-                               logprobs=_chat_logprobs(job.backend, o.logprobs))
-                   for o in update.outputs if o.text or o.finish_reason or o.logprobs]
+        choices = []
+        for o in update.outputs:
+            if replies is None:
+                delta, reason = ChunkDelta(content=o.text or None), o.finish_reason
+            else:
+                delta, reason = _tool_delta(replies[o.index], o.text, o.finish_reason)
+            if delta.content or delta.tool_calls or reason or o.logprobs:
+                choices.append(ChunkChoice(index=o.index, delta=delta, finish_reason=reason,
+                                           logprobs=_chat_logprobs(job.backend, o.logprobs)))
         if choices:
             yield _encode(ChatCompletionChunk(id=job.id, created=job.created, model=job.model, choices=choices))
     if include_usage:
         yield _encode(ChatCompletionChunk(id=job.id, created=job.created, model=job.model, choices=[],
                                           usage=job.usage()))
     yield "[DONE]"
+
+
+def _tool_delta(reply: StreamedReply, text: str, finish_reason: str | None) -> tuple[ChunkDelta, str | None]:
+    """A reply's delta while tool calls may be in it: text that is surely content at once, the calls (each whole, in
+    one delta) when the reply ends."""
+    content = reply.feed(text)
+    if finish_reason is None:
+        return ChunkDelta(content=content or None), None
+    rest, tool_calls = reply.finish()
+    deltas = [ToolCallDelta(index=i, id=call.id, type="function", function=FunctionCallDelta(
+        name=call.function.name, arguments=call.function.arguments)) for i, call in enumerate(tool_calls)]
+    reason = "tool_calls" if tool_calls and finish_reason == "stop" else finish_reason
+    return ChunkDelta(content=(content + rest) or None, tool_calls=deltas or None), reason
 
 
 async def _completion_chunks(job: _Job, echoes: list[str], include_usage: bool) -> AsyncIterator[str]:

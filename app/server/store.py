@@ -16,7 +16,21 @@ from pathlib import Path
 
 import msgspec
 
-from localchat.app.protocol import Conversation, Message, ReplyStats, SamplingSettings, SearchHit
+from localchat.app.protocol import Conversation, Message, ReplyStats, SamplingSettings, SearchHit, ToolCall
+
+# The full-text index follows the messages table through these (migration 2 made them; 5 again, with the table)
+SEARCH_TRIGGERS = """
+    CREATE TRIGGER messages_search_insert AFTER INSERT ON messages BEGIN
+        INSERT INTO message_search (rowid, content) VALUES (new.rowid, new.content);
+    END;
+    CREATE TRIGGER messages_search_delete AFTER DELETE ON messages BEGIN
+        INSERT INTO message_search (message_search, rowid, content) VALUES ('delete', old.rowid, old.content);
+    END;
+    CREATE TRIGGER messages_search_update AFTER UPDATE OF content ON messages BEGIN
+        INSERT INTO message_search (message_search, rowid, content) VALUES ('delete', old.rowid, old.content);
+        INSERT INTO message_search (rowid, content) VALUES (new.rowid, new.content);
+    END;
+"""
 
 # MIGRATIONS[i] brings the schema from user_version i to i + 1.
 MIGRATIONS = [
@@ -48,16 +62,7 @@ MIGRATIONS = [
     """,
     """
     CREATE VIRTUAL TABLE message_search USING fts5 (content, content='messages', content_rowid='rowid');
-    CREATE TRIGGER messages_search_insert AFTER INSERT ON messages BEGIN
-        INSERT INTO message_search (rowid, content) VALUES (new.rowid, new.content);
-    END;
-    CREATE TRIGGER messages_search_delete AFTER DELETE ON messages BEGIN
-        INSERT INTO message_search (message_search, rowid, content) VALUES ('delete', old.rowid, old.content);
-    END;
-    CREATE TRIGGER messages_search_update AFTER UPDATE OF content ON messages BEGIN
-        INSERT INTO message_search (message_search, rowid, content) VALUES ('delete', old.rowid, old.content);
-        INSERT INTO message_search (rowid, content) VALUES (new.rowid, new.content);
-    END;
+    """ + SEARCH_TRIGGERS + """
     INSERT INTO message_search (message_search) VALUES ('rebuild');
     """,
     # the branch the user last looked at: a message id (no foreign key: a reply is stored when it ends)
@@ -70,11 +75,38 @@ MIGRATIONS = [
         expires_at REAL NOT NULL
     );
     """,
+    # tool calls (an assistant's, as JSON) and tool results (role 'tool'): the table again, as SQLite changes a
+    # CHECK constraint; rowids are kept, which the search index refers to (run with foreign keys off: migrate())
+    """
+    CREATE TABLE messages_new (
+        id              TEXT PRIMARY KEY,
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        parent_id       TEXT REFERENCES messages(id) ON DELETE CASCADE,
+        role            TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool')),
+        content         TEXT NOT NULL,
+        token_ids       BLOB NOT NULL,
+        finish_reason   TEXT,
+        stopped         INTEGER NOT NULL DEFAULT 0,
+        model           TEXT,
+        stats           TEXT,
+        created_at      REAL NOT NULL,
+        tool_calls      TEXT,
+        tool_call_id    TEXT
+    );
+    INSERT INTO messages_new (rowid, id, conversation_id, parent_id, role, content, token_ids, finish_reason, stopped,
+                              model, stats, created_at)
+        SELECT rowid, id, conversation_id, parent_id, role, content, token_ids, finish_reason, stopped, model, stats,
+               created_at FROM messages;
+    DROP TABLE messages;
+    ALTER TABLE messages_new RENAME TO messages;
+    CREATE INDEX messages_by_conversation ON messages (conversation_id, created_at);
+    CREATE INDEX messages_by_parent ON messages (parent_id);
+    """ + SEARCH_TRIGGERS,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _MESSAGE_COLUMNS = ("id, conversation_id, parent_id, role, content, token_ids, finish_reason, stopped, model, "
-                    "stats, created_at")
+                    "stats, created_at, tool_calls, tool_call_id")
 # a conversation's row, its message count and the model of its latest reply
 _CONVERSATION_COLUMNS = (
     "c.*, (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count, "
@@ -132,8 +164,25 @@ class Store:
         if version > SCHEMA_VERSION:
             raise RuntimeError(f"{self.file} has schema version {version}, newer than this localchat "
                                f"({SCHEMA_VERSION}); upgrade localchat")
-        for target in range(version + 1, SCHEMA_VERSION + 1):
-            self.db.executescript(f"BEGIN; {MIGRATIONS[target - 1]}; PRAGMA user_version = {target}; COMMIT;")
+        if version == SCHEMA_VERSION:
+            return
+        # a migration may rebuild a table (SQLite's way to change a constraint): dropping the old one must not
+        # cascade into the new; the keys are checked before each migration commits
+        self.db.execute("PRAGMA foreign_keys = OFF")
+        try:
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                try:
+                    self.db.executescript(f"BEGIN; {MIGRATIONS[target - 1]};")
+                    if self.db.execute("PRAGMA foreign_key_check").fetchone() is not None:
+                        raise RuntimeError(f"{self.file}: migrating to schema version {target} broke a foreign key")
+                    self.db.execute(f"PRAGMA user_version = {target}")
+                    self.db.execute("COMMIT")
+                except BaseException:
+                    if self.db.in_transaction:
+                        self.db.execute("ROLLBACK")  # the file stays at the last version that committed
+                    raise
+        finally:
+            self.db.execute("PRAGMA foreign_keys = ON")
 
     @property
     def schema_version(self) -> int:
@@ -199,10 +248,10 @@ class Store:
         """Write a complete message (and the conversation's last activity) in one transaction."""
         stats = None if message.stats is None else msgspec.json.encode(message.stats).decode()
         with self._transaction():
-            self.db.execute(f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            self.db.execute(f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             (message.id, message.conversation_id, message.parent_id, message.role, message.content,
                              pack_tokens(token_ids), message.finish_reason, int(message.stopped), message.model,
-                             stats, message.created_at))
+                             stats, message.created_at, _tool_calls_json(message), message.tool_call_id))
             self.db.execute("UPDATE conversations SET updated_at = max(updated_at, ?) WHERE id = ?",
                             (message.created_at, message.conversation_id))
         message.num_tokens = len(token_ids)
@@ -219,9 +268,9 @@ class Store:
         stats = None if message.stats is None else msgspec.json.encode(message.stats).decode()
         with self._transaction():
             self.db.execute("UPDATE messages SET content = ?, token_ids = ?, finish_reason = ?, stopped = ?, "
-                            "stats = ? WHERE id = ?", (message.content, pack_tokens(token_ids),
-                                                       message.finish_reason, int(message.stopped), stats,
-                                                       message.id))
+                            "stats = ?, tool_calls = ? WHERE id = ?",
+                            (message.content, pack_tokens(token_ids), message.finish_reason, int(message.stopped),
+                             stats, _tool_calls_json(message), message.id))
             self.db.execute("UPDATE conversations SET updated_at = max(updated_at, ?) WHERE id = ?",
                             (time.time(), message.conversation_id))
         message.num_tokens = len(token_ids)
@@ -323,6 +372,10 @@ def _conversation(row: sqlite3.Row) -> Conversation:
                         message_count=row["message_count"], active_leaf=row["active_leaf"], model=row["model"])
 
 
+def _tool_calls_json(message: Message) -> str | None:
+    return None if message.tool_calls is None else msgspec.json.encode(message.tool_calls).decode()
+
+
 def _message(row: sqlite3.Row, with_tokens: bool) -> Message:
     token_ids = unpack_tokens(row["token_ids"])
     return Message(id=row["id"], conversation_id=row["conversation_id"], parent_id=row["parent_id"],
@@ -330,4 +383,7 @@ def _message(row: sqlite3.Row, with_tokens: bool) -> Message:
                    num_tokens=len(token_ids), finish_reason=row["finish_reason"], stopped=bool(row["stopped"]),
                    model=row["model"],
                    stats=None if row["stats"] is None else msgspec.json.decode(row["stats"], type=ReplyStats),
+                   tool_calls=None if row["tool_calls"] is None else msgspec.json.decode(row["tool_calls"],
+                                                                                       type=list[ToolCall]),
+                   tool_call_id=row["tool_call_id"],
                    token_ids=token_ids if with_tokens else None)

@@ -150,8 +150,8 @@ def test_settings_that_cannot_work_are_refused_where_they_are_set(api, settings,
 
 
 @pytest.mark.parametrize("field, value", [
-    ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]), ("tool_choice", "auto"),
-    ("response_format", {"type": "json_object"}), ("logit_bias", {"1": 5}), ("functions", []),
+    ("logit_bias", {"1": 5}), ("functions", []), ("function_call", "auto"), ("audio", {}), ("modalities", ["text"]),
+    ("prediction", {}), ("web_search_options", {}),
 ])
 def test_unsupported_parameters_are_refused_by_name(api, field, value):
     response = api.post(CHAT, json=chat(**{field: value}))

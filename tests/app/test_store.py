@@ -35,12 +35,19 @@ def test_an_old_database_is_migrated_and_keeps_its_messages(tmp_path):
     db.execute("INSERT INTO conversations VALUES ('c_1', 'old', '', '{}', 1, 1)")
     db.execute("INSERT INTO messages (id, conversation_id, role, content, token_ids, created_at) "
                "VALUES ('m_1', 'c_1', 'user', 'an old message about penguins', ?, 1)", (pack_tokens([1, 2]),))
+    db.execute("INSERT INTO messages (id, conversation_id, parent_id, role, content, token_ids, created_at) "
+               "VALUES ('m_2', 'c_1', 'm_1', 'assistant', 'a reply about walruses', ?, 2)", (pack_tokens([3]),))
     db.commit()
     db.close()
     store = Store(path)
     assert store.schema_version == SCHEMA_VERSION
     assert [hit.message_id for hit in store.search("penguins")] == ["m_1"]  # the search index was built
-    assert store.path("c_1", "m_1")[0].token_ids == [1, 2]
+    assert [hit.message_id for hit in store.search("walruses")] == ["m_2"]  # and follows the rebuilt table
+    # the messages table was rebuilt (for role 'tool'): a reply under a parent survived, keys and index intact
+    assert [(m.id, m.token_ids) for m in store.path("c_1", "m_2")] == [("m_1", [1, 2]), ("m_2", [3])]
+    assert store.integrity_check() == "ok" and store.db.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    store.delete_conversation("c_1")  # cascades as before
+    assert store.db.execute("SELECT count(*) FROM messages").fetchone()[0] == 0
     store.close()
 
 

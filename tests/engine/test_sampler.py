@@ -1,7 +1,9 @@
 """Tests for the batch sampler."""
 
 from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -17,6 +19,7 @@ class Row:
     generator: torch.Generator | None = None
     prompt_token_ids: list[int] = field(default_factory=list)
     output_token_ids: list[int] = field(default_factory=list)
+    matcher: Any = None
 
 
 def seeded(seed: int, device: str = "cpu") -> torch.Generator:
@@ -193,3 +196,40 @@ def test_logprobs_use_raw_logits() -> None:
     last = out.logprobs[2]
     assert last is not None and last.top == []
     assert last.logprob == pytest.approx(reference[2, out.token_ids[2]].item(), abs=1e-6)
+
+
+@dataclass
+class AllowedTokens:
+    """A matcher's face to the sampler: the bitmask of the tokens its grammar allows next."""
+
+    next_token_bitmask: np.ndarray
+
+    @classmethod
+    def of(cls, tokens: list[int], vocab: int) -> "AllowedTokens":
+        allowed = np.zeros(-(-vocab // 32) * 32, dtype=np.bool_)
+        allowed[tokens] = True
+        return cls(np.packbits(allowed, bitorder="little").view(np.int32))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_grammar_masks_only_its_rows(temperature: float) -> None:
+    logits = torch.randn(6, 100, generator=seeded(7))
+    allowed = [3, 64, 99]
+    rows = [Row(SamplingParams(temperature=temperature), seeded(i),
+                matcher=AllowedTokens.of(allowed, 100) if i % 2 else None) for i in range(6)]
+    free = [Row(SamplingParams(temperature=temperature), seeded(i)) for i in range(0, 6, 2)]
+    out = Sampler()(logits.clone(), rows)
+    assert all(out.token_ids[i] in allowed for i in (1, 3, 5))
+    if temperature == 0.0:  # greedy: the best allowed token
+        assert all(out.token_ids[i] == max(allowed, key=lambda t: logits[i, t]) for i in (1, 3, 5))
+    assert [out.token_ids[i] for i in (0, 2, 4)] == Sampler()(logits[0::2].clone(), free).token_ids
+
+
+def test_grammar_leaves_logprobs_raw() -> None:
+    logits = torch.randn(2, 40, generator=seeded(8))
+    rows = [Row(SamplingParams(temperature=0.0, logprobs=3), matcher=AllowedTokens.of([5], 40)) for _ in range(2)]
+    out = Sampler()(logits, rows)
+    reference = torch.log_softmax(logits, dim=-1)
+    assert out.token_ids == [5, 5]
+    assert [lp.logprob for lp in out.logprobs] == pytest.approx(reference[:, 5].tolist(), abs=1e-6)
+    assert [t for t, _ in out.logprobs[0].top] == reference[0].topk(3).indices.tolist()

@@ -63,7 +63,8 @@ def test_every_control_fits(browser, server, api, long_chat, size, color_scheme)
         chat.show_sidebar()
         current = page.locator("#chats li.current")
         for control in [page.locator("#new-chat"), page.locator("#search"), current.locator(".title"),
-                        current.locator("button.rename"), current.locator("button.delete"), page.locator("#help")]:
+                        current.locator("button.rename"), current.locator("button.delete"), page.locator("#model"),
+                        page.locator("#help")]:
             expect(control).to_be_in_viewport(ratio=1)
         expect_cut_with_ellipsis(current.locator(".title"), LONG_TITLE)
         assert_fits(page)
@@ -72,8 +73,8 @@ def test_every_control_fits(browser, server, api, long_chat, size, color_scheme)
 
         chat.use_tool("settings")
         dialog = page.locator("#settings-dialog")
-        fields = dialog.locator("input, textarea, button")
-        assert fields.count() == 13
+        fields = dialog.locator("input, textarea, select, button")
+        assert fields.count() == 16  # 9 numbers, system prompt, stop strings, JSON mode, tools, tool choice, 2 buttons
         for field in fields.all():  # each whole inside the dialog, where the dialog scrolls to it
             field.scroll_into_view_if_needed()
             expect(field).to_be_in_viewport(ratio=1)

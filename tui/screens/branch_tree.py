@@ -51,8 +51,8 @@ class BranchTreeScreen(ModalScreen[str | None]):
     def label(self, message_id: str, depth: int) -> Text:
         """The message's first words, as many as fit beside the outline's indent (at most PREVIEW characters)."""
         message = self.branches.messages[message_id]
-        who = "You" if message.role == "user" else "Assistant"
-        text = " ".join(message.content.split())
+        who = message.author
+        text = " ".join(message.markdown().split())
         room = max(12, min(PREVIEW, self.app.size.width - 30 - 4 * depth - len(who)))
         on_path = message_id in self.shown
         return Text.assemble("● " if on_path else "○ ", (f"{who}: ", "bold"),

@@ -8,9 +8,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, TextArea
+from textual.widgets import Button, Checkbox, Input, Label, Select, TextArea
 
-from localchat.app.protocol import Conversation, Limits, SamplingSettings
+from localchat.app.protocol import Conversation, Limits, SamplingSettings, Tool
 
 # (setting, label, input type): the numeric settings of SamplingSettings, in the dialog's order
 NUMBERS = [
@@ -63,6 +63,13 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                     yield Input(str(self.fork_n), type="integer", id="fork-n", tooltip=self.describe("n"))
                 yield Label(f"Stop strings (one per line, at most {self.limits.max_stop_strings})")
                 yield TextArea("\n".join(s.stop), id="stop")
+                yield Checkbox("Replies are JSON objects", s.json_mode, id="json-mode")
+                yield Label("Tools the model may call (JSON, OpenAI's format)")
+                tools = msgspec.json.format(msgspec.json.encode(s.tools)).decode() if s.tools else ""
+                yield TextArea(tools, id="tools", language="json")
+                yield Label("Tool choice")
+                yield Select([(choice, choice) for choice in ("auto", "required", "none")], value=s.tool_choice,
+                             allow_blank=False, id="tool-choice")
             yield Label("", id="settings-error")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Cancel", id="cancel")
@@ -97,7 +104,14 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         stop = [line for line in self.query_one("#stop", TextArea).text.splitlines() if line]
         if len(stop) > self.limits.max_stop_strings:
             raise ValueError(f"at most {self.limits.max_stop_strings} stop strings")
-        sampling = msgspec.structs.replace(self.conversation.settings, **numbers, seed=seed, stop=stop)
+        tools_text = self.query_one("#tools", TextArea).text.strip()
+        try:
+            tools = msgspec.json.decode(tools_text, type=list[Tool]) if tools_text else []
+        except msgspec.DecodeError as error:
+            raise ValueError(f"Tools: {error}") from None
+        sampling = msgspec.structs.replace(self.conversation.settings, **numbers, seed=seed, stop=stop, tools=tools,
+                                           json_mode=self.query_one("#json-mode", Checkbox).value,
+                                           tool_choice=self.query_one("#tool-choice", Select).value)
         return ChatSettings(self.query_one("#system-prompt", TextArea).text, sampling, fork_n)
 
     def action_save(self) -> None:

@@ -28,7 +28,7 @@ class MessageView(Vertical):
     def __init__(self, message: Message, title: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.message = message
-        self.title = title or ("You" if message.role == "user" else "Assistant")
+        self.title = title or message.author
         self.stream: MarkdownStream | None = None
         self.next_code_block = 0  # the one the next copy takes
         self.add_class(f"-{message.role}")
@@ -38,7 +38,7 @@ class MessageView(Vertical):
             yield Static(self.title, classes="message-role")
             yield BranchSwitcher(classes="branch-switcher")
             yield Static(classes="message-note")
-        yield Markdown(self.message.content, classes="message-body")
+        yield Markdown(self.message.markdown(), classes="message-body")
         yield Static(classes="message-stats")
 
     def on_mount(self) -> None:
@@ -75,8 +75,8 @@ class MessageView(Vertical):
             self.stream = None
         self.remove_class("-streaming")
         self.message = message
-        if self.body.source != message.content:
-            await self.body.update(message.content)
+        if self.body.source != message.markdown():  # a reply's tool calls show once they are read out of it
+            await self.body.update(message.markdown())
         self.show_outcome()
 
     def show_outcome(self) -> None:

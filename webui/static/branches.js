@@ -40,7 +40,7 @@ export class BranchTreeView {
     const label = text.length > SNIPPET_LENGTH ? `${text.slice(0, SNIPPET_LENGTH)}…` : text || "…";
     const item = h("li", { class: `node ${message.role}${active.has(message.id) ? " active" : ""}` },
       h("button", { type: "button", title: text, onclick: () => this.onSelect(message.id) },
-        h("span", { class: "who", text: message.role === "user" ? "You" : "AI" }), label));
+        h("span", { class: "who", text: { user: "You", assistant: "AI", tool: "Tool" }[message.role] }), label));
     item.dataset.id = message.id;
     return item;
   }

@@ -20,6 +20,16 @@ export function statsLine(message) {
   return parts.join(" · ");
 }
 
+const AUTHORS = { user: "You", assistant: "Assistant", tool: "Tool result" };
+
+/** The message as Markdown: an assistant's tool calls and a tool's result as code blocks (Message.markdown). */
+export function messageMarkdown(message) {
+  if (message.role === "tool") return "```\n" + message.content + "\n```";
+  const calls = (message.tool_calls ?? []).map((call) =>
+    `Calls \`${call.function.name}\`:\n\n\`\`\`json\n${call.function.arguments}\n\`\`\``);
+  return [message.content, ...calls].filter(Boolean).join("\n\n");
+}
+
 /**
  * The view of one message. `actions`: onSwitch(id, step), onEdit(id, text), onRegenerate(id), onPick(id).
  * `card`: shown as one of n forked replies side by side, with a button to continue from it.
@@ -42,14 +52,14 @@ export class MessageView {
     this.stats = h("footer", { class: "stats" });
     const copy = h("button", { type: "button", class: "copy-message", text: "Copy",
       onclick: (event) => copyText(event.currentTarget, this.message.content) });
-    const rewrite = card ? null : assistant
+    const rewrite = card || message.role === "tool" ? null : assistant
       ? h("button", { type: "button", class: "regenerate", text: "Regenerate",
         onclick: () => actions.onRegenerate(this.message.id) })
       : h("button", { type: "button", class: "edit", text: "Edit", onclick: () => this.startEditing() });
     const pick = card ? h("button", { type: "button", class: "pick", text: "Continue with this reply",
       onclick: () => actions.onPick(this.message.id) }) : null;
     this.element = h("article", { class: `message ${message.role}${card ? " card" : ""}` },
-      h("header", {}, h("span", { class: "role", text: assistant ? "Assistant" : "You" }),
+      h("header", {}, h("span", { class: "role", text: AUTHORS[message.role] }),
         card ? null : this.switcher, h("span", { class: "actions" }, copy, rewrite)),
       this.content, this.stats, pick);
     this.element.dataset.id = message.id;
@@ -80,7 +90,8 @@ export class MessageView {
   renderText() {
     if (this.editor) return;
     const { role, content } = this.message;
-    this.content.replaceChildren(role === "assistant" ? renderMarkdown(content) : h("p", { class: "plain", text: content }));
+    this.content.replaceChildren(role === "user" ? h("p", { class: "plain", text: content })
+      : renderMarkdown(messageMarkdown(this.message)));
   }
 
   /** The ‹ n/m › switcher, shown when the message has siblings. */

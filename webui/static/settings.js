@@ -23,12 +23,19 @@ export class SettingsDialog {
     this.stop = h("textarea", { name: "stop", rows: 2, placeholder: "one per line" });
     this.numbers = Object.fromEntries(NUMBER_FIELDS.map(([name, , step]) =>
       [name, h("input", { type: "number", name, step: String(step) })]));
+    this.jsonMode = h("input", { type: "checkbox", name: "json_mode" });
+    this.tools = h("textarea", { name: "tools", rows: 3, placeholder: '[{"type": "function", "function": {...}}]' });
+    this.toolChoice = h("select", { name: "tool_choice" },
+      ...["auto", "required", "none"].map((value) => h("option", { value, text: value })));
     this.error = h("p", { class: "dialog-error", role: "alert", hidden: true });
     const form = h("form", { method: "dialog" },
       h("h2", { text: "Chat settings" }),
       h("label", { class: "wide" }, "System prompt", this.systemPrompt),
       h("div", { class: "grid" }, ...NUMBER_FIELDS.map(([name, label]) => h("label", {}, label, this.numbers[name]))),
       h("label", { class: "wide" }, "Stop strings", this.stop),
+      h("label", { class: "wide check" }, this.jsonMode, "Replies are JSON objects"),
+      h("label", { class: "wide" }, "Tools the model may call (JSON, OpenAI's format)", this.tools),
+      h("label", { class: "wide" }, "Tool choice", this.toolChoice),
       this.error,
       h("div", { class: "dialog-buttons" },
         h("button", { value: "cancel", formnovalidate: true, text: "Cancel" }),
@@ -51,6 +58,10 @@ export class SettingsDialog {
     this.save = save;
     this.systemPrompt.value = conversation.system_prompt;
     this.stop.value = conversation.settings.stop.join("\n");
+    this.jsonMode.checked = conversation.settings.json_mode;
+    const tools = conversation.settings.tools;
+    this.tools.value = tools.length ? JSON.stringify(tools, null, 2) : "";
+    this.toolChoice.value = conversation.settings.tool_choice;
     for (const [name, input] of Object.entries(this.numbers)) input.value = conversation.settings[name] ?? "";
     this.showError(null);
     this.dialog.showModal();
@@ -58,7 +69,7 @@ export class SettingsDialog {
 
   async submit() {
     try {
-      await this.save(this.values());
+      await this.save(this.values());  // the server checks the tools and says what is wrong
       this.dialog.close();
     } catch (error) {
       this.showError(error.message);
@@ -71,7 +82,14 @@ export class SettingsDialog {
   }
 
   values() {
-    const settings = { stop: this.stop.value.split("\n").filter((s) => s !== "") };
+    let tools = [];
+    try {
+      if (this.tools.value.trim()) tools = JSON.parse(this.tools.value);
+    } catch (error) {
+      throw new Error(`Tools: not JSON (${error.message})`);
+    }
+    const settings = { stop: this.stop.value.split("\n").filter((s) => s !== ""), json_mode: this.jsonMode.checked,
+      tools, tool_choice: this.toolChoice.value };
     for (const [name, input] of Object.entries(this.numbers)) {
       if (input.value !== "") settings[name] = Number(input.value);  // empty: the default (no seed)
     }

@@ -1,0 +1,185 @@
+"""Tool calls in the model's own words: how its chat template is given the tools and the calls of earlier turns,
+how the model writes a call (ToolSyntax), the grammar that makes it write one (tool_choice "required" or a named
+function), and reading the calls back out of a reply.
+
+Templates that know tools (Qwen 2.5 and 3, Hermes: `<tool_call>{...}</tool_call>`; Llama 3.1+: a bare JSON object
+with "parameters") get them as the `tools` argument and structured messages. A template that does not (SmolLM2,
+Gemma 3) gets them in a system message that asks for Hermes' syntax, and the calls and results of earlier turns as
+text in that syntax."""
+
+import json
+import re
+import uuid
+from dataclasses import dataclass
+
+from localchat.app.protocol import FunctionCall, Tool, ToolCall
+from localchat.engine.structured_output import StructuredOutput
+
+
+@dataclass(frozen=True)
+class ToolSyntax:
+    prefix: str  # before each call's JSON object
+    suffix: str  # after it
+    arguments_key: str  # the object's arguments field: {"name": ..., <arguments_key>: {...}}
+    separator: str  # between two calls
+    template_renders_tools: bool  # else the tools go into a system message (tools_system_text)
+
+
+HERMES = ToolSyntax("<tool_call>\n", "\n</tool_call>", "arguments", "\n", template_renders_tools=True)
+LLAMA3 = ToolSyntax("", "", "parameters", "; ", template_renders_tools=True)
+IN_SYSTEM_PROMPT = ToolSyntax("<tool_call>\n", "\n</tool_call>", "arguments", "\n", template_renders_tools=False)
+
+
+def tool_syntax(template_source: str | None) -> ToolSyntax:
+    """The syntax the model's chat template was trained on, judged from the template's source."""
+    if not template_source or "tools" not in template_source:
+        return IN_SYSTEM_PROMPT
+    return HERMES if "<tool_call>" in template_source else LLAMA3
+
+
+def tools_system_text(tools: list[Tool]) -> str:
+    """The system message that teaches a template without tools to call them (Hermes' wording)."""
+    signatures = "\n".join(json.dumps({"type": "function", "function": _function(t)}) for t in tools)
+    return ("You may call one or more functions to assist with the user query. The functions are described within "
+            f"<tools></tools> XML tags:\n<tools>\n{signatures}\n</tools>\n\nFor each function call, return a JSON "
+            "object with the function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+            '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+
+
+def template_chat(messages: list[dict], tools: list[Tool] | None, syntax: ToolSyntax
+                  ) -> tuple[list[dict], list[dict] | None]:
+    """(messages, tools) as the chat template takes them, from messages {"role", "content"} with an assistant's
+    "tool_calls" (ToolCall list) or a tool message's "tool_call_id"."""
+    chat = []
+    for message in messages:
+        entry = {"role": message["role"], "content": message["content"]}
+        if calls := message.get("tool_calls"):
+            if syntax.template_renders_tools:
+                entry["tool_calls"] = [{"type": "function", "id": call.id, "function": {
+                    "name": call.function.name, "arguments": _arguments(call)}} for call in calls]
+            else:
+                entry["content"] = "\n".join(filter(None, [entry["content"], *(
+                    written_call(syntax, call.function.name, _arguments(call)) for call in calls)]))
+        if message["role"] == "tool":
+            if syntax.template_renders_tools:
+                entry["tool_call_id"] = message.get("tool_call_id")
+            else:
+                entry["content"] = f"<tool_response>\n{entry['content']}\n</tool_response>"
+        chat.append(entry)
+    if not tools:
+        return chat, None
+    if syntax.template_renders_tools:
+        return chat, [{"type": "function", "function": _function(t)} for t in tools]
+    text = tools_system_text(tools)
+    if chat and chat[0]["role"] == "system":
+        chat[0] = {**chat[0], "content": f"{chat[0]['content']}\n\n{text}"}
+    else:
+        chat.insert(0, {"role": "system", "content": text})
+    return chat, None
+
+
+def written_call(syntax: ToolSyntax, name: str, arguments: dict) -> str:
+    return f"{syntax.prefix}{json.dumps({'name': name, syntax.arguments_key: arguments})}{syntax.suffix}"
+
+
+def call_grammar(tools: list[Tool], syntax: ToolSyntax, only: str | None, parallel: bool) -> StructuredOutput:
+    """The reply must be calls (one, or with `parallel` one or more) of the tools, or of the one named `only`."""
+    functions = {t.function.name: t.function.parameters or {"type": "object", "properties": {}}
+                 for t in tools if only in (None, t.function.name)}
+    return StructuredOutput.tool_calls(functions, syntax.prefix, syntax.suffix, arguments_key=syntax.arguments_key,
+                                       separator=syntax.separator if parallel else None)
+
+
+def parse_tool_calls(text: str, syntax: ToolSyntax, names: set[str]) -> tuple[str | None, list[ToolCall]]:
+    """(the reply's text without its calls, or None if nothing else is left; the calls). A call is a JSON object in
+    the syntax that names one of the tools; anything else stays text."""
+    calls, spans = [], []
+    if syntax.prefix:
+        pattern = re.escape(syntax.prefix.strip()) + r"\s*(\{.*?\})\s*(?:" + re.escape(syntax.suffix.strip()) + "|$)"
+        for match in re.finditer(pattern, text, re.DOTALL):
+            if (call := _call(match[1], syntax, names)) is not None:
+                calls.append(call)
+                spans.append(match.span())
+    else:  # Llama 3: the whole reply is the call objects (after <|python_tag|>), separated by ";"
+        body = text.strip().removeprefix("<|python_tag|>").strip()
+        parts = [part.strip() for part in body.split(syntax.separator.strip())] if body.startswith("{") else []
+        parsed = [_call(part, syntax, names) for part in parts]
+        if parsed and all(parsed):
+            calls, spans = parsed, [(0, len(text))]
+    rest = text
+    for start, end in reversed(spans):
+        rest = rest[:start] + rest[end:]
+    return ((rest.strip() or None) if calls else text), calls
+
+
+class StreamedReply:
+    """One streamed reply that may hold tool calls: feed() gives the text that is surely not part of a call (to
+    send as content now), finish() the rest of the text and the calls."""
+
+    def __init__(self, syntax: ToolSyntax, names: set[str], only_calls: bool):
+        self.syntax, self.names, self.only_calls = syntax, names, only_calls
+        self.text = ""
+        self.sent = 0  # characters of text already given out as content
+
+    def feed(self, delta: str) -> str:
+        self.text += delta
+        if self.only_calls:
+            return ""
+        if self.syntax.prefix:
+            opening = self.syntax.prefix.strip()
+            at = self.text.find(opening, self.sent)
+            end = at if at != -1 else len(self.text) - _partial_suffix(self.text, opening)
+        else:  # a reply that opens with an object may be a call: held back whole
+            start = self.text.lstrip()
+            held = not start or start[0] == "{" or "<|python_tag|>".startswith(start[:14])
+            end = self.sent if held and self.sent == 0 else len(self.text)
+        if end <= self.sent:
+            return ""
+        out, self.sent = self.text[self.sent:end], end
+        return out
+
+    def finish(self) -> tuple[str, list[ToolCall]]:
+        """The text not yet given out (its calls removed) and the calls."""
+        content, calls = parse_tool_calls(self.text, self.syntax, self.names)
+        if not calls:
+            return self.text[self.sent:], []
+        rest = (content or "")
+        return rest[self.sent:] if rest.startswith(self.text[:self.sent]) else "", calls
+
+
+def _partial_suffix(text: str, opening: str) -> int:
+    """How many of text's last characters could begin `opening`."""
+    for size in range(min(len(opening) - 1, len(text)), 0, -1):
+        if opening.startswith(text[-size:]):
+            return size
+    return 0
+
+
+def _call(obj_text: str, syntax: ToolSyntax, names: set[str]) -> ToolCall | None:
+    try:
+        obj = json.loads(obj_text)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or obj.get("name") not in names:
+        return None
+    arguments = obj.get(syntax.arguments_key, obj.get("arguments", {}))
+    if not isinstance(arguments, dict):
+        return None
+    return ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", function=FunctionCall(name=obj["name"],
+                                                                               arguments=json.dumps(arguments)))
+
+
+def _function(tool: Tool) -> dict:
+    f = tool.function
+    return {"name": f.name, "description": f.description or "",
+            "parameters": f.parameters or {"type": "object", "properties": {}}}
+
+
+def _arguments(call: ToolCall) -> dict:
+    try:
+        arguments = json.loads(call.function.arguments)
+    except ValueError:
+        raise ValueError(f"tool call {call.id}: arguments must be JSON text of an object") from None
+    if not isinstance(arguments, dict):
+        raise ValueError(f"tool call {call.id}: arguments must be a JSON object")
+    return arguments

@@ -1,0 +1,255 @@
+"""Grammar-constrained decoding: what a reply must match (StructuredOutput: any JSON object, a JSON Schema, or tool
+calls), that grammar compiled once per engine (Grammars), and each reply's own place in it (Matcher), whose bitmask
+says which tokens may come next; the sampler masks the others (sampler.apply_grammars).
+
+llguidance does the work (an Earley parser over a lexer of the grammar's terminals): its JSON strings are JSON's
+(xgrammar's, given a maxLength, let raw control characters in and no escapes), its mask takes 10-15 us a token for a
+typical schema on this model's vocabulary, ~70 us where strings have a maxLength (benchmarks/grammar_libraries.py),
+and it needs no other package (xgrammar pulls in triton). The JSON is written compact, as json.dumps writes it
+(", " and ": ", no other whitespace): a small model at temperature 1 spends no tokens on layout, and finishes as
+often. It is imported with the first constrained request, so an engine that never gets one starts no slower, and this
+module stays light (sampling_params imports it)."""
+
+import copy
+import json
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# llguidance's JSON options (its "x-guidance"): json.dumps' layout. "lenient": the keywords it does not enforce
+# (uniqueItems, contains, not, if/then, formats it does not know such as pydantic's "binary") are ignored, not
+# refused: a reply then matches the rest of the schema. A schema that is wrong is still refused.
+JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ", "lenient": True}
+GRAMMAR_CACHE_SIZE = 64  # compiled grammars kept, each as a matcher at its start: a request copies one (~5 us)
+
+
+@dataclass(frozen=True)
+class ToolCallFormat:
+    """One function's call as the reply writes it: `begin` (the template's prefix and the call object up to its
+    arguments), the arguments (a JSON value of `arguments_schema`), then `end`."""
+
+    begin: str
+    arguments_schema: str  # JSON text
+    end: str
+
+
+@dataclass(frozen=True)
+class StructuredOutput:
+    """What a reply must be; build it with json_object(), json_schema() or tool_calls(). Frozen and made of text: the
+    same request compiles to the same grammar, found in the compiler's cache."""
+
+    schema: str | None = None  # JSON text of the JSON Schema that the whole reply matches
+    strict: bool = True  # no property or item that the schema does not name, where it says nothing of others
+    calls: tuple[ToolCallFormat, ...] = ()  # or: the reply is tool calls, each in one of these formats
+    separator: str | None = None  # between calls; None: exactly one call
+
+    @classmethod
+    def json_object(cls) -> "StructuredOutput":
+        """Any JSON object (OpenAI's response_format {"type": "json_object"})."""
+        return cls(schema=json.dumps({"type": "object"}), strict=False)
+
+    @classmethod
+    def json_schema(cls, schema: dict, strict: bool = True) -> "StructuredOutput":
+        """A JSON value that matches `schema`; its properties are written in the schema's order. Whether the schema
+        itself can be used is known when the engine compiles it (LLMEngine.check_request)."""
+        return cls(schema=_json_text(schema, "the JSON Schema"), strict=strict)
+
+    @classmethod
+    def tool_calls(cls, functions: dict[str, dict], prefix: str, suffix: str, *, arguments_key: str = "arguments",
+                   separator: str | None = None) -> "StructuredOutput":
+        """One call (or, with a separator, one or more) of the functions: `prefix`, then the object
+        {"name": <its name>, <arguments_key>: <arguments matching its parameters schema>}, then `suffix`. Qwen's
+        template: prefix "<tool_call>\\n", suffix "\\n</tool_call>", separator "\\n"; Llama 3's: arguments_key
+        "parameters" and empty prefix and suffix. A function without parameters has {"type": "object",
+        "properties": {}}."""
+        if not isinstance(functions, dict) or not functions:
+            raise ValueError("tool calls need at least one function")
+        if not all(isinstance(name, str) and name for name in functions):
+            raise ValueError("a function's name must be a non-empty string")
+        key = json.dumps(arguments_key)
+        calls = tuple(ToolCallFormat(f'{prefix}{{"name": {json.dumps(name)}, {key}: ',
+                                     _json_text(parameters, f"the parameters of {name!r}"), f"}}{suffix}")
+                      for name, parameters in functions.items())
+        return cls(calls=calls, separator=separator)
+
+
+class Grammars:
+    """The engine's grammar compiler, built with the first constrained request (it reads the tokenizer's vocabulary:
+    ~0.25 s). Requests are checked on their caller's thread and started on the engine's: both compile, under a lock;
+    the second finds the first's grammar in the cache."""
+
+    def __init__(self, tokenizer, vocab_size: int, stop_token_ids: set[int]):
+        self.tokenizer, self.vocab_size, self.stop_token_ids = tokenizer, vocab_size, sorted(stop_token_ids)
+        self._lock = threading.Lock()
+        self._llg_tokenizer = None
+        self._special_tokens: dict[str, int] = {}  # the text of each token that llguidance sees as special
+        self._not_stop: "np.ndarray | None" = None  # a bit for every token but the stop tokens
+        self._cache: OrderedDict[StructuredOutput, tuple[Any, "np.ndarray"]] = OrderedDict()
+
+    def check(self, structured: StructuredOutput) -> None:
+        """A clear ValueError if the grammar cannot be compiled (a bad schema)."""
+        self._compile(structured)
+
+    def matcher(self, structured: StructuredOutput) -> "Matcher":
+        start, bitmask = self._compile(structured)
+        with self._lock:
+            return Matcher(start.deep_copy(), self._not_stop, bitmask.copy())
+
+    def _compile(self, structured: StructuredOutput) -> tuple[Any, "np.ndarray"]:
+        """The grammar's matcher at its start (never advanced: requests copy it) and its first bitmask."""
+        import llguidance
+        import numpy as np
+
+        with self._lock:
+            if structured in self._cache:
+                self._cache.move_to_end(structured)
+                return self._cache[structured]
+            tokenizer = self._tokenizer()
+            try:
+                if structured.schema is not None:
+                    schema = json.loads(structured.schema)
+                    grammar = llguidance.LLMatcher.grammar_from_json_schema(
+                        _strict(schema) if structured.strict else schema, overrides=JSON_OPTIONS)
+                else:
+                    for call in structured.calls:  # each schema alone first: an error that names no grammar line
+                        parameters = llguidance.LLMatcher.grammar_from_json_schema(call.arguments_schema,
+                                                                                   overrides=JSON_OPTIONS)
+                        _raise_if_invalid(llguidance.LLMatcher.validate_grammar(parameters, tokenizer))
+                    grammar = llguidance.LLMatcher.grammar_from_lark(self._tool_calls_lark(structured))
+            except ValueError as error:  # not a JSON object, or llguidance's message
+                _raise_if_invalid(str(error).removeprefix("the schema cannot be used: "))
+            start = llguidance.LLMatcher(tokenizer, grammar, log_level=0)  # it compiles: errors go in get_error()
+            _raise_if_invalid(start.get_error())
+            bitmask = np.empty_like(self._not_stop)
+            start.unsafe_compute_mask_ptr(bitmask.ctypes.data, bitmask.nbytes)
+            _raise_if_invalid(start.get_error())
+            self._cache[structured] = start, bitmask
+            if len(self._cache) > GRAMMAR_CACHE_SIZE:
+                self._cache.popitem(last=False)
+            return start, bitmask
+
+    def _tokenizer(self):
+        """llguidance's view of the vocabulary (built once, under the lock): each token's bytes, and a trie."""
+        if self._llg_tokenizer is None:
+            import llguidance.hf
+            import numpy as np
+
+            num_tokens = max(self.vocab_size, len(self.tokenizer))  # the model's rows may outnumber the tokenizer's
+            tokenizer = llguidance.hf.from_tokenizer(self.tokenizer, n_vocab=num_tokens,
+                                                     eos_token=self.stop_token_ids or None)
+            self._special_tokens = {added.content: token for token, added in self.tokenizer.added_tokens_decoder.items()
+                                    if token < num_tokens and tokenizer.is_special_token(token)}
+            not_stop = np.ones(-(-num_tokens // 32) * 32, dtype=np.bool_)
+            not_stop[self.stop_token_ids] = False
+            self._not_stop = np.packbits(not_stop, bitorder="little").view(np.int32)
+            self._llg_tokenizer = tokenizer
+        return self._llg_tokenizer
+
+    def _tool_calls_lark(self, structured: StructuredOutput) -> str:
+        """A lark grammar (llguidance's dialect, with %json): one call, or calls between separators."""
+        rules = []
+        for k, call in enumerate(structured.calls):
+            parameters = json.loads(call.arguments_schema)
+            parameters = _strict(parameters) if structured.strict else parameters
+            if isinstance(parameters, dict):
+                parameters["x-guidance"] = JSON_OPTIONS  # %json reads its options from the schema
+            rules.append(f"call_{k}: {self._lark_text(call.begin)} %json {json.dumps(parameters)} "
+                         f"{self._lark_text(call.end)}")
+        calls = " | ".join(f"call_{k}" for k in range(len(structured.calls)))
+        if structured.separator is None:
+            start = "start: call"
+        else:
+            start = f"start: call ({self._lark_text(structured.separator)} call)*"
+        return "\n".join([start, f"call: {calls}", *rules])
+
+    def _lark_text(self, text: str) -> str:
+        """`text` as lark, where a special token's text (Qwen's <tool_call>: llguidance sees special any added token
+        written <...>) may also be that token, as the model was taught to write it."""
+        if not text:
+            return ""
+        specials = [t for t in sorted(self._special_tokens, key=len, reverse=True) if t and t in text]
+        if not specials:
+            return _lark_string(text)
+        parts = re.split("(" + "|".join(map(re.escape, specials)) + ")", text)
+        return " ".join(f"(<[{self._special_tokens[part]}]> | {_lark_string(part)})" if k % 2 else _lark_string(part)
+                        for k, part in enumerate(parts) if part)
+
+
+class Matcher:
+    """One reply's place in its grammar, advanced by each sampled token (only those: a preempted reply's recompute
+    leaves it alone). The bitmask of the tokens allowed next is computed right after a token is taken: it also tells
+    when the grammar is done."""
+
+    def __init__(self, matcher, not_stop: "np.ndarray", next_token_bitmask: "np.ndarray"):
+        self._matcher, self._not_stop = matcher, not_stop
+        self.next_token_bitmask = next_token_bitmask  # bit t % 32 of word t // 32: token t may come next
+
+    def fork(self) -> "Matcher":
+        """A copy for another reply, that goes its own way from here."""
+        return Matcher(self._matcher.deep_copy(), self._not_stop, self.next_token_bitmask.copy())
+
+    def advance(self, token: int) -> bool:
+        """Take the sampled token; whether the grammar is done: it took a stop token, or allows nothing but one."""
+        matcher = self._matcher
+        if not matcher.consume_token(token):
+            raise RuntimeError(f"the grammar refused token {token}, which its mask allowed: {matcher.get_error()}")
+        if matcher.is_stopped():
+            return True
+        matcher.unsafe_compute_mask_ptr(self.next_token_bitmask.ctypes.data, self.next_token_bitmask.nbytes)
+        if matcher.is_error():  # a limit of the parser's work per token, passed
+            raise RuntimeError(f"the grammar failed after token {token}: {matcher.get_error()}")
+        return matcher.is_accepting() and not (self.next_token_bitmask & self._not_stop).any()
+
+
+def _strict(schema: Any) -> Any:
+    """A copy of the schema where an object that says nothing of other properties has none (additionalProperties
+    false) and an array of prefixItems that says nothing of more items has none: as OpenAI's strict mode. allOf's
+    members keep theirs: each would refuse the others' properties."""
+    schema = copy.deepcopy(schema)
+    _make_strict(schema)
+    return schema
+
+
+def _make_strict(schema: Any, in_all_of: bool = False) -> None:
+    if not isinstance(schema, dict):
+        return
+    types = schema.get("type")
+    is_object = "properties" in schema or types == "object" or (isinstance(types, list) and "object" in types)
+    if is_object and not in_all_of and not {"additionalProperties", "unevaluatedProperties"} & schema.keys():
+        schema["additionalProperties"] = False
+    if "prefixItems" in schema and not in_all_of and not {"items", "unevaluatedItems"} & schema.keys():
+        schema["items"] = False
+    for key in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas"):
+        if isinstance(schema.get(key), dict):
+            for value in schema[key].values():
+                _make_strict(value)
+    for key in ("additionalProperties", "items", "additionalItems", "contains", "then", "else"):
+        _make_strict(schema.get(key))
+    for key in ("prefixItems", "anyOf", "oneOf", "allOf", "items"):
+        if isinstance(schema.get(key), list):
+            for value in schema[key]:
+                _make_strict(value, in_all_of=key == "allOf")
+
+
+def _raise_if_invalid(error: str) -> None:
+    """llguidance's message (its regular expression errors take several lines) as a ValueError; warnings pass."""
+    if error and not error.startswith("WARNING"):
+        raise ValueError(f"the schema cannot be used: {' '.join(error.split())}")
+
+
+def _lark_string(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)  # lark's string literals take JSON's escapes
+
+
+def _json_text(schema: dict, what: str) -> str:
+    if not isinstance(schema, dict):
+        raise ValueError(f"{what} must be a JSON object, got {type(schema).__name__}")
+    try:
+        return json.dumps(schema)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{what} is not JSON: {error}") from None
