@@ -28,8 +28,12 @@ async def pick_model(pilot, ending: str) -> None:
     options.focus()
     options.highlighted = at
     await pilot.press("enter")
-    await wait_until(pilot, lambda: not isinstance(pilot.app.screen, ModelsScreen), timeout=120,
-                     what="the model loaded")
+    try:
+        await wait_until(pilot, lambda: not isinstance(pilot.app.screen, ModelsScreen), timeout=120,
+                         what="the model loaded")
+    except TimeoutError:
+        health = await dialog.client.health()
+        raise TimeoutError(f"the model list stayed open; notices: {notices(pilot.app)}; engine: {health}") from None
 
 
 @pytest.mark.asyncio
