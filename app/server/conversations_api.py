@@ -196,7 +196,7 @@ async def _send(conversations: Conversations, conversation: Conversation, parent
     conversations.backend.ensure_ready()
     user = await conversations.add_user_message(conversation, parent_id, content, tool_call_id)
     if not reply:
-        return _event_stream(_prepend(UserEvent(message=user), _nothing()))
+        return _event_stream(_only(UserEvent(message=user)))
     try:
         replies = await _start(conversations, conversation, user, n, settings)
     except Exception:
@@ -205,9 +205,8 @@ async def _send(conversations: Conversations, conversation: Conversation, parent
     return _event_stream(_prepend(UserEvent(message=user), replies.events()))
 
 
-async def _nothing() -> AsyncIterator[StreamEvent]:
-    return
-    yield
+async def _only(event: StreamEvent) -> AsyncIterator[StreamEvent]:
+    yield event
 
 
 async def _prepend(first: StreamEvent, rest: AsyncIterator[StreamEvent]) -> AsyncIterator[StreamEvent]:

@@ -29,6 +29,10 @@ def test_a_tool_call_and_its_result_are_messages_of_the_tree(api):
     wrong = api.post(path, json={"content": "21 C", "parent_id": call_message["id"], "tool_call_id": "call_nope"})
     assert wrong.status_code == 400 and "not a tool call" in wrong.json()["error"]["message"]
 
+    stored_only = stream_api(api, path, {"content": "(a first try)", "parent_id": call_message["id"],
+                                         "tool_call_id": call["id"], "reply": False})
+    assert [e["type"] for e in stored_only] == ["user"] and stored_only[0]["message"]["role"] == "tool"
+
     auto = {**SETTINGS, "tool_choice": "auto", "max_tokens": 30}
     answered = stream_api(api, path, {"content": json.dumps({"temperature_c": 21}), "parent_id": call_message["id"],
                                       "tool_call_id": call["id"], "settings": auto})
