@@ -22,37 +22,48 @@ export class ModelPicker {
 
   async load() {
     this.catalog = await api.listModels();
-    this.running = (await api.health()).model;
+    const health = await api.health();
+    this.running = health.model;
     this.select.replaceChildren(...this.catalog.models.map((m) => h("option", {
       value: m.name, text: m.served_name, title: m.name, disabled: !m.supported, selected: m.current,
     })));
     this.select.disabled = !this.catalog.switchable;
     this.showNote();
+    // a switch begun elsewhere (the terminal, another tab): its progress, while the page works on
+    if (health.status === "loading") this.waitReady().catch((error) => this.onError(error));
   }
 
   async switchTo(name) {
-    this.select.disabled = true;
-    const bar = h("progress", { max: 1 });
-    const stage = h("span", { text: "Stopping the replies…" });
-    this.status.replaceChildren(stage, bar);
-    this.status.hidden = false;
     try {
+      this.select.disabled = true;
+      this.status.replaceChildren(h("span", { text: "Stopping the replies…" }));
+      this.status.hidden = false;
       await api.switchModel(name);
-      let health;
-      while ((health = await api.health()).status === "loading") {
-        stage.textContent = `Loading: ${health.progress?.stage ?? "starting"}`;
-        if (health.progress?.fraction == null) bar.removeAttribute("value");
-        else bar.value = health.progress.fraction;
-        await new Promise((resolve) => setTimeout(resolve, POLL_MS));
-      }
-      if (health.status !== "ready") throw new Error(health.error ?? `the engine is ${health.status}`);
-      this.status.hidden = true;
+      await this.waitReady();
     } catch (error) {
       this.status.replaceChildren(h("span", { text: `The model did not load: ${error.message ?? error}` }));
+      this.status.hidden = false;
       this.onError(error);
-    } finally {
-      await this.load();
     }
+  }
+
+  /** Show the loading progress until the engine is ready (then list the models again), or throw its error. */
+  async waitReady() {
+    this.select.disabled = true;
+    const bar = h("progress", { max: 1 });
+    const stage = h("span", { text: "Loading…" });
+    this.status.replaceChildren(stage, bar);
+    this.status.hidden = false;
+    let health;
+    while ((health = await api.health()).status === "loading") {
+      stage.textContent = `Loading: ${health.progress?.stage ?? "starting"}`;
+      if (health.progress?.fraction == null) bar.removeAttribute("value");
+      else bar.value = health.progress.fraction;
+      await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    }
+    if (health.status !== "ready") throw new Error(health.error ?? `the engine is ${health.status}`);
+    this.status.hidden = true;
+    await this.load();
   }
 
   /** The open chat (null: a new one) and the model of its latest reply (null: none yet). */
