@@ -418,6 +418,8 @@ class ChatScreen(Screen):
                 self.branches.add(message)
                 await self.show_branch(message.id)
             case StartEvent(parent_id=parent_id, message_ids=ids, model=model, retokenized_from=others):
+                if model:
+                    self.show_model(model)  # another client may have switched it meanwhile
                 if others:
                     self.notify(f"Continuing with {model}: the messages written with {', '.join(others)} were "
                                 f"tokenized again for it.", title="Model")
