@@ -21,8 +21,13 @@ def notices(app) -> list[str]:
 async def pick_model(pilot, ending: str) -> None:
     """F4, then the model whose name ends with `ending`, and wait until the engine runs it."""
     await pilot.press("f4")
-    dialog = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ModelsScreen) and pilot.app.screen,
-                              what="the model list")
+    # after its on_mount (which hides the progress bar, then highlights the current model: a choice made before
+    # would be undone)
+    def mounted():
+        screen = pilot.app.screen
+        return isinstance(screen, ModelsScreen) and screen.is_mounted and not screen.query_one(
+            "#model-progress").display and screen
+    dialog = await wait_until(pilot, mounted, what="the model list")
     options = dialog.query_one(OptionList)
     at = next(i for i in range(options.option_count) if options.get_option_at_index(i).id.endswith(ending))
     options.focus()
