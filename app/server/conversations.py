@@ -29,7 +29,14 @@ from localchat.app.protocol import (
 from localchat.app.server.backends import Backend, Update
 from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.store import Store, new_id
-from localchat.app.server.tool_calls import ToolSyntax, call_grammar, parse_tool_calls, template_chat, tool_syntax
+from localchat.app.server.tool_calls import (
+    ToolSyntax,
+    call_grammar,
+    finish_reason,
+    parse_tool_calls,
+    template_chat,
+    tool_syntax,
+)
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.structured_output import StructuredOutput
 
@@ -367,7 +374,6 @@ class Replies:
             token_ids = template.assistant_segment(history, reply.text, reply.token_ids)
         message.content, calls = self.conversations.read_tool_calls(self.settings, reply.text)
         if calls:
-            message.tool_calls = calls
-            message.finish_reason = "tool_calls" if message.finish_reason == "stop" else message.finish_reason
+            message.tool_calls, message.finish_reason = calls, finish_reason(message.finish_reason, calls)
         reply.done = True
         return self.store.finish_message(message, token_ids)

@@ -52,6 +52,7 @@ from localchat.app.server.tool_calls import (
     StreamedReply,
     ToolSyntax,
     call_grammar,
+    finish_reason,
     parse_tool_calls,
     template_chat,
     tool_syntax,
@@ -101,8 +102,7 @@ class OpenAIController(Controller):
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return ServerSentEvent(_chat_chunks(job, include_usage, calls))
         results = await job.collect()
-        choices = [ChatChoice(index=o.index, message=_message(o.text, calls), logprobs=_chat_logprobs(
-            backend, o.logprobs), finish_reason=_finish_reason(o.finish_reason, calls, o.text)) for o in results]
+        choices = [_chat_choice(backend, o, calls) for o in results]
         return Response(ChatCompletion(id=job.id, created=job.created, model=job.model, choices=choices,
                                        usage=job.usage()))
 
@@ -188,16 +188,12 @@ class _CallReader:
         return StreamedReply(self.syntax, self.names, self.only_calls)
 
 
-def _message(text: str, calls: _CallReader | None) -> AssistantMessage:
-    if calls is None:
-        return AssistantMessage(content=text)
-    content, tool_calls = calls.read(text)
-    return AssistantMessage(content=content, tool_calls=tool_calls or None)
-
-
-def _finish_reason(reason: str | None, calls: _CallReader | None, text: str) -> str | None:
-    """"tool_calls" for a reply that ended by itself with calls (one cut by max_tokens stays "length")."""
-    return "tool_calls" if reason == "stop" and calls is not None and calls.read(text)[1] else reason
+def _chat_choice(backend: Backend, output: CompletionOutput, calls: _CallReader | None) -> ChatChoice:
+    """A whole reply, its tool calls read out of it."""
+    content, tool_calls = calls.read(output.text) if calls else (output.text, [])
+    return ChatChoice(index=output.index, message=AssistantMessage(content=content, tool_calls=tool_calls or None),
+                      finish_reason=finish_reason(output.finish_reason, tool_calls),
+                      logprobs=_chat_logprobs(backend, output.logprobs))
 
 
 def _params(req: SamplingFields, max_tokens: int | None, logprobs: int | None,
@@ -326,17 +322,16 @@ async def _chat_chunks(job: _Job, include_usage: bool, calls: _CallReader | None
     yield "[DONE]"
 
 
-def _tool_delta(reply: StreamedReply, text: str, finish_reason: str | None) -> tuple[ChunkDelta, str | None]:
+def _tool_delta(reply: StreamedReply, text: str, reason: str | None) -> tuple[ChunkDelta, str | None]:
     """A reply's delta while tool calls may be in it: text that is surely content at once, the calls (each whole, in
     one delta) when the reply ends."""
     content = reply.feed(text)
-    if finish_reason is None:
+    if reason is None:
         return ChunkDelta(content=content or None), None
     rest, tool_calls = reply.finish()
     deltas = [ToolCallDelta(index=i, id=call.id, type="function", function=FunctionCallDelta(
         name=call.function.name, arguments=call.function.arguments)) for i, call in enumerate(tool_calls)]
-    reason = "tool_calls" if tool_calls and finish_reason == "stop" else finish_reason
-    return ChunkDelta(content=(content + rest) or None, tool_calls=deltas or None), reason
+    return ChunkDelta(content=(content + rest) or None, tool_calls=deltas or None), finish_reason(reason, tool_calls)
 
 
 async def _completion_chunks(job: _Job, echoes: list[str], include_usage: bool) -> AsyncIterator[str]:

@@ -155,6 +155,11 @@ def _partial_suffix(text: str, opening: str) -> int:
     return 0
 
 
+def finish_reason(reason: str | None, calls: list[ToolCall]) -> str | None:
+    """A reply that ended by itself with calls ends with "tool_calls" (one cut by max_tokens stays "length")."""
+    return "tool_calls" if calls and reason == "stop" else reason
+
+
 def _call(obj_text: str, syntax: ToolSyntax, names: set[str]) -> ToolCall | None:
     try:
         obj = json.loads(obj_text)
