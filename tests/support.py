@@ -6,6 +6,7 @@ is the test session's, so the embedded model is converted once per session at mo
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -175,12 +176,14 @@ def stream_in_background(api: httpx.Client, path: str, body: dict
 
 
 SECOND_MODEL_NAME = "tiny-llama"
+TOOLS_MODEL_NAME = "tiny-hermes"  # tiny-llama with a chat template that renders tools (tests/data/hermes_tools.jinja)
 
 
 def second_model_dir(root: Path) -> Path:
     """A folder for $LOCALCHAT_MODEL_DIRS holding a second chat model, `tiny-llama`: a 2-layer Llama with random
-    weights (seeded) and the embedded model's tokenizer and chat template, about 13 MB. Built once per test
-    session (a file lock lets the test workers share it). Its replies are noise; switching models is the point."""
+    weights (seeded) and the embedded model's tokenizer and chat template, about 13 MB; and `tiny-hermes`, the same
+    with a Qwen-style template that renders tools. Built once per test session (a file lock lets the test workers
+    share them). Their replies are noise; switching models, and what a template does with tools, are the point."""
     import fcntl
 
     folder = root / SECOND_MODEL_NAME
@@ -203,4 +206,12 @@ def second_model_dir(root: Path) -> Path:
             tokenizer.save_pretrained(tmp)
             LlamaForCausalLM(config).save_pretrained(tmp)  # model.safetensors last: a complete folder
             tmp.rename(folder)
+        hermes = root / TOOLS_MODEL_NAME
+        if not hermes.is_dir():
+            tmp = root / f".{TOOLS_MODEL_NAME}-{os.getpid()}"
+            shutil.copytree(folder, tmp)
+            tmp.rename(hermes)
+        template = (Path(__file__).parent / "data" / "hermes_tools.jinja").read_text()
+        if (hermes / "chat_template.jinja").read_text() != template:  # new, or the test's template changed
+            (hermes / "chat_template.jinja").write_text(template)
     return root
