@@ -13,13 +13,13 @@ the medians are compared. Every request's prompt is new, so no run reuses anothe
 import argparse
 import asyncio
 import itertools
-import socket
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
+from peers import free_port, make_home
 
 from common import STREAM_TIMEOUT_S, Server, report
 
@@ -62,15 +62,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    home = Path(tempfile.mkdtemp(prefix="localchat-structured-"))
-    cache = Path.home() / ".cache" / "localchat" / "models"  # the converted model, if the user has one
-    (home / "cache").mkdir(parents=True)
-    if cache.is_dir():
-        (home / "cache" / "models").symlink_to(cache)
-    server = Server(home, port, ["--kv-disk-gb", "0"])
+    # the user's converted model, if there is one (a fresh one converts the GGUF file)
+    home = make_home(Path(tempfile.mkdtemp(prefix="localchat-structured-")), "~/.cache/localchat")
+    server = Server(home, free_port(), ["--kv-disk-gb", "0"])
     rows, summary = [], {}
     try:
         asyncio.run(run(server, "schema", 1, 8))  # the grammar compiler's set-up, paid by an engine's first one

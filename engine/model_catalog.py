@@ -80,6 +80,14 @@ def find_models() -> list[LocalModel]:
     return models
 
 
+def still_present(name: str) -> bool:
+    """Whether the model that find_models() listed by this name is still on this machine, read from the file
+    system alone (find_models reads every GGUF file's header)."""
+    if name == EMBEDDED_NAME or Path(name).exists():  # a GGUF file's or a folder's name is its path
+        return True
+    return (hf_cache_dir() / f"models--{name.replace('/', '--')}").is_dir()  # a repo id of the HF cache
+
+
 def _hf_cache_models(cache: Path) -> list[LocalModel]:
     models = []
     for repo in sorted(cache.glob("models--*")):

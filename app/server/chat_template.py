@@ -11,16 +11,20 @@ whatever the template writes after a reply that the model did not generate (for 
 
 from transformers import PreTrainedTokenizerBase
 
+from localchat.app.server.tool_calls import ToolSyntax, tool_syntax
+
 Chat = list[dict]  # {"role", "content"}, and an assistant's "tool_calls" or a tool message's "tool_call_id"
 
 
 class ChatTemplate:
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, tools: list[dict] | None = None):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, tools: list[dict] | None = None,
+                 syntax: ToolSyntax | None = None):
         self.tokenizer, self.tools = tokenizer, tools
+        self.tool_syntax = syntax or tool_syntax(tokenizer.chat_template)  # how this model writes a tool call
 
     def with_tools(self, tools: list[dict] | None) -> "ChatTemplate":
         """The same template, rendering these function tools (for a template that renders tools)."""
-        return ChatTemplate(self.tokenizer, tools) if tools else self
+        return ChatTemplate(self.tokenizer, tools, self.tool_syntax) if tools else self
 
     def render(self, chat: Chat, add_generation_prompt: bool = False) -> str:
         if not chat and not add_generation_prompt:

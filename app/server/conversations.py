@@ -8,6 +8,7 @@ the engine's prefix cache serves them. With a remote backend the prompt is the b
 """
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -30,12 +31,14 @@ from localchat.app.server.backends import Backend, Update
 from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.store import Store, new_id
 from localchat.app.server.tool_calls import (
+    IN_SYSTEM_PROMPT,
+    CallReader,
     ToolSyntax,
     call_grammar,
+    check_tool_choice,
     finish_reason,
-    parse_tool_calls,
     template_chat,
-    tool_syntax,
+    template_tools,
 )
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.structured_output import StructuredOutput
@@ -52,13 +55,8 @@ def sampling_params(settings: SamplingSettings, n: int, structured: StructuredOu
                     ) -> SamplingParams:
     """Raises ValueError on a value out of range (SamplingParams checks every limit) or a tool setting that cannot
     be met."""
-    names = [tool.function.name for tool in settings.tools]
-    if len(set(names)) < len(names):
-        raise ValueError("two tools have the same name")
-    if settings.tool_choice == "required" and not names:
-        raise ValueError('tool_choice "required" needs tools')
-    if settings.tool_choice == "required" and settings.json_mode:
-        raise ValueError('json_mode and tool_choice "required" cannot both shape the reply')
+    check_tool_choice(settings.tools, settings.tool_choice == "required", None, "json_mode" if settings.json_mode
+                      else None)
     return SamplingParams(n=n, temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,
                           min_p=settings.min_p, repetition_penalty=settings.repetition_penalty,
                           presence_penalty=settings.presence_penalty, frequency_penalty=settings.frequency_penalty,
@@ -108,8 +106,9 @@ class Conversations:
 
     @property
     def tool_syntax(self) -> ToolSyntax:
+        """How the model writes tool calls (a remote server's: taught in a system message)."""
         template = self.backend.template
-        return tool_syntax(template.tokenizer.chat_template if template else None)
+        return template.tool_syntax if template else IN_SYSTEM_PROMPT
 
     def chat(self, conversation: Conversation, path: list[Message]) -> list[dict]:
         """The branch as the chat template takes it: the conversation's tools (its settings') shape how its tool
@@ -123,7 +122,7 @@ class Conversations:
         """The backend's chat template, rendering the conversation's tools where the template renders tools."""
         if self.backend.template is None:
             return None
-        return self.backend.template.with_tools(template_chat([], conversation.settings.tools, self.tool_syntax)[1])
+        return self.backend.template.with_tools(template_tools(conversation.settings.tools, self.tool_syntax))
 
     def message_token_ids(self, conversation: Conversation, path: list[Message], message: Message) -> list[int]:
         """The segment of a user or tool message written after `path`."""
@@ -242,7 +241,7 @@ class Conversations:
         """A finished reply's text without its calls of the conversation's tools, and the calls."""
         if not settings.tools or settings.tool_choice == "none":
             return text, []
-        content, calls = parse_tool_calls(text, self.tool_syntax, {t.function.name for t in settings.tools})
+        content, calls = CallReader(self.tool_syntax, settings.tools).read(text)
         return content or "", calls
 
     async def stop(self, conversation_id: str, message_id: str | None = None, wait: bool = False) -> list[str]:
@@ -297,6 +296,15 @@ class Replies:
     @property
     def message_ids(self) -> list[str]:
         return [r.message_id for r in self.replies]
+
+    @functools.cached_property
+    def template(self) -> ChatTemplate | None:
+        return self.conversations.template(self.conversation)
+
+    @functools.cached_property
+    def history(self) -> list[dict]:
+        """The branch replied to, as the template takes it (the same for each of the n replies)."""
+        return self.conversations.chat(self.conversation, self.path)
 
     def store_started(self) -> None:
         """Every reply as an empty, unfinished message: a crash from now on leaves it marked interrupted."""
@@ -367,11 +375,9 @@ class Replies:
             time_to_first_token_s=round(reply.first_token_at - self.started, 4) if reply.first_token_at else None,
             tokens_per_s=round((num_tokens - 1) / decode_time, 2) if num_tokens > 1 and decode_time > 0 else None,
             duration_s=round(now - self.started, 4))
-        template = self.conversations.template(self.conversation)
         token_ids = []
-        if template is not None:  # the tokens as generated, tool calls included
-            history = self.conversations.chat(self.conversation, self.path)
-            token_ids = template.assistant_segment(history, reply.text, reply.token_ids)
+        if self.template is not None:  # the tokens as generated, tool calls included
+            token_ids = self.template.assistant_segment(self.history, reply.text, reply.token_ids)
         message.content, calls = self.conversations.read_tool_calls(self.settings, reply.text)
         if calls:
             message.tool_calls, message.finish_reason = calls, finish_reason(message.finish_reason, calls)

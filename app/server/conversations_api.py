@@ -89,10 +89,9 @@ class ConversationController(Controller):
         """A user message under any parent (or a new root), or a tool's result under the message that called it;
         then n replies as sibling branches."""
         conversation = store.get_conversation(conversation_id)
-        if data.parent_id is not None:
-            store.get_message(conversation_id, data.parent_id)
+        parent = store.get_message(conversation_id, data.parent_id) if data.parent_id is not None else None
         if data.tool_call_id is not None:
-            _check_tool_result(store, conversation_id, data.parent_id, data.tool_call_id)
+            _check_tool_result(store, parent, data.tool_call_id)
         return await _send(conversations, conversation, data.parent_id, data.content, data.n, data.settings,
                            data.tool_call_id, data.reply)
 
@@ -176,13 +175,12 @@ async def _start(conversations: Conversations, conversation: Conversation, paren
         raise ValidationException(str(error)) from None
 
 
-def _check_tool_result(store: Store, conversation_id: str, parent_id: str | None, tool_call_id: str) -> None:
+def _check_tool_result(store: Store, parent: Message | None, tool_call_id: str) -> None:
     """A tool's result goes under the assistant message whose call it answers, or under an earlier result of
     that message's calls."""
-    path = store.path(conversation_id, parent_id) if parent_id else []
-    while path and path[-1].role == "tool":
-        path.pop()
-    calls = path[-1].tool_calls or [] if path and path[-1].role == "assistant" else []
+    while parent is not None and parent.role == "tool":
+        parent = store.get_message(parent.conversation_id, parent.parent_id)
+    calls = parent.tool_calls or [] if parent is not None and parent.role == "assistant" else []
     if tool_call_id not in {call.id for call in calls}:
         raise ValidationException(f"tool_call_id {tool_call_id!r} is not a tool call of the message it answers "
                                   "(parent_id: the assistant message that called, or a result after it)")

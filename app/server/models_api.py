@@ -12,7 +12,8 @@ from localchat.app import paths
 from localchat.app.protocol import ModelCatalog, ModelChoice, ModelInfo
 from localchat.app.server.backends import Backend, BackendRequestError, EmbeddedBackend
 from localchat.app.server.conversations import Conversations
-from localchat.engine.model_catalog import LocalModel, find_models
+from localchat.engine.dirs import write_atomically
+from localchat.engine.model_catalog import LocalModel, find_models, still_present
 
 
 class ModelsController(Controller):
@@ -23,9 +24,7 @@ class ModelsController(Controller):
         """Every model `localchat models` lists; the one the engine runs is `current`."""
         if not isinstance(backend, EmbeddedBackend):
             return ModelCatalog(models=[], current=backend.model_name, switchable=False)
-        models = await asyncio.to_thread(find_models)
-        return ModelCatalog(models=[_info(m, backend.model_choice) for m in models], current=backend.model_choice,
-                            switchable=True)
+        return _catalog(await asyncio.to_thread(find_models), backend.model_choice)
 
     @post("/current", status_code=202)
     async def switch(self, data: JSONBody[ModelChoice], backend: NamedDependency[Backend],
@@ -41,12 +40,16 @@ class ModelsController(Controller):
         if not chosen.supported:
             raise BackendRequestError(f"{chosen.name} has architecture {chosen.architecture or 'unknown'}, "
                                       "which localchat does not run")
-        if chosen.name == backend.model_choice and backend.loading.ready:
-            return ModelCatalog(models=[_info(m, chosen.name) for m in models], current=chosen.name, switchable=True)
-        await conversations.stop_all(wait=True)
-        await backend.switch(chosen.name)
-        await asyncio.to_thread(_remember, chosen.name)
-        return ModelCatalog(models=[_info(m, chosen.name) for m in models], current=chosen.name, switchable=True)
+        if not (chosen.name == backend.model_choice and backend.loading.ready):
+            await conversations.stop_all(wait=True)
+            await backend.switch(chosen.name)
+            await asyncio.to_thread(write_atomically, paths.chosen_model_path(),
+                                    lambda tmp: tmp.write_text(chosen.name + "\n"))
+        return _catalog(models, chosen.name)
+
+
+def _catalog(models: list[LocalModel], current: str) -> ModelCatalog:
+    return ModelCatalog(models=[_info(m, current) for m in models], current=current, switchable=True)
 
 
 def _info(model: LocalModel, current: str) -> ModelInfo:
@@ -55,17 +58,11 @@ def _info(model: LocalModel, current: str) -> ModelInfo:
                      memory_bytes=model.memory_bytes, supported=model.supported, current=model.name == current)
 
 
-def _remember(name: str) -> None:
-    path = paths.chosen_model_path()
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(name + "\n")
-    tmp.replace(path)
-
-
 def remembered_model() -> str | None:
-    """The model last chosen in a UI, if it is still on this machine (else the default model loads)."""
+    """The model last chosen in a UI, if it is still on this machine (else the default model loads). At start-up:
+    it checks the file system only, reading no model's header."""
     try:
         name = paths.chosen_model_path().read_text().strip()
     except OSError:
         return None
-    return name if name and any(m.name == name and m.supported for m in find_models()) else None
+    return name if name and still_present(name) else None

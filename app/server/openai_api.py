@@ -40,7 +40,6 @@ from localchat.app.protocol import (
     TextFormat,
     TokenLogprobOut,
     Tool,
-    ToolCall,
     ToolCallDelta,
     TopLogprob,
     Usage,
@@ -49,13 +48,13 @@ from localchat.app.server.backends import Backend, EmbeddedBackend, RemoteBacken
 from localchat.app.server.config import MAX_CHOICES, MAX_PROMPTS
 from localchat.app.server.conversations import ActiveRequests
 from localchat.app.server.tool_calls import (
+    CallReader,
     StreamedReply,
     ToolSyntax,
     call_grammar,
+    check_tool_choice,
     finish_reason,
-    parse_tool_calls,
     template_chat,
-    tool_syntax,
 )
 from localchat.engine.outputs import CompletionOutput, RequestOutput, TokenLogprob
 from localchat.engine.sampling_params import SamplingParams
@@ -85,7 +84,7 @@ class OpenAIController(Controller):
         if not req.messages:
             raise ValidationException("messages must not be empty")
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        syntax = tool_syntax(backend.ensure_ready().tokenizer.chat_template)
+        syntax = backend.template.tool_syntax  # ready: _check_model asked
         tools = _tools(req)
         params = _params(req, max_tokens, (req.top_logprobs or 0) if req.logprobs else None,
                          _structured(req, tools, syntax))
@@ -97,7 +96,7 @@ class OpenAIController(Controller):
             raise ValidationException(str(error)) from None
         prompt = await backend.apply_chat_template(chat, template_tools)
         job = await _Job.open(backend, active, [prompt], params)
-        calls = _CallReader(syntax, tools, only_calls=req.tool_choice not in (None, "auto")) if tools else None
+        calls = CallReader(syntax, tools, only_calls=req.tool_choice not in (None, "auto")) if tools else None
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return ServerSentEvent(_chat_chunks(job, include_usage, calls))
@@ -143,17 +142,14 @@ def _check_model(req: SamplingFields, backend: Backend) -> None:
 
 def _tools(req: ChatCompletionRequest) -> list[Tool] | None:
     """The tools the model may call (None: none, or tool_choice "none"); a 400 for a choice that cannot be met."""
-    names = [t.function.name for t in req.tools or []]
-    if len(set(names)) < len(names):
-        raise ValidationException("tools: two functions have the same name")
     choice = req.tool_choice
-    if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
-        raise ValidationException(f"tool_choice names {choice.function.name!r}, which is not among the tools")
-    if choice in ("required",) and not names:
-        raise ValidationException("tool_choice \"required\" needs tools")
-    if choice not in (None, "auto", "none") and not isinstance(req.response_format, TextFormat | None):
-        raise ValidationException("response_format and a required tool call cannot both shape the reply")
-    return req.tools if names and choice != "none" else None
+    try:
+        check_tool_choice(req.tools or [], choice == "required",
+                          choice.function.name if isinstance(choice, NamedToolChoice) else None,
+                          None if isinstance(req.response_format, TextFormat | None) else "response_format")
+    except ValueError as error:
+        raise ValidationException(str(error)) from None
+    return req.tools if req.tools and choice != "none" else None
 
 
 def _structured(req: ChatCompletionRequest, tools: list[Tool] | None, syntax: ToolSyntax) -> StructuredOutput | None:
@@ -175,20 +171,7 @@ def _structured(req: ChatCompletionRequest, tools: list[Tool] | None, syntax: To
     return None
 
 
-class _CallReader:
-    """Reads the tool calls out of replies (whole, or streamed with StreamedReply)."""
-
-    def __init__(self, syntax: ToolSyntax, tools: list[Tool], only_calls: bool):
-        self.syntax, self.names, self.only_calls = syntax, {t.function.name for t in tools}, only_calls
-
-    def read(self, text: str) -> tuple[str | None, list[ToolCall]]:
-        return parse_tool_calls(text, self.syntax, self.names)
-
-    def stream(self) -> StreamedReply:
-        return StreamedReply(self.syntax, self.names, self.only_calls)
-
-
-def _chat_choice(backend: Backend, output: CompletionOutput, calls: _CallReader | None) -> ChatChoice:
+def _chat_choice(backend: Backend, output: CompletionOutput, calls: CallReader | None) -> ChatChoice:
     """A whole reply, its tool calls read out of it."""
     content, tool_calls = calls.read(output.text) if calls else (output.text, [])
     return ChatChoice(index=output.index, message=AssistantMessage(content=content, tool_calls=tool_calls or None),
@@ -300,7 +283,7 @@ def _encode(value) -> str:
     return msgspec.json.encode(value).decode()
 
 
-async def _chat_chunks(job: _Job, include_usage: bool, calls: _CallReader | None) -> AsyncIterator[str]:
+async def _chat_chunks(job: _Job, include_usage: bool, calls: CallReader | None) -> AsyncIterator[str]:
     first = [ChunkChoice(index=k, delta=ChunkDelta(role="assistant", content="")) for k in range(job.n)]
     yield _encode(ChatCompletionChunk(id=job.id, created=job.created, model=job.model, choices=first))
     replies = [calls.stream() for _ in range(job.n)] if calls else None

@@ -202,7 +202,7 @@ class Store:
                                     created_at=now, updated_at=now)
         self.db.execute("INSERT INTO conversations (id, title, system_prompt, settings, created_at, updated_at) "
                         "VALUES (?, ?, ?, ?, ?, ?)",
-                        (conversation.id, title, system_prompt, msgspec.json.encode(settings).decode(), now, now))
+                        (conversation.id, title, system_prompt, _json(settings), now, now))
         return conversation
 
     def list_conversations(self) -> list[Conversation]:
@@ -221,7 +221,7 @@ class Store:
     def update_conversation(self, conversation_id: str, *, title: str | None = None,
                             system_prompt: str | None = None, settings: SamplingSettings | None = None) -> None:
         fields = {"title": title, "system_prompt": system_prompt,
-                  "settings": None if settings is None else msgspec.json.encode(settings).decode()}
+                  "settings": _json(settings)}
         fields = {k: v for k, v in fields.items() if v is not None}
         if not fields:
             return
@@ -246,12 +246,12 @@ class Store:
 
     def add_message(self, message: Message, token_ids: list[int]) -> Message:
         """Write a complete message (and the conversation's last activity) in one transaction."""
-        stats = None if message.stats is None else msgspec.json.encode(message.stats).decode()
         with self._transaction():
             self.db.execute(f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             (message.id, message.conversation_id, message.parent_id, message.role, message.content,
                              pack_tokens(token_ids), message.finish_reason, int(message.stopped), message.model,
-                             stats, message.created_at, _tool_calls_json(message), message.tool_call_id))
+                             _json(message.stats), message.created_at, _json(message.tool_calls),
+                             message.tool_call_id))
             self.db.execute("UPDATE conversations SET updated_at = max(updated_at, ?) WHERE id = ?",
                             (message.created_at, message.conversation_id))
         message.num_tokens = len(token_ids)
@@ -265,12 +265,11 @@ class Store:
 
     def finish_message(self, message: Message, token_ids: list[int]) -> Message:
         """Store a reply whole (it was added unfinished). Nothing happens if its conversation is gone."""
-        stats = None if message.stats is None else msgspec.json.encode(message.stats).decode()
         with self._transaction():
             self.db.execute("UPDATE messages SET content = ?, token_ids = ?, finish_reason = ?, stopped = ?, "
                             "stats = ?, tool_calls = ? WHERE id = ?",
                             (message.content, pack_tokens(token_ids), message.finish_reason, int(message.stopped),
-                             stats, _tool_calls_json(message), message.id))
+                             _json(message.stats), _json(message.tool_calls), message.id))
             self.db.execute("UPDATE conversations SET updated_at = max(updated_at, ?) WHERE id = ?",
                             (time.time(), message.conversation_id))
         message.num_tokens = len(token_ids)
@@ -372,8 +371,13 @@ def _conversation(row: sqlite3.Row) -> Conversation:
                         message_count=row["message_count"], active_leaf=row["active_leaf"], model=row["model"])
 
 
-def _tool_calls_json(message: Message) -> str | None:
-    return None if message.tool_calls is None else msgspec.json.encode(message.tool_calls).decode()
+def _json(value) -> str | None:
+    """A JSON column's text (None stays NULL)."""
+    return None if value is None else msgspec.json.encode(value).decode()
+
+
+def _from_json(text: str | None, kind: type):
+    return None if text is None else msgspec.json.decode(text, type=kind)
 
 
 def _message(row: sqlite3.Row, with_tokens: bool) -> Message:
@@ -382,8 +386,6 @@ def _message(row: sqlite3.Row, with_tokens: bool) -> Message:
                    role=row["role"], content=row["content"], created_at=row["created_at"],
                    num_tokens=len(token_ids), finish_reason=row["finish_reason"], stopped=bool(row["stopped"]),
                    model=row["model"],
-                   stats=None if row["stats"] is None else msgspec.json.decode(row["stats"], type=ReplyStats),
-                   tool_calls=None if row["tool_calls"] is None else msgspec.json.decode(row["tool_calls"],
-                                                                                       type=list[ToolCall]),
+                   stats=_from_json(row["stats"], ReplyStats), tool_calls=_from_json(row["tool_calls"], list[ToolCall]),
                    tool_call_id=row["tool_call_id"],
                    token_ids=token_ids if with_tokens else None)

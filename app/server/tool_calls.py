@@ -25,6 +25,8 @@ class ToolSyntax:
     template_renders_tools: bool  # else the tools go into a system message (tools_system_text)
 
 
+NO_PARAMETERS = {"type": "object", "properties": {}}  # a function's parameters when its definition gives none
+
 HERMES = ToolSyntax("<tool_call>\n", "\n</tool_call>", "arguments", "\n", template_renders_tools=True)
 LLAMA3 = ToolSyntax("", "", "parameters", "; ", template_renders_tools=True)
 IN_SYSTEM_PROMPT = ToolSyntax("<tool_call>\n", "\n</tool_call>", "arguments", "\n", template_renders_tools=False)
@@ -44,6 +46,28 @@ def tools_system_text(tools: list[Tool]) -> str:
             f"<tools></tools> XML tags:\n<tools>\n{signatures}\n</tools>\n\nFor each function call, return a JSON "
             "object with the function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
             '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+
+
+def check_tool_choice(tools: list[Tool], required: bool, named: str | None, other_grammar: str | None) -> None:
+    """A ValueError where the tools cannot be used as asked: two of one name, a call required (`required`, or of
+    the function `named`) of no tools or of one not among them, or while `other_grammar` (a JSON format, by the
+    name the request gave it) would shape the reply too."""
+    names = [tool.function.name for tool in tools]
+    if len(set(names)) < len(names):
+        raise ValueError("tools: two functions have the same name")
+    if named is not None and named not in names:
+        raise ValueError(f"tool_choice names {named!r}, which is not among the tools")
+    if required and not names:
+        raise ValueError('tool_choice "required" needs tools')
+    if (required or named is not None) and other_grammar:
+        raise ValueError(f"{other_grammar} and a required tool call cannot both shape the reply")
+
+
+def template_tools(tools: list[Tool] | None, syntax: ToolSyntax) -> list[dict] | None:
+    """The tools as the chat template's `tools` argument, for a template that renders them (else None)."""
+    if not (tools and syntax.template_renders_tools):
+        return None
+    return [{"type": "function", "function": _function(t)} for t in tools]
 
 
 def template_chat(messages: list[dict], tools: list[Tool] | None, syntax: ToolSyntax
@@ -66,10 +90,8 @@ def template_chat(messages: list[dict], tools: list[Tool] | None, syntax: ToolSy
             else:
                 entry["content"] = f"<tool_response>\n{entry['content']}\n</tool_response>"
         chat.append(entry)
-    if not tools:
-        return chat, None
-    if syntax.template_renders_tools:
-        return chat, [{"type": "function", "function": _function(t)} for t in tools]
+    if not tools or syntax.template_renders_tools:
+        return chat, template_tools(tools, syntax)
     text = tools_system_text(tools)
     if chat and chat[0]["role"] == "system":
         chat[0] = {**chat[0], "content": f"{chat[0]['content']}\n\n{text}"}
@@ -84,7 +106,7 @@ def written_call(syntax: ToolSyntax, name: str, arguments: dict) -> str:
 
 def call_grammar(tools: list[Tool], syntax: ToolSyntax, only: str | None, parallel: bool) -> StructuredOutput:
     """The reply must be calls (one, or with `parallel` one or more) of the tools, or of the one named `only`."""
-    functions = {t.function.name: t.function.parameters or {"type": "object", "properties": {}}
+    functions = {t.function.name: t.function.parameters or NO_PARAMETERS
                  for t in tools if only in (None, t.function.name)}
     return StructuredOutput.tool_calls(functions, syntax.prefix, syntax.suffix, arguments_key=syntax.arguments_key,
                                        separator=syntax.separator if parallel else None)
@@ -110,6 +132,20 @@ def parse_tool_calls(text: str, syntax: ToolSyntax, names: set[str]) -> tuple[st
     for start, end in reversed(spans):
         rest = rest[:start] + rest[end:]
     return ((rest.strip() or None) if calls else text), calls
+
+
+class CallReader:
+    """Reads the calls of these tools out of replies, whole (read) or streamed (stream: one StreamedReply each);
+    with only_calls, a streamed reply is held back whole (a required call: nothing in it is content)."""
+
+    def __init__(self, syntax: ToolSyntax, tools: list[Tool], only_calls: bool = False):
+        self.syntax, self.names, self.only_calls = syntax, {t.function.name for t in tools}, only_calls
+
+    def read(self, text: str) -> tuple[str | None, list[ToolCall]]:
+        return parse_tool_calls(text, self.syntax, self.names)
+
+    def stream(self) -> "StreamedReply":
+        return StreamedReply(self.syntax, self.names, self.only_calls)
 
 
 class StreamedReply:
@@ -177,7 +213,7 @@ def _call(obj_text: str, syntax: ToolSyntax, names: set[str]) -> ToolCall | None
 def _function(tool: Tool) -> dict:
     f = tool.function
     return {"name": f.name, "description": f.description or "",
-            "parameters": f.parameters or {"type": "object", "properties": {}}}
+            "parameters": f.parameters or NO_PARAMETERS}
 
 
 def _arguments(call: ToolCall) -> dict:

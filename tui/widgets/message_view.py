@@ -75,8 +75,9 @@ class MessageView(Vertical):
             self.stream = None
         self.remove_class("-streaming")
         self.message = message
-        if self.body.source != message.markdown():  # a reply's tool calls show once they are read out of it
-            await self.body.update(message.markdown())
+        markdown = message.markdown()  # a reply's tool calls show once they are read out of it
+        if self.body.source != markdown:
+            await self.body.update(markdown)
         self.show_outcome()
 
     def show_outcome(self) -> None:
