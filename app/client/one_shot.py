@@ -46,6 +46,9 @@ def _in_process(messages: list[dict], model: str | None, sampling: dict) -> Iter
 
     print("loading the model (no engine process is running)...", file=sys.stderr, flush=True)
     engine = LLMEngine(EngineConfig(model))
+    if engine.tokenizer.chat_template is None:
+        raise ValueError(f"{engine.model_name} has no chat template (a base model, not a chat model): it only "
+                         "continues text, which `localchat serve` answers on /v1/completions")
     request_id = engine.add_request(engine.apply_chat_template(messages), SamplingParams(**sampling))
     while engine.has_unfinished_requests():
         for delta in engine.step():

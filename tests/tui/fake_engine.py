@@ -69,6 +69,7 @@ class FakeEngine:
         self.messages = {"c_sort": list(MESSAGES), "c_cats": [], "c_rust": []}
         self.fail_with: Exception | None = None  # raised by every call, to play a lost engine
         self.hold: asyncio.Event | None = None  # when set, replies stream their first words and wait for it
+        self.model, self.chat = "SmolLM2", True  # chat False: a base model (no chat template)
 
     def _check(self) -> None:
         if self.fail_with is not None:
@@ -79,7 +80,7 @@ class FakeEngine:
 
     async def health(self) -> Health:
         self._check()
-        return Health(status="ready", model="SmolLM2", backend="embedded", pid=1, version="0")
+        return Health(status="ready", model=self.model, backend="embedded", pid=1, version="0", chat=self.chat)
 
     async def limits(self) -> Limits:
         return engine_limits()

@@ -158,3 +158,23 @@ def test_the_tui_imports_no_engine_code():
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     # localchat.app.paths takes the folder helper from localchat.engine.dirs (no torch behind it)
     assert eval(loaded) in ([], ["localchat.engine", "localchat.engine.dirs"])
+
+
+@pytest.mark.asyncio
+async def test_a_base_model_is_named_above_the_message_box_and_nothing_is_sent(tmp_path):
+    engine = FakeEngine()
+    engine.model, engine.chat = "gemma-3-270m-Q4_K_M", False
+    app = LocalChatApp(client=engine, config_file=tmp_path / "tui.toml")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await opened(pilot)
+        note = screen.query_one("#base-model-note")
+        await wait_until(pilot, lambda: note.display, what="the base model's note")
+        expected = ("gemma-3-270m-Q4_K_M is a base model without a chat template: it only continues text; it "
+                    "answers /v1/completions")
+        assert str(note.visual).startswith(expected)
+        assert note.region.bottom <= screen.composer.region.y  # right above the message box
+
+        await pilot.press(*"Hello", "enter")
+        await wait_until(pilot, lambda: any(expected in n.message for n in app._notifications), what="the refusal")
+        assert screen.composer.text == "Hello"  # kept, not sent
+        assert len(engine.messages["c_sort"]) == 5 and screen.generating_in is None

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, TextArea
+from textual.widgets import Footer, Header, Input, Static, TextArea
 
 from localchat.app.client.engine_client import EngineClient
 from localchat.app.protocol import (
@@ -15,6 +15,7 @@ from localchat.app.protocol import (
     DeltaEvent,
     DoneEvent,
     ErrorEvent,
+    Health,
     Message,
     SearchHit,
     StartEvent,
@@ -37,6 +38,11 @@ from localchat.tui.widgets.conversation_view import ConversationView
 from localchat.tui.widgets.message_view import ChatMessage
 
 DEFAULT_FORK_N = 3
+
+
+def base_model_notice(model: str | None) -> str:
+    return (f"{model} is a base model without a chat template: it only continues text; it answers /v1/completions. "
+            "F4 switches to a chat model.")
 
 
 class ChatScreen(Screen):
@@ -68,6 +74,7 @@ class ChatScreen(Screen):
         self.focus_reply = False  # focus the new reply when it starts (a regenerate from a focused message)
         self.picker: ForkPicker | None = None
         self.model: str | None = None  # the model the engine runs (as replies record it)
+        self.can_chat = True  # False: the model is a base model, which only continues text
 
     def compose(self) -> ComposeResult:
         yield Header(icon="◆")
@@ -76,6 +83,7 @@ class ChatScreen(Screen):
                 yield ChatList(id="chats")
             with Vertical(id="main"):
                 yield ConversationView(id="conversation")
+                yield Static(id="base-model-note", markup=False)
                 yield Composer(placeholder="Message (enter sends, shift+enter or ctrl+j: new line, ctrl+g: N replies, "
                                            "f1: keys)", id="composer")
         yield Footer(compact=True, show_command_palette=False)  # Ctrl+P is in the help (F1)
@@ -106,7 +114,16 @@ class ChatScreen(Screen):
 
     @engine_work(group="model")
     async def load_model(self) -> None:
-        self.show_model((await self.client.health()).model)
+        self.show_health(await self.client.health())
+
+    def show_health(self, health: Health) -> None:
+        """The engine's model, and what it can do: a base model (no chat template) only continues text, which the
+        note above the message box says; sending is refused (can_generate)."""
+        self.show_model(health.model)
+        self.can_chat = health.chat is not False
+        note = self.query_one("#base-model-note", Static)
+        note.update("" if self.can_chat else base_model_notice(health.model))
+        note.display = not self.can_chat
 
     def show_model(self, model: str | None) -> None:
         self.model = model
@@ -131,7 +148,7 @@ class ChatScreen(Screen):
         if health.status != "ready":
             self.notify(health.error or f"the engine is {health.status}", title="The model did not load",
                         severity="error")
-        self.show_model(health.model)
+        self.show_health(health)
         if health.model:
             self.notify(f"Now running {health.model}", title="Model")
         self.note_other_model()
@@ -380,7 +397,11 @@ class ChatScreen(Screen):
                                           action="Send"), resend)
 
     def can_generate(self) -> bool:
-        """One reply (or one set of N) at a time: a key press while one is written is refused, not queued."""
+        """One reply (or one set of N) at a time: a key press while one is written is refused, not queued. A base
+        model writes none."""
+        if not self.can_chat:
+            self.notify(base_model_notice(self.model), title="No chat with this model", severity="warning")
+            return False
         if self.writing:
             self.notify("A reply is being written; esc stops it", severity="warning")
             return False

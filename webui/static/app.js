@@ -47,7 +47,8 @@ class App {
       onSearch: (query) => this.search(query),
     });
     this.settings = new SettingsDialog($("settings-dialog"));
-    this.models = new ModelPicker($("model"), $("model-status"), $("model-note"), (e) => this.showError(e));
+    this.models = new ModelPicker($("model"), $("model-status"), $("model-note"), (e) => this.showError(e),
+      () => this.showModelAbility());
     fillHelp($("help-dialog"));
     this.wire();
   }
@@ -309,6 +310,17 @@ class App {
         this.showError(event.message);
         break;
     }
+  }
+
+  /** A base model (no chat template) only continues text: the note where the composer is says so, and the
+   * composer is off until a chat model runs. */
+  showModelAbility() {
+    const note = $("base-model-note");
+    const canChat = this.models.canChat;
+    note.hidden = canChat;
+    note.textContent = canChat ? "" : `${this.models.running} is a base model without a chat template: it only ` +
+      "continues text; it answers /v1/completions. Choose a chat model in the Model list to chat.";
+    for (const id of ["message", "replies", "send"]) $(id).disabled = !canChat;
   }
 
   setStreaming(conversationId) {

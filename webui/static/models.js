@@ -1,19 +1,23 @@
 // The engine's model: a list of the models on this machine (GET /api/models), switching with the new model's
-// loading progress (GET /health), and a note when the open chat was written with another model.
+// loading progress (GET /health), whether the model can chat (a base model only continues text), and a note when
+// the open chat was written with another model.
 import * as api from "./api.js";
 import { h } from "./dom.js";
 
 const POLL_MS = 250;  // how often the loading progress is asked for
 
 export class ModelPicker {
-  /** `select`: the <select>; `status`: where the progress shows; `note`: the open chat's model note. */
-  constructor(select, status, note, onError) {
+  /** `select`: the <select>; `status`: where the progress shows; `note`: the open chat's model note; `onRunning`:
+   * called once the model the engine runs is known (at load and after each switch). */
+  constructor(select, status, note, onError, onRunning) {
     this.select = select;
     this.status = status;
     this.note = note;
     this.onError = onError;
+    this.onRunning = onRunning;
     this.catalog = null;
     this.running = null;  // the served name of the model the engine runs
+    this.canChat = true;  // false: a base model (no chat template), which only continues text
     this.chatId = null;  // the open chat
     this.chatModel = null;  // the model that wrote its latest reply
     this.started = null;  // what the last reply's start said about its model
@@ -24,11 +28,13 @@ export class ModelPicker {
     this.catalog = await api.listModels();
     const health = await api.health();
     this.running = health.model;
+    this.canChat = health.chat !== false;
     this.select.replaceChildren(...this.catalog.models.map((m) => h("option", {
       value: m.name, text: m.served_name, title: m.name, disabled: !m.supported, selected: m.current,
     })));
     this.select.disabled = !this.catalog.switchable;
     this.showNote();
+    this.onRunning();
     // a switch begun elsewhere (the terminal, another tab): its progress, while the page works on
     if (health.status === "loading") this.waitReady().catch((error) => this.onError(error));
   }
