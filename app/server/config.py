@@ -20,6 +20,8 @@ MAX_REQUEST_BYTES = 4 * 1024 * 1024  # a request body
 MAX_CHARS_PER_TOKEN = 32  # a text longer than max_model_len times this cannot fit: refused without tokenizing it
 MAX_PROMPTS = 32  # prompts of one /v1/completions request
 MAX_CHOICES = 64  # prompts times n of one /v1/completions request
+MAX_JSON_DEPTH = 64  # arrays and objects within each other in a JSON body (decoding one recurses per level)
+MAX_QUOTED_CHARS = 100  # of a name or id that an error message quotes back
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,11 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def quoted(name: str) -> str:
+    """A name or id from a request, quoted for an error message: cut to MAX_QUOTED_CHARS with an ellipsis."""
+    return repr(name if len(name) <= MAX_QUOTED_CHARS else name[:MAX_QUOTED_CHARS] + "…")
 
 
 def url_host(host: str) -> str:

@@ -29,7 +29,9 @@ from localchat.app.protocol import (
     UserEvent,
 )
 from localchat.app.server.backends import BackendRequestError
+from localchat.app.server.config import quoted
 from localchat.app.server.conversations import DEFAULT_TITLE, Conversations, Replies, sampling_params
+from localchat.app.server.openapi import EventStream, MarkdownOrJSON
 from localchat.app.server.store import Store
 
 StoreDep = NamedDependency[Store]
@@ -60,8 +62,6 @@ class ConversationController(Controller):
                      conversations: ConversationsDep) -> Conversation:
         """Rename, set the system prompt or the sampling settings, or the branch to show (active_leaf)."""
         before = store.get_conversation(conversation_id)
-        if data.title is not UNSET and not data.title.strip():
-            raise ValidationException("the title is empty")
         if data.settings is not UNSET:
             _checked(data.settings)
         if data.active_leaf is not UNSET:
@@ -83,7 +83,7 @@ class ConversationController(Controller):
         await conversations.forget(conversation)  # its own cached KV blocks, in memory and on disk
         store.delete_conversation(conversation_id)
 
-    @post("/{conversation_id:str}/messages", status_code=200)
+    @post("/{conversation_id:str}/messages", status_code=200, operation_class=EventStream)
     async def send(self, conversation_id: Id, data: JSONBody[SendMessage], store: StoreDep,
                    conversations: ConversationsDep) -> ServerSentEvent:
         """A user message under any parent (or a new root), or a tool's result under the message that called it;
@@ -95,17 +95,18 @@ class ConversationController(Controller):
         return await _send(conversations, conversation, data.parent_id, data.content, data.n, data.settings,
                            data.tool_call_id, data.reply)
 
-    @post("/{conversation_id:str}/messages/{message_id:str}/edit", status_code=200)
+    @post("/{conversation_id:str}/messages/{message_id:str}/edit", status_code=200, operation_class=EventStream)
     async def edit(self, conversation_id: Id, message_id: Id, data: JSONBody[EditMessage], store: StoreDep,
                    conversations: ConversationsDep) -> ServerSentEvent:
         """A new user message beside `message_id` (a sibling branch), then its replies."""
         conversation = store.get_conversation(conversation_id)
         original = store.get_message(conversation_id, message_id)
         if original.role != "user":
-            raise ValidationException(f"message {message_id!r} is a reply; only user messages can be edited")
+            raise ValidationException(f"message {quoted(message_id)} is a reply; only user messages can be edited")
         return await _send(conversations, conversation, original.parent_id, data.content, data.n, data.settings)
 
-    @post("/{conversation_id:str}/messages/{message_id:str}/regenerate", status_code=200)
+    @post("/{conversation_id:str}/messages/{message_id:str}/regenerate", status_code=200,
+          operation_class=EventStream)
     async def regenerate(self, conversation_id: Id, message_id: Id, data: JSONBody[Regenerate], store: StoreDep,
                          conversations: ConversationsDep) -> ServerSentEvent:
         """n more replies beside the reply `message_id` (or n replies to the user message `message_id`)."""
@@ -123,7 +124,7 @@ class ConversationController(Controller):
         store.get_conversation(conversation_id)
         return StopResult(stopped=await conversations.stop(conversation_id, data.message_id))
 
-    @get("/{conversation_id:str}/export")
+    @get("/{conversation_id:str}/export", operation_class=MarkdownOrJSON)
     async def export(self, conversation_id: Id, store: StoreDep,
                      format: FromQuery[Literal["markdown", "json"]] = "markdown",
                      leaf: FromQuery[str | None] = None) -> Response:
@@ -140,7 +141,7 @@ class ConversationController(Controller):
             ids = {m.id for m in messages}
             leaf = conversation.active_leaf if conversation.active_leaf in ids else messages[-1].id
         path = store.path(conversation_id, leaf) if leaf else []
-        return Response(export_markdown(conversation, path), media_type="text/markdown; charset=utf-8",
+        return Response(export_markdown(conversation, path), media_type="text/markdown",
                         headers={"Content-Disposition": f'attachment; filename="{name}.md"'})
 
 
@@ -182,7 +183,7 @@ def _check_tool_result(store: Store, parent: Message | None, tool_call_id: str) 
         parent = store.get_message(parent.conversation_id, parent.parent_id)
     calls = parent.tool_calls or [] if parent is not None and parent.role == "assistant" else []
     if tool_call_id not in {call.id for call in calls}:
-        raise ValidationException(f"tool_call_id {tool_call_id!r} is not a tool call of the message it answers "
+        raise ValidationException(f"tool_call_id {quoted(tool_call_id)} is not a tool call of the message it answers "
                                   "(parent_id: the assistant message that called, or a result after it)")
 
 

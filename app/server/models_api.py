@@ -11,6 +11,7 @@ from litestar.params import JSONBody
 from localchat.app import paths
 from localchat.app.protocol import ModelCatalog, ModelChoice, ModelInfo
 from localchat.app.server.backends import Backend, BackendRequestError, EmbeddedBackend
+from localchat.app.server.config import quoted
 from localchat.app.server.conversations import Conversations
 from localchat.engine.dirs import write_atomically
 from localchat.engine.model_catalog import LocalModel, find_models, still_present
@@ -36,7 +37,7 @@ class ModelsController(Controller):
         models = await asyncio.to_thread(find_models)
         chosen = next((m for m in models if m.name == data.model), None)
         if chosen is None:
-            raise NotFoundException(f"no model named {data.model!r} on this machine (GET /api/models lists them)")
+            raise NotFoundException(f"no model named {quoted(data.model)} on this machine (GET /api/models lists them)")
         if not chosen.supported:
             raise BackendRequestError(f"{chosen.name} has architecture {chosen.architecture or 'unknown'}, "
                                       "which localchat does not run")

@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass
 
 from localchat.app.protocol import FunctionCall, Tool, ToolCall
+from localchat.app.server.config import quoted
 from localchat.engine.structured_output import StructuredOutput
 
 
@@ -56,7 +57,7 @@ def check_tool_choice(tools: list[Tool], required: bool, named: str | None, othe
     if len(set(names)) < len(names):
         raise ValueError("tools: two functions have the same name")
     if named is not None and named not in names:
-        raise ValueError(f"tool_choice names {named!r}, which is not among the tools")
+        raise ValueError(f"tool_choice names {quoted(named)}, which is not among the tools")
     if required and not names:
         raise ValueError('tool_choice "required" needs tools')
     if (required or named is not None) and other_grammar:

@@ -1,7 +1,9 @@
 """Regressions of the hardening probe, on real `localchat serve` processes: one bad request never stops the
 engine, a stop right after a send ends its stream, a delete during a reply ends it cleanly, a huge prompt
 does not freeze the server, settings that cannot work are refused where they are set, unsupported parameters
-are named, a partial reply survives a SIGKILL, and the chat files are private under a 022 umask."""
+are named, a partial reply survives a SIGKILL, and the chat files are private under a 022 umask. Bodies: one nested
+too deep is a 400 before it is decoded, an unknown field is named, NUL characters and lone surrogates are refused in
+words, a long name comes back cut; the schema states the limits, OPTIONS every method, the export one charset."""
 
 import json
 import os
@@ -15,6 +17,9 @@ import time
 import httpx
 import pytest
 
+from localchat.app.server.config import MAX_JSON_DEPTH, MAX_QUOTED_CHARS
+from localchat.app.server.json_body import nesting_depth
+from localchat.engine.sampling_params import LIMITS, MAX_STOP_STRINGS
 from support import Server, make_home, sse_events, stream_api, stream_in_background
 
 pytestmark = pytest.mark.slow  # real `localchat serve` processes: left out of `./dev test --fast`
@@ -130,11 +135,11 @@ def test_a_huge_prompt_is_refused_early_and_the_server_stays_responsive(api, ser
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"temperature": -1}, "temperature must be in [0.0, 2.0]"),
+    ({"temperature": -1}, "temperature must be at least 0.0"),
     ({"temperature": 1e-320}, "temperature must be 0 (greedy) or at least 0.01"),
-    ({"top_p": 1e-320}, "top_p must be in [0.001, 1.0]"),
+    ({"top_p": 1e-320}, "top_p must be at least 0.001"),
     ({"max_tokens": 0}, "max_tokens must be at least 1"),
-    ({"temperature": 9}, "temperature must be in [0.0, 2.0]"),
+    ({"temperature": 9}, "temperature must be at most 2.0"),
     ({"seed": 2**64}, "seed must be in"),
 ])
 def test_settings_that_cannot_work_are_refused_where_they_are_set(api, settings, message):
@@ -269,3 +274,128 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError("no VmRSS")
+
+
+JSON_BODIES = [  # every endpoint that takes a JSON body
+    ("POST", "/api/conversations"), ("PATCH", "/api/conversations/{cid}"),
+    ("POST", "/api/conversations/{cid}/messages"), ("POST", "/api/conversations/{cid}/messages/{mid}/edit"),
+    ("POST", "/api/conversations/{cid}/messages/{mid}/regenerate"), ("POST", "/api/conversations/{cid}/stop"),
+    ("POST", "/api/models/current"), ("POST", CHAT), ("POST", "/v1/completions"),
+]
+
+
+def conversation_with_a_message(api) -> tuple[str, str]:
+    """A new conversation (replies of one token) and the id of its user message."""
+    cid = api.post("/api/conversations", json={"settings": {"max_tokens": 1}}).json()["id"]
+    return cid, stream_api(api, f"/api/conversations/{cid}/messages", {"content": "Hi"})[0]["message"]["id"]
+
+
+@pytest.mark.parametrize("depth", [900, 1000, 100_000])
+def test_a_body_nested_too_deep_is_refused_before_it_is_decoded(api, server, depth):
+    cid, mid = conversation_with_a_message(api)
+    body = b'{"settings": ' + b"[" * depth + b"]" * depth + b"}"
+    for method, path in JSON_BODIES:
+        response = api.request(method, path.format(cid=cid, mid=mid), content=body,
+                               headers={"Content-Type": "application/json"})
+        assert response.status_code == 400, (path, response.text)
+        assert response.json()["error"]["message"] == f"the JSON body is nested deeper than {MAX_JSON_DEPTH} levels"
+    assert "RecursionError" not in server.log.read_text()
+    assert generating(api)
+
+
+def test_a_body_nested_as_deep_as_the_limit_is_taken(api):
+    parameters = {"type": "string"}
+    for _ in range((MAX_JSON_DEPTH - 6) // 2):  # 6 levels from the body down to a tool's parameters, 2 per property
+        parameters = {"type": "object", "properties": {"inner": parameters}}
+    body = {"settings": {"tools": [{"type": "function", "function": {"name": "deep", "parameters": parameters}}]}}
+    assert nesting_depth(json.dumps(body).encode()) == MAX_JSON_DEPTH
+    assert api.post("/api/conversations", json=body).status_code == 201
+
+
+@pytest.mark.parametrize("method, path, body, field", [
+    ("POST", "/api/conversations", {"settings": {"temprature": 0.5}}, "settings: `temprature`"),
+    ("POST", "/api/conversations", {"titel": "Notes"}, "`titel`"),
+    ("PATCH", "/api/conversations/{cid}", {"title": "Notes", "pinned": True}, "`pinned`"),
+    ("POST", "/api/conversations/{cid}/messages", {"content": "Hi", "parent": None}, "`parent`"),
+    ("POST", "/api/conversations/{cid}/messages/{mid}/edit", {"content": "Hi", "settings": {"top-p": 0.5}},
+     "settings: `top-p`"),
+    ("POST", "/api/conversations/{cid}/messages/{mid}/regenerate", {"count": 2}, "`count`"),
+    ("POST", "/api/conversations/{cid}/stop", {"message": "m_1"}, "`message`"),
+    ("POST", "/api/models/current", {"model": "SmolLM2-135M-Instruct", "force": True}, "`force`"),
+])
+def test_an_unknown_field_is_refused_by_name(api, method, path, body, field):
+    cid, mid = conversation_with_a_message(api)
+    conversations, before = api.get("/api/conversations").json(), api.get(f"/api/conversations/{cid}").json()
+    response = api.request(method, path.format(cid=cid, mid=mid), json=body)
+    assert response.status_code == 400 and response.json()["error"]["message"] == f"{field} is not supported"
+    assert api.get("/api/conversations").json() == conversations
+    assert api.get(f"/api/conversations/{cid}").json() == before
+
+
+@pytest.mark.parametrize("method, path, body, message", [
+    ("POST", "/api/conversations/{cid}/messages", {"content": "\x00\x00"}, "content must not contain NUL characters"),
+    ("POST", "/api/conversations/{cid}/messages/{mid}/edit", {"content": "\x00"},
+     "content must have text (and no NUL characters)"),
+    ("POST", "/api/conversations", {"title": "\x00"}, "title must not contain NUL characters"),
+    ("PATCH", "/api/conversations/{cid}", {"title": "\x00"}, "title must have text (and no NUL characters)"),
+    ("PATCH", "/api/conversations/{cid}", {"system_prompt": "Be\x00brief."},
+     "system_prompt must not contain NUL characters"),
+])
+def test_nul_characters_in_a_text_are_refused(api, method, path, body, message):
+    cid, mid = conversation_with_a_message(api)
+    conversations, before = api.get("/api/conversations").json(), api.get(f"/api/conversations/{cid}").json()
+    response = api.request(method, path.format(cid=cid, mid=mid), json=body)
+    assert response.status_code == 400 and response.json()["error"]["message"] == message
+    assert api.get("/api/conversations").json() == conversations
+    assert api.get(f"/api/conversations/{cid}").json() == before
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/api/conversations", b'{"title": "\\ud800"}'),
+    ("/api/conversations/{cid}/messages", b'{"content": "Hi \\udc00 there"}'),
+    (CHAT, b'{"messages": [{"role": "user", "content": "\\ud800"}], "max_tokens": 1}'),
+])
+def test_a_lone_surrogate_is_refused_as_not_unicode(api, path, body):
+    cid, _ = conversation_with_a_message(api)
+    response = api.post(path.format(cid=cid), content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 400
+    assert response.json()["error"]["message"].startswith("the JSON body is not valid Unicode")
+    paired = api.post("/api/conversations", content=b'{"title": "\\ud83d\\ude00"}',
+                      headers={"Content-Type": "application/json"})
+    assert paired.status_code == 201 and paired.json()["title"] == "\U0001f600"
+
+
+def test_a_long_name_is_quoted_cut_in_an_error_message(api):
+    cid, _ = conversation_with_a_message(api)
+    name = "x" * 3_000_000
+    for path, body in [("/api/models/current", {"model": name}), (CHAT, chat(model=name)),
+                       (f"/api/conversations/{cid}/messages", {"content": "Hi", "parent_id": name})]:
+        response = api.post(path, json=body)
+        message = response.json()["error"]["message"]
+        assert response.status_code == 404 and f"'{'x' * MAX_QUOTED_CHARS}…'" in message and len(message) < 300
+
+
+def test_the_markdown_export_names_its_charset_once(api):
+    cid, _ = conversation_with_a_message(api)
+    response = api.get(f"/api/conversations/{cid}/export")
+    assert response.status_code == 200 and response.headers["content-type"] == "text/markdown; charset=utf-8"
+
+
+def test_options_names_every_method_of_a_path(api):
+    cid, _ = conversation_with_a_message(api)
+    assert api.options("/api/conversations").headers["allow"] == "GET, OPTIONS, POST"
+    assert api.options(f"/api/conversations/{cid}").headers["allow"] == "DELETE, GET, OPTIONS, PATCH"
+
+
+def test_the_openapi_schema_states_the_limits_the_server_enforces(api):
+    components = api.get("/api/openapi/openapi.json").json()["components"]["schemas"]
+    for name in ("ConversationCreate", "ConversationUpdate", "SamplingSettings", "SendMessage", "EditMessage",
+                 "Regenerate", "StopRequest", "ModelChoice", "ChatCompletionRequest", "CompletionRequest"):
+        assert components[name]["additionalProperties"] is False, name
+    settings = components["SamplingSettings"]["properties"]
+    assert (settings["temperature"]["minimum"], settings["temperature"]["maximum"]) == LIMITS["temperature"]
+    assert (settings["seed"]["anyOf"][0]["minimum"], settings["seed"]["anyOf"][0]["maximum"]) == LIMITS["seed"]
+    assert settings["stop"]["maxItems"] == MAX_STOP_STRINGS
+    n = components["SendMessage"]["properties"]["n"]
+    assert (n["minimum"], n["maximum"]) == LIMITS["n"]
+    assert components["SendMessage"]["properties"]["content"]["pattern"] == r"^[^\x00]*$"
