@@ -1,14 +1,56 @@
 """Messages on the wire, shared by the engine process (server) and its clients.
 
 Two families: the OpenAI-compatible shapes under /v1, and localchat's own conversation shapes under /api.
-Every body is a msgspec.Struct. A /v1 request with a field localchat does not support (logit_bias, audio,
-modalities, ...) is refused with a 400 that names it, never silently ignored.
+Every body is a msgspec.Struct. A request with a field localchat does not know (/v1: logit_bias, audio,
+modalities, ...; /api: a typo) is refused with a 400 that names it, never silently ignored. The limits of a request's
+values are on its fields (msgspec.Meta): msgspec checks them as it decodes a body, and the OpenAPI schema states them.
 """
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
+
+from localchat.engine.sampling_limits import LIMITS, MAX_STOP_LENGTH, MAX_STOP_STRINGS, MIN_TEMPERATURE
+
+# --- Limits of the values in a request -----------------------------------------------------------
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # msgspec checks the bounds of integers within these
+
+
+def limited(name: str) -> msgspec.Meta:
+    """The range of the sampling setting `name` (engine/sampling_params.py LIMITS). A range msgspec cannot check
+    (the seed's, up to 2**64 - 1) is stated in the schema only: SamplingParams checks it."""
+    low, high = LIMITS[name]
+    if any(isinstance(bound, int) and not INT64_MIN <= bound <= INT64_MAX for bound in (low, high)):
+        return msgspec.Meta(extra_json_schema={"minimum": low, "maximum": high})
+    return msgspec.Meta(ge=low, le=high)
+
+
+# the sampling settings, each with its range
+ReplyCount = Annotated[int, limited("n")]
+# a temperature is 0 (greedy) or at least MIN_TEMPERATURE: stated in the schema, checked by SamplingParams
+Temperature = Annotated[float, limited("temperature"), msgspec.Meta(
+    extra_json_schema={"not": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": MIN_TEMPERATURE}})]
+TopP = Annotated[float, limited("top_p")]
+TopK = Annotated[int, limited("top_k")]
+MinP = Annotated[float, limited("min_p")]
+RepetitionPenalty = Annotated[float, limited("repetition_penalty")]
+PresencePenalty = Annotated[float, limited("presence_penalty")]
+FrequencyPenalty = Annotated[float, limited("frequency_penalty")]
+MaxTokens = Annotated[int, limited("max_tokens")]
+Seed = Annotated[int, limited("seed")]
+Logprobs = Annotated[int, limited("logprobs")]
+StopString = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_STOP_LENGTH)]
+StopStrings = Annotated[list[StopString], msgspec.Meta(max_length=MAX_STOP_STRINGS)]
+
+# texts, without NUL characters
+NO_NUL = r"^[^\x00]*$"
+NOT_BLANK = r"^\s*[^\s\x00][^\x00]*$"  # some text that is not space, and no NUL
+# what a text that fails a pattern lacks, as an error message says it
+PATTERN_MEANINGS = {NO_NUL: "must not contain NUL characters", NOT_BLANK: "must have text (and no NUL characters)"}
+Text = Annotated[str, msgspec.Meta(pattern=NO_NUL)]
+NonBlankText = Annotated[str, msgspec.Meta(pattern=NOT_BLANK)]
 
 # --- OpenAI-compatible (/v1) ---------------------------------------------------------------------
 
@@ -55,17 +97,17 @@ class SamplingFields(Struct, kw_only=True, forbid_unknown_fields=True):
     """The sampling fields both /v1 endpoints accept (the limits are the engine's, see SamplingParams)."""
 
     model: str | None = None
-    n: int = 1
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    repetition_penalty: float | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    max_tokens: int | None = None
+    n: ReplyCount = 1
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
+    min_p: MinP | None = None
+    repetition_penalty: RepetitionPenalty | None = None
+    presence_penalty: PresencePenalty | None = None
+    frequency_penalty: FrequencyPenalty | None = None
+    seed: Seed | None = None
+    stop: StopString | StopStrings | None = None
+    max_tokens: MaxTokens | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False
@@ -117,9 +159,9 @@ ResponseFormat = TextFormat | JSONObjectFormat | JSONSchemaResponseFormat
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):
     messages: list[ChatMessageIn]
-    max_completion_tokens: int | None = None
+    max_completion_tokens: MaxTokens | None = None
     logprobs: bool = False
-    top_logprobs: int | None = None
+    top_logprobs: Logprobs | None = None
     response_format: ResponseFormat | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
@@ -128,7 +170,7 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
 
 class CompletionRequest(SamplingFields, kw_only=True):
     prompt: str | list[str | int | list[int]]  # a string, strings, token ids, or lists of token ids
-    logprobs: int | None = None
+    logprobs: Logprobs | None = None
     echo: bool = False
 
 
@@ -265,19 +307,19 @@ class ErrorBody(Struct):
 # --- Conversations (/api) ------------------------------------------------------------------------
 
 
-class SamplingSettings(Struct, kw_only=True):
+class SamplingSettings(Struct, kw_only=True, forbid_unknown_fields=True):
     """A conversation's sampling settings (a request may override them)."""
 
-    temperature: float = 0.7
-    top_p: float = 0.95
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    max_tokens: int = 512
-    seed: int | None = None
-    stop: list[str] = msgspec.field(default_factory=list)
+    temperature: Temperature = 0.7
+    top_p: TopP = 0.95
+    top_k: TopK = 0
+    min_p: MinP = 0.0
+    repetition_penalty: RepetitionPenalty = 1.0
+    presence_penalty: PresencePenalty = 0.0
+    frequency_penalty: FrequencyPenalty = 0.0
+    max_tokens: MaxTokens = 512
+    seed: Seed | None = None
+    stop: StopStrings = msgspec.field(default_factory=list)
     json_mode: bool = False  # every reply is a JSON object (grammar-constrained)
     tools: list[Tool] = msgspec.field(default_factory=list)  # functions the model may call (OpenAI's shape)
     tool_choice: Literal["auto", "required", "none"] = "auto"  # "required": every reply is one tool call
@@ -295,15 +337,15 @@ class Conversation(Struct, kw_only=True):
     model: str | None = None  # the model that wrote its latest reply (None: no reply yet)
 
 
-class ConversationCreate(Struct, kw_only=True):
-    title: str | None = None
-    system_prompt: str = ""
+class ConversationCreate(Struct, kw_only=True, forbid_unknown_fields=True):
+    title: Text | None = None  # None or "": a default title
+    system_prompt: Text = ""
     settings: SamplingSettings | None = None
 
 
-class ConversationUpdate(Struct, kw_only=True):
-    title: str | UnsetType = UNSET
-    system_prompt: str | UnsetType = UNSET
+class ConversationUpdate(Struct, kw_only=True, forbid_unknown_fields=True):
+    title: NonBlankText | UnsetType = UNSET
+    system_prompt: Text | UnsetType = UNSET
     settings: SamplingSettings | UnsetType = UNSET
     active_leaf: str | UnsetType = UNSET  # a message of this conversation
 
@@ -353,10 +395,10 @@ class ConversationTree(Struct):
     messages: list[Message]  # every branch; children in the order they were written
 
 
-class SendMessage(Struct, kw_only=True):
-    content: str
+class SendMessage(Struct, kw_only=True, forbid_unknown_fields=True):
+    content: Text  # a user message has text; a tool's result may be empty
     parent_id: str | None = None  # None: a new root of the tree
-    n: int = 1
+    n: ReplyCount = 1
     settings: SamplingSettings | None = None  # this request only
     # a tool's result instead of a user message: the id of the parent's tool call it answers (the parent is the
     # assistant message that called, or a result sent before this one for another of its calls)
@@ -364,18 +406,18 @@ class SendMessage(Struct, kw_only=True):
     reply: bool = True  # False: store the message, write no reply (a first result of several)
 
 
-class Regenerate(Struct, kw_only=True):
-    n: int = 1
+class Regenerate(Struct, kw_only=True, forbid_unknown_fields=True):
+    n: ReplyCount = 1
     settings: SamplingSettings | None = None
 
 
-class EditMessage(Struct, kw_only=True):
-    content: str
-    n: int = 1
+class EditMessage(Struct, kw_only=True, forbid_unknown_fields=True):
+    content: NonBlankText
+    n: ReplyCount = 1
     settings: SamplingSettings | None = None
 
 
-class StopRequest(Struct, kw_only=True):
+class StopRequest(Struct, kw_only=True, forbid_unknown_fields=True):
     message_id: str | None = None  # None: every running generation of the conversation
 
 
@@ -489,3 +531,6 @@ class Health(Struct, kw_only=True):
     version: str
     progress: LoadProgress | None = None
     error: str | None = None
+    # whether the model writes chat replies (None until it is ready); False: a base model, without a chat template,
+    # that only continues text (/v1/completions)
+    chat: bool | None = None

@@ -10,15 +10,12 @@ from collections.abc import AsyncIterator
 
 from localchat.engine.config import EngineConfig
 from localchat.engine.llm_engine import LLMEngine
-from localchat.engine.outputs import RequestOutput
+from localchat.engine.outputs import EngineFailed, RequestFailed, RequestOutput
 from localchat.engine.sampling_params import SamplingParams
+from localchat.engine.structured_output import Matcher
 
 log = logging.getLogger("localchat.engine")
 STATS_TIMEOUT_S = 60  # the longest step (a full prefill chunk on a slow machine) is far shorter
-
-
-class EngineFailed(RuntimeError):
-    """A request ended because the engine failed while running it (the engine itself goes on)."""
 
 
 class AsyncLLM:
@@ -50,20 +47,21 @@ class AsyncLLM:
     def alive(self) -> bool:
         return not self._stopped and self.error is None
 
-    def add_request(self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
-                    ) -> AsyncIterator[RequestOutput]:
+    async def add_request(self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+                          ) -> AsyncIterator[RequestOutput]:
         """Start a request now and return its stream of deltas. Bad input raises ValueError before anything
-        runs. The request is queued before this returns, so an abort that follows always finds it; leaving
-        the stream early aborts it."""
+        runs. The request is checked and its grammar compiled on a worker thread (neither the event loop nor
+        the engine's thread waits for it). The request is queued before this returns, so an abort that follows
+        always finds it; leaving the stream early aborts it."""
         if not self.alive:
             raise RuntimeError(f"the engine has stopped: {self.error or 'shut down'}")
-        self.engine.check_request(prompt_token_ids, params)
+        matcher = await asyncio.to_thread(self._prepare, prompt_token_ids, params)
         request_id = request_id or uuid.uuid4().hex
         if request_id in self._streams:
             raise ValueError(f"request id {request_id!r} is already running")
         deltas: asyncio.Queue = asyncio.Queue()
         self._streams[request_id] = (asyncio.get_running_loop(), deltas)
-        self._send(("add", request_id, list(prompt_token_ids), params))
+        self._send(("add", request_id, list(prompt_token_ids), params, matcher))
         if not self.alive:  # the engine stopped while this was queued: nobody else will end the stream
             self._fail(request_id, RuntimeError(f"the engine has stopped: {self.error or 'shut down'}"))
         return self._stream(request_id, deltas)
@@ -71,8 +69,13 @@ class AsyncLLM:
     async def generate(self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None
                        ) -> AsyncIterator[RequestOutput]:
         """Deltas of one request until it finishes (see add_request)."""
-        async for delta in self.add_request(self.engine.tokenize(prompt), params, request_id):
+        async for delta in await self.add_request(self.engine.tokenize(prompt), params, request_id):
             yield delta
+
+    def _prepare(self, prompt_token_ids: list[int], params: SamplingParams) -> Matcher | None:
+        """Check a request and compile its grammar; its first reply's matcher."""
+        self.engine.check_request(prompt_token_ids, params)
+        return self.engine.grammars.matcher(params.structured) if params.structured is not None else None
 
     async def _stream(self, request_id: str, deltas: asyncio.Queue) -> AsyncIterator[RequestOutput]:
         finished = False
@@ -81,6 +84,9 @@ class AsyncLLM:
                 delta = await deltas.get()
                 if isinstance(delta, BaseException):
                     raise EngineFailed(f"the engine failed: {delta!r}") from delta
+                if delta.error is not None:
+                    finished = True  # its blocks are free already
+                    raise RequestFailed(delta.error)
                 finished = delta.finished
                 yield delta
         finally:
@@ -153,11 +159,11 @@ class AsyncLLM:
 
     def _run_command(self, command: tuple) -> None:
         if command[0] == "add":
-            _, request_id, prompt_token_ids, params = command
+            _, request_id, prompt_token_ids, params, matcher = command
             if request_id not in self._streams:  # its stream was already closed
                 return
             try:
-                self.engine.add_request(prompt_token_ids, params, request_id)
+                self.engine.add_request(prompt_token_ids, params, request_id, matcher)
             except Exception as error:  # fails this request only
                 log.error("request %s could not start", request_id, exc_info=error)
                 self._fail(request_id, error)

@@ -20,6 +20,9 @@ class EngineConfig:
     max_model_len: int | None = None  # prompt + reply; None: the model's own limit, within the KV cache
     max_num_seqs: int = 128  # sequences in one batch
     max_num_batched_tokens: int = 2048  # tokens in one step (prefill chunks included)
+    # while replies are being written, a prompt's prefill goes in chunks cut to keep each step about this long, so
+    # that their next tokens never wait much longer (see scheduler.StepPace); None: whole max_num_batched_tokens
+    decode_step_target_s: float | None = 0.2
     attention_backend: str | None = None  # "torch" or "triton"; None: triton on CUDA, torch elsewhere
     # "auto": a GGUF on the CPU runs its own quantized weights, packed for torch's weight-only kernels (little
     # memory, fast decoding, reproducible for a seed; see packed_linear.py), anything else dense weights;
@@ -39,6 +42,8 @@ class EngineConfig:
             raise ValueError(f"unknown quantization {self.quantization!r}; use one of {', '.join(QUANTIZATIONS)}")
         if self.block_size < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("block_size, max_num_seqs and max_num_batched_tokens must be at least 1")
+        if self.decode_step_target_s is not None and not self.decode_step_target_s > 0:
+            raise ValueError(f"decode_step_target_s must be more than 0 (or None), got {self.decode_step_target_s}")
         if self.kv_disk_bytes < 0:
             raise ValueError(f"kv_disk_bytes must be 0 (no disk tier) or more, got {self.kv_disk_bytes}")
         if self.cpu_threads is not None and self.cpu_threads < 1:

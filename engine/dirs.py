@@ -21,18 +21,32 @@ def user_dir(kind: str) -> Path:
         path = Path(home).expanduser() / kind
     else:
         path = Path(getattr(platformdirs, f"user_{kind}_dir")(APP_NAME, appauthor=False))
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_folder(path)
     if stat.S_IMODE(path.stat().st_mode) != 0o700:
         path.chmod(0o700)
     return path
 
 
+def private_folder(path: Path) -> Path:
+    """`path` and every missing folder above it, created private to the user (0700, whatever the umask)."""
+    for folder in [*reversed(path.parents), path]:
+        if not folder.exists():
+            try:
+                folder.mkdir(mode=0o700)
+            except FileExistsError:  # made by another process meanwhile
+                continue
+            folder.chmod(0o700)
+    return path
+
+
 def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
-    """write(tmp) a file beside `path`, then move it into place: a crash never leaves half a file (a crash's
-    temporary file starts with a dot)."""
+    """write(tmp) a file beside `path`, then move it into place, private to the user (0600, whatever the umask): a
+    crash never leaves half a file (a crash's temporary file starts with a dot)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
     try:
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))  # write(tmp) keeps the mode
         write(tmp)
+        tmp.chmod(0o600)  # in case write(tmp) made the file anew
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)

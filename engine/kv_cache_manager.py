@@ -18,11 +18,17 @@ class KVCacheManager:
         giving a copy of a block's K and V to write, and block_view(block_id) the cache memory to read one into."""
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self.pool = BlockPool(num_blocks, fingerprint)
-        self.pending_copies: list[tuple[int, int]] = []  # (src, dst) blocks to copy before the next forward
-        self.copied_partials: list[int] = []  # kept partial blocks held until their copies are handed out
+        self.fingerprint = fingerprint
         self.disk = disk if enable_prefix_caching else None
         self.read_block, self.block_view = read_block, block_view
+        self.reset(num_blocks)
+
+    def reset(self, num_blocks: int | None = None) -> None:
+        """Every block free and new, nothing cached or pending: at the start, and after a failed step (no sequence
+        holds a block then; whatever the step left half done is forgotten)."""
+        self.pool = BlockPool(num_blocks or len(self.pool.blocks), self.fingerprint)
+        self.pending_copies: list[tuple[int, int]] = []  # (src, dst) blocks to copy before the next forward
+        self.copied_partials: list[int] = []  # kept partial blocks held until their copies are handed out
         if self.disk is not None:
             self.pool.on_evict = self._save_evicted
 

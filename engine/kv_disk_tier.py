@@ -5,12 +5,16 @@ a header with the block's token ids and a CRC-32 of the payload, then the payloa
 layer, [layers, 2, block_size, kv_heads, head_dim], in the cache's dtype, bit for bit. Files are written behind by
 one thread (to a temporary name, then renamed), and read back on admission straight into the cache's memory; one
 that fails its check is deleted and its tokens are computed instead. The folder as a whole keeps to a byte limit,
-dropping the least recently used files first (a file's time is its last write or read)."""
+dropping the least recently used files first (a file's time is its last write or read). Anything else found where
+block files go (a folder, a FIFO, a link, a file that cannot be read) is a bad block like any other: skipped,
+removed where it can be, logged once; the tier never fails a reply or the engine."""
 
 import dataclasses
 import logging
 import os
 import queue
+import shutil
+import stat
 import struct
 import threading
 import zlib
@@ -23,7 +27,7 @@ from pathlib import Path
 import torch
 
 from localchat.engine.cpu_threads import single_threaded_copy
-from localchat.engine.dirs import write_atomically
+from localchat.engine.dirs import private_folder, write_atomically
 
 log = logging.getLogger("localchat.engine")
 
@@ -57,7 +61,9 @@ class KVDiskTier:
         self._files: OrderedDict[Path, int] = OrderedDict()  # every block file under root, least recently used first
         self._pending: dict[bytes, tuple[tuple[int, ...], torch.Tensor]] = {}  # queued, not yet on disk
         try:
-            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if self.folder.is_symlink() or (self.folder.exists() and not self.folder.is_dir()):
+                _delete(self.folder)
+            private_folder(self.folder)
             for path, size, _ in sorted(_scan(root), key=lambda entry: entry[2]):
                 self._files[path] = size
         except OSError as error:
@@ -118,7 +124,7 @@ class KVDiskTier:
                 self._pending.pop(block_hash, None)
                 known = self._remove(path)
             if known:
-                path.unlink(missing_ok=True)
+                _delete(path)
                 dropped += 1
         return dropped
 
@@ -155,8 +161,9 @@ class KVDiskTier:
             return False
         try:
             ok = self._read_file(path, token_ids, target)
-            os.utime(path)  # recently used: the last to go
-        except OSError:
+            if ok:
+                os.utime(path)  # recently used: the last to go
+        except (OSError, ValueError, struct.error):  # not a readable file, or not one of ours
             ok = False
         if not ok:
             log.warning("KV block file %s failed its check: deleted, its tokens are computed", path.name)
@@ -167,8 +174,12 @@ class KVDiskTier:
 
     def _read_file(self, path: Path, token_ids: Sequence[int], target: torch.Tensor) -> bool:
         """Read a block file's payload into target; True if the file is whole, of this format and these tokens.
-        The payload goes through a buffer of the reading thread's own (reused: no fresh pages to fault in)."""
-        with open(path, "rb", buffering=0) as file:
+        The payload goes through a buffer of the reading thread's own (reused: no fresh pages to fault in). Opened
+        without following a link or waiting on a FIFO: anything but a regular file fails the check."""
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with open(fd, "rb", buffering=0) as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return False
             head = file.read(HEADER.size + 4 * len(token_ids))
             if len(head) < HEADER.size:
                 return False
@@ -212,7 +223,12 @@ class KVDiskTier:
                 out.write(payload)
 
         path = self.path(block_hash)
-        write_atomically(path, write)
+        try:
+            write_atomically(path, write)
+        except IsADirectoryError:  # something that is not a block file is in its place: it goes, once
+            log.warning("KV block path %s held a folder: removed", path.name)
+            _delete(path)
+            write_atomically(path, write)
         size = path.stat().st_size
         with self._lock:
             if block_hash not in self._pending:  # dropped while it was being written
@@ -241,17 +257,39 @@ class KVDiskTier:
                 path = next(iter(self._files))
                 self._remove(path)
                 self._stats.evicted += 1
-            path.unlink(missing_ok=True)
+            _delete(path)
 
 
 def _scan(root: Path) -> list[tuple[Path, int, float]]:
-    """(path, size, time) of every block file under root; left-over temporary files are deleted."""
-    found = []
-    for folder in (p for p in root.iterdir() if p.is_dir()):
-        for entry in os.scandir(folder):
-            if entry.name.startswith("."):
-                Path(entry.path).unlink(missing_ok=True)  # a write cut short by a crash
-            elif entry.name.endswith(SUFFIX):
-                stat = entry.stat()
-                found.append((Path(entry.path), stat.st_size, stat.st_mtime))
+    """(path, size, time) of every block file under root (a regular file, in a model's folder); left-over temporary
+    files are deleted, and so is anything else in a model's folder (a folder, a FIFO, a link: logged once)."""
+    found, unexpected = [], []
+    for folder in os.scandir(root):
+        if not folder.is_dir(follow_symlinks=False):
+            continue
+        for entry in os.scandir(folder.path):
+            if entry.name.startswith(".") and entry.is_file(follow_symlinks=False):
+                _delete(Path(entry.path))  # a write cut short by a crash
+            elif entry.name.endswith(SUFFIX) and entry.is_file(follow_symlinks=False):
+                info = entry.stat(follow_symlinks=False)
+                found.append((Path(entry.path), info.st_size, info.st_mtime))
+            else:
+                unexpected.append(Path(entry.path))
+    if unexpected:
+        log.warning("the KV cache's disk tier in %s held %d things that are not block files (%s): removed",
+                    root, len(unexpected), ", ".join(p.name[:40] for p in unexpected[:3]))
+        for path in unexpected:
+            _delete(path)
     return found
+
+
+def _delete(path: Path) -> None:
+    """Remove a block file, or whatever is in its place (a folder with what it holds; a link, not its target).
+    What cannot be removed stays, left alone from then on: the tier does not count it."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    except OSError as error:
+        log.warning("could not remove %s from the KV cache's disk tier: %s", path, error)

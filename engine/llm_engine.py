@@ -1,8 +1,12 @@
 """The engine loop: requests in, one batched step at a time, reply deltas out."""
 
+import ctypes
 import dataclasses
+import gc
 import itertools
 import json
+import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,11 +25,20 @@ from localchat.engine.output_processor import OutputProcessor, RequestState
 from localchat.engine.outputs import RequestOutput
 from localchat.engine.sampler import Sampler
 from localchat.engine.sampling_params import SamplingParams
-from localchat.engine.scheduler import Scheduler
+from localchat.engine.scheduler import Scheduler, StepPace
 from localchat.engine.sequence import Sequence, SequenceStatus
-from localchat.engine.structured_output import Grammars
+from localchat.engine.structured_output import GrammarFailed, Grammars, Matcher
 
-KV_CACHE_BYTES_CPU = 2 * 1024**3
+# The KV cache's default size. On a GPU the engine owns the device, so it takes a share of the memory free after the
+# weights (vLLM's gpu_memory_utilization). On the CPU it shares the machine with the user's browser and editor, and
+# its blocks become resident as chats fill them and stay so: vLLM's CPU backend reserves a fixed 4 GiB, llama.cpp
+# sizes the cache by its context instead, and neither fits a small laptop and a workstation at once. Here: a quarter
+# of the memory available when the engine starts (MemAvailable: free memory and the page cache the kernel can drop),
+# at least enough for a few chats of any model and at most vLLM's 4 GiB, beyond which more blocks only keep older
+# chats that the disk tier keeps anyway. A 16 GB laptop with half its memory free gets 2 GiB.
+KV_CACHE_SHARE_OF_AVAILABLE_MEMORY = 0.25
+KV_CACHE_BYTES_CPU_MIN = 256 * 1024**2
+KV_CACHE_BYTES_CPU_MAX = 4 * 1024**3
 KV_CACHE_SHARE_OF_FREE_GPU_MEMORY = 0.6
 
 
@@ -41,6 +54,7 @@ class LLMEngine:
         progress = on_progress or (lambda stage, fraction: None)
         progress("reading the model files", None)
         source = resolve_model(config.model)
+        release_freed_memory()  # what reading the tokenizer parsed and dropped, before the weights come
         self.model_name = source.name
         self.tokenizer = source.tokenizer
         model_config = source.config.get_text_config()  # a multimodal model's text part (Gemma 3)
@@ -66,7 +80,8 @@ class LLMEngine:
         self.disk = _disk_tier(config, fingerprint, self.runner)
         self.kv = KVCacheManager(num_kv_blocks, block_size, config.enable_prefix_caching, fingerprint, self.disk,
                                  self.runner.read_block, self.runner.block_view)
-        self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens)
+        self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
+                                   StepPace(config.decode_step_target_s))
         self.sampler = Sampler()
         self.cpu_threads = CPUThreads(config.cpu_threads) if self.device.type == "cpu" else None
         eos_token_ids = _eos_token_ids(source, model_config)
@@ -74,6 +89,7 @@ class LLMEngine:
         self.grammars = Grammars(self.tokenizer, model_config.vocab_size, eos_token_ids)
         self._request_ids = itertools.count()
         self.prompt_tokens = self.cached_prompt_tokens = 0
+        release_freed_memory()  # what a first start's conversion of the weights dropped
 
     @property
     def requests(self) -> dict[str, RequestState]:
@@ -106,13 +122,17 @@ class LLMEngine:
             self.grammars.check(params.structured)
         return min(params.max_tokens or room, room)
 
-    def add_request(self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None) -> str:
+    def add_request(self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None,
+                    matcher: Matcher | None = None) -> str:
+        """matcher: the first reply's place in its grammar, made beforehand (AsyncLLM makes it on the caller's
+        thread: a grammar can take seconds to compile, and the engine's thread would stop every reply meanwhile)."""
         prompt_token_ids = self.tokenize(prompt)
         max_tokens = self.check_request(prompt_token_ids, params)
         request_id = request_id if request_id is not None else f"req-{next(self._request_ids)}"
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already running")
-        matcher = self.grammars.matcher(params.structured) if params.structured is not None else None
+        if matcher is None and params.structured is not None:
+            matcher = self.grammars.matcher(params.structured)
         seq = Sequence(request_id, 0, list(prompt_token_ids), len(prompt_token_ids), params,
                        self._generator(params.seed_for(0)), matcher, num_forks_pending=params.n - 1)
         self.kv.hash_blocks(seq)
@@ -127,6 +147,7 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """Run one batch: every scheduled sequence's new tokens in one forward, then sample. Returns the
         deltas of the requests that changed."""
+        started = time.perf_counter()
         batch = self.scheduler.schedule()
         if not batch.seqs:
             return []
@@ -139,19 +160,32 @@ class LLMEngine:
         rows, logits = self._fork([batch.seqs[i] for i in sample_rows], logits)
         sampled = self.sampler(logits, rows)
         for seq, token, logprob in zip(rows, sampled.token_ids, sampled.logprobs):
-            reason = self.output.append(seq, token, logprob)
+            if seq.is_finished:  # its request failed earlier in this loop
+                continue
+            try:
+                reason = self.output.append(seq, token, logprob)
+            except GrammarFailed as error:  # this request's own grammar: it fails alone
+                self.requests[seq.request_id].error = str(error)
+                self._end(seq.request_id)
+                continue
             self.kv.hash_blocks(seq)
             if reason is not None:
                 self.kv.save(seq)
                 self.scheduler.finish(seq, reason)
+        self.scheduler.pace.observe(batch, time.perf_counter() - started)
         return [self.output.delta(request_id) for request_id in dict.fromkeys(seq.request_id for seq in rows)]
 
     def abort(self, request_id: str, save: bool = True) -> RequestOutput | None:
         """Stop a request and free its blocks (kept on disk unless save is False); its last delta, or None for an
         unknown id."""
-        request = self.requests.get(request_id)
-        if request is None:
+        if request_id not in self.requests:
             return None
+        self._end(request_id, save)
+        return self.output.delta(request_id)
+
+    def _end(self, request_id: str, save: bool = True) -> None:
+        """Finish every reply of a request with "abort", the replies not yet forked too."""
+        request = self.requests[request_id]
         for seq in request.seqs:
             if not seq.is_finished:
                 if save:
@@ -160,20 +194,14 @@ class LLMEngine:
         for k in range(len(request.seqs), request.params.n):  # replies that were never forked
             self.output.track(Sequence(request_id, k, [], 0, request.params, status=SequenceStatus.FINISHED,
                                        finish_reason="abort"))
-        return self.output.delta(request_id)
 
     def reset(self) -> None:
-        """After a failed step: abort every request, forget the prefix cache and clear the KV memory (a step
-        cut short may have left blocks half written), then check that every block is free again."""
-        for request_id in list(self.requests):
-            self.abort(request_id, save=False)  # a block may be half written: none goes to disk
-        self.kv.pool.reset_cache()
-        self.kv.take_block_updates()
+        """After a failed step: drop every request and start the KV memory afresh, every block free and cleared (a
+        step cut short may have left blocks half written or half counted). The disk tier keeps what it wrote."""
+        self.output.clear()
+        self.scheduler.clear()
+        self.kv.reset()
         self.runner.kv_cache.zero_()
-        pool = self.kv.pool
-        if self.requests or self.scheduler.running or self.scheduler.waiting or pool.num_free != len(pool.blocks):
-            raise RuntimeError(f"the engine is not idle after a reset: {len(self.requests)} requests, "
-                               f"{pool.num_used} blocks in use")
 
     def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> int:
         """Drop the cached blocks of the token sequences `dropped` (a deleted conversation's branches) that none of
@@ -238,6 +266,16 @@ class LLMEngine:
         return None if seed is None else torch.Generator(self.device).manual_seed(seed)
 
 
+def release_freed_memory() -> None:
+    """Give the memory freed so far back to the system: glibc keeps the pages of small blocks freed among live ones
+    until malloc_trim (100-350 MB after loading a large vocabulary's tokenizer). Nothing where libc is not glibc."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _eos_token_ids(source, model_config) -> set[int]:
     """End-of-reply tokens: the tokenizer's, the (text) config's and generation_config.json's (chat models list
     theirs there)."""
@@ -289,12 +327,36 @@ def _dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype
 
 
 def default_num_blocks(config, block_size: int, dtype: torch.dtype, device: torch.device) -> int:
-    """KV_CACHE_BYTES_CPU worth of blocks on the CPU, a share of the free memory on a GPU."""
+    """The blocks of cpu_kv_cache_bytes() on the CPU, of a share of the free memory on a GPU."""
     block_bytes = (2 * config.num_hidden_layers * block_size * config.num_key_value_heads * head_dim(config)
                    * torch.empty(0, dtype=dtype).element_size())
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         budget = int(free * KV_CACHE_SHARE_OF_FREE_GPU_MEMORY)
     else:
-        budget = KV_CACHE_BYTES_CPU
+        budget = cpu_kv_cache_bytes(available_memory())
     return max(1, budget // block_bytes)
+
+
+def cpu_kv_cache_bytes(available: int | None) -> int:
+    """The KV cache's default size on the CPU for a machine with `available` bytes of memory (None: not known, which
+    gets vLLM's fixed size); see KV_CACHE_SHARE_OF_AVAILABLE_MEMORY."""
+    if available is None:
+        return KV_CACHE_BYTES_CPU_MAX
+    return min(max(int(available * KV_CACHE_SHARE_OF_AVAILABLE_MEMORY), KV_CACHE_BYTES_CPU_MIN), KV_CACHE_BYTES_CPU_MAX)
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the engine can take without swapping: Linux's MemAvailable, elsewhere the physical memory
+    (sysconf); None where neither can be read."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None

@@ -29,6 +29,7 @@ class RequestState:
     max_tokens: int
     seqs: list[Sequence] = field(default_factory=list)  # by reply index, as they are forked
     replies: list[ReplyState] = field(default_factory=list)
+    error: str | None = None  # why it failed alone (its grammar), if it did
 
     @property
     def finished(self) -> bool:
@@ -44,6 +45,10 @@ class OutputProcessor:
     def add(self, request: RequestState) -> None:
         self.requests[request.request_id] = request
 
+    def clear(self) -> None:
+        """Forget every request (after a failed step)."""
+        self.requests.clear()
+
     def track(self, seq: Sequence) -> None:
         """A reply of its request starts (the first, or one forked from it)."""
         request = self.requests[seq.request_id]
@@ -53,7 +58,7 @@ class OutputProcessor:
 
     def append(self, seq: Sequence, token: int, logprob: TokenLogprob | None) -> str | None:
         """Add a sampled token to its reply; the finish reason if the reply ends with it ("stop" also when it
-        completes the reply's grammar)."""
+        completes the reply's grammar). GrammarFailed if the reply's grammar gives up on it."""
         request = self.requests[seq.request_id]
         reply = request.replies[seq.index]
         seq.token_ids.append(token)
@@ -90,4 +95,4 @@ class OutputProcessor:
         if finished:
             del self.requests[request_id]
         return RequestOutput(request_id, request.prompt_token_ids, request.seqs[0].num_cached_tokens, outputs,
-                             finished)
+                             finished, request.error)

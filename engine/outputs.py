@@ -3,6 +3,14 @@
 from dataclasses import dataclass, field
 
 
+class EngineFailed(RuntimeError):
+    """A request ended because the engine failed while running it (the engine itself goes on)."""
+
+
+class RequestFailed(ValueError):
+    """A request failed alone, for a cause of its own (its grammar gave up); the others go on."""
+
+
 @dataclass
 class TokenLogprob:
     token_id: int
@@ -26,6 +34,7 @@ class RequestOutput:
     num_cached_tokens: int  # prompt tokens whose KV came from the prefix cache
     outputs: list[CompletionOutput]  # in a delta: only the replies that changed, with their new part
     finished: bool = False  # every reply has finished
+    error: str | None = None  # the request failed alone (its grammar gave up): why; its replies end with "abort"
 
     def merge(self, delta: "RequestOutput") -> None:
         """Add a delta of the same request to this output."""
@@ -44,3 +53,4 @@ class RequestOutput:
         self.outputs = sorted(by_index.values(), key=lambda o: o.index)
         self.num_cached_tokens = delta.num_cached_tokens
         self.finished = delta.finished
+        self.error = delta.error or self.error

@@ -25,11 +25,40 @@ class ScheduledBatch:
                 if seq.num_computed_tokens + n == len(seq)]
 
 
+class StepPace:
+    """How long a step takes for each token it computes, averaged over recent steps that prefill, and so how many
+    prefill tokens fit beside running decodes in `target_s` (their next token waits for the whole step: a
+    2,048-token chunk takes seconds on a CPU). The time per token counts the step's fixed cost too, so the budget
+    settles where a step takes target_s: shorter steps raise it, longer ones lower it."""
+
+    MIN_CHUNK = 8  # prefill tokens beside decodes, however slow the steps: a prompt always moves on
+    WEIGHT = 0.3  # of the newest step in the average
+
+    def __init__(self, target_s: float | None):
+        self.target_s = target_s
+        self.seconds_per_token: float | None = None
+
+    def observe(self, batch: ScheduledBatch, seconds: float) -> None:
+        if batch.num_tokens == len(batch.seqs):  # decodes only: their cost per token is another matter
+            return
+        sample = seconds / batch.num_tokens
+        old = self.seconds_per_token
+        self.seconds_per_token = sample if old is None else (1 - self.WEIGHT) * old + self.WEIGHT * sample
+
+    def prefill_budget(self) -> int | None:
+        """Prefill tokens for a step that also decodes; None: no limit (no target, or nothing measured yet)."""
+        if self.target_s is None or self.seconds_per_token is None:
+            return None
+        return max(self.MIN_CHUNK, int(self.target_s / self.seconds_per_token))
+
+
 class Scheduler:
-    def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int):
+    def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 pace: StepPace | None = None):
         self.kv = kv
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.pace = pace or StepPace(None)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order: the last is the newest
         self.num_preemptions = 0
@@ -37,29 +66,26 @@ class Scheduler:
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
+    def clear(self) -> None:
+        """Forget every sequence (after a failed step; KVCacheManager.reset frees their blocks)."""
+        self.waiting.clear()
+        self.running.clear()
+
     def schedule(self) -> ScheduledBatch:
-        """Decodes first, then chunks of prefills, within one token budget. When blocks run out the
-        newest running sequence is preempted: its blocks are freed (kept as cache) and it waits to be
-        recomputed."""
+        """Decodes first, then chunks of prefills, within one token budget (and, beside decodes, within what the
+        pace allows). When blocks run out the newest running sequence is preempted: its blocks are freed (kept as
+        cache) and it waits to be recomputed."""
         budget = self.max_num_batched_tokens
         scheduled: dict[Sequence, int] = {}
         num_preemptions = self.num_preemptions
         decodes = [s for s in self.running if s.num_uncomputed_tokens == 1]
         prefills = [s for s in self.running if s.num_uncomputed_tokens > 1]
-        for seq in decodes + prefills:
-            if budget == 0:
-                break
-            if seq.status is not SequenceStatus.RUNNING:  # preempted earlier in this loop
-                continue
-            num_new = min(seq.num_uncomputed_tokens, budget)
-            while not self.kv.allocate_slots(seq, num_new):
-                victim = next((s for s in reversed(self.running) if s is not seq and s not in scheduled), seq)
-                self.preempt(victim)
-                if victim is seq:
-                    break
-            else:
-                scheduled[seq] = num_new
-                budget -= num_new
+        for seq in decodes:
+            budget -= self._continue(seq, budget, scheduled)
+        if scheduled:  # the prefills beside these decodes: a step short enough for their next tokens
+            budget = min(budget, self.pace.prefill_budget() or budget)
+        for seq in prefills:
+            budget -= self._continue(seq, budget, scheduled)
         while (self.waiting and budget > 0 and len(self.running) < self.max_num_seqs
                and self.num_preemptions == num_preemptions):  # no re-admission in the step that preempted
             seq = self.waiting[0]
@@ -78,6 +104,20 @@ class Scheduler:
             scheduled[seq] = num_new
             budget -= num_new
         return ScheduledBatch(list(scheduled), list(scheduled.values()), *self.kv.take_block_updates())
+
+    def _continue(self, seq: Sequence, budget: int, scheduled: dict[Sequence, int]) -> int:
+        """Schedule a running sequence's next tokens within budget, preempting the newest others while blocks run
+        out (or seq itself, last); the tokens scheduled."""
+        if budget == 0 or seq.status is not SequenceStatus.RUNNING:  # no room, or preempted earlier in this step
+            return 0
+        num_new = min(seq.num_uncomputed_tokens, budget)
+        while not self.kv.allocate_slots(seq, num_new):
+            victim = next((s for s in reversed(self.running) if s is not seq and s not in scheduled), seq)
+            self.preempt(victim)
+            if victim is seq:
+                return 0
+        scheduled[seq] = num_new
+        return num_new
 
     def fork(self, child: Sequence) -> Sequence:
         """Run child, just copied from a running sequence (Sequence.fork), beside it, sharing its blocks."""

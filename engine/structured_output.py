@@ -10,11 +10,11 @@ and it needs no other package (xgrammar pulls in triton). The JSON is written co
 often. It is imported with the first constrained request, so an engine that never gets one starts no slower, and this
 module stays light (sampling_params imports it)."""
 
-import copy
 import json
 import re
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,13 @@ if TYPE_CHECKING:
 # refused: a reply then matches the rest of the schema. A schema that is wrong is still refused.
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ", "lenient": True}
 GRAMMAR_CACHE_SIZE = 64  # compiled grammars kept, each as a matcher at its start: a request copies one (~5 us)
+MAX_SCHEMA_DEPTH = 64  # levels of objects and arrays in one schema: real ones have fewer than 20
+ERROR_CHARS = 300  # of llguidance's message in a GrammarFailed (it dumps the parser's state after it)
+
+
+class GrammarFailed(RuntimeError):
+    """A reply's grammar failed while it was written (a parser limit: a recursive or huge schema). It ends that
+    request alone."""
 
 
 @dataclass(frozen=True)
@@ -80,75 +87,98 @@ class StructuredOutput:
 
 class Grammars:
     """The engine's grammar compiler, built with the first constrained request (it reads the tokenizer's vocabulary:
-    ~0.25 s). Requests are checked on their caller's thread and started on the engine's: both compile, under a lock;
-    the second finds the first's grammar in the cache."""
+    ~0.25 s). Requests are compiled on their caller's thread, never the engine's (AsyncLLM.add_request), and
+    several at once: the lock guards only the cache, in which a grammar being compiled is a Future that a second
+    request for it waits on."""
 
     def __init__(self, tokenizer, vocab_size: int, stop_token_ids: set[int]):
         self.tokenizer, self.vocab_size, self.stop_token_ids = tokenizer, vocab_size, sorted(stop_token_ids)
         self._lock = threading.Lock()
+        self._tokenizer_lock = threading.Lock()
         self._llg_tokenizer = None
         self._special_tokens: dict[str, int] = {}  # the text of each token that llguidance sees as special
         self._not_stop: "np.ndarray | None" = None  # a bit for every token but the stop tokens
-        self._cache: OrderedDict[StructuredOutput, tuple[Any, "np.ndarray"]] = OrderedDict()
+        self._cache: OrderedDict[StructuredOutput, Future] = OrderedDict()  # of (matcher at its start, bitmask)
 
     def check(self, structured: StructuredOutput) -> None:
         """A clear ValueError if the grammar cannot be compiled (a bad schema)."""
-        self._compile(structured)
+        self._compiled(structured)
 
     def matcher(self, structured: StructuredOutput) -> "Matcher":
-        start, bitmask = self._compile(structured)
-        with self._lock:
+        """A reply's own matcher at the grammar's start (compiled first, if it is not in the cache)."""
+        start, bitmask = self._compiled(structured)
+        with self._lock:  # copies of one start, which is never advanced
             return Matcher(start.deep_copy(), self._not_stop, bitmask.copy())
+
+    def _compiled(self, structured: StructuredOutput) -> tuple[Any, "np.ndarray"]:
+        """The grammar's matcher at its start and its first bitmask, from the cache or compiled now (a failed
+        compilation is not kept)."""
+        with self._lock:
+            compiling = self._cache.get(structured)
+            if compiling is None:
+                compiling = self._cache[structured] = Future()
+                mine = True
+                if len(self._cache) > GRAMMAR_CACHE_SIZE:
+                    self._cache.popitem(last=False)
+            else:
+                mine = False
+                self._cache.move_to_end(structured)
+        if mine:
+            try:
+                compiling.set_result(self._compile(structured))
+            except BaseException as error:
+                with self._lock:
+                    if self._cache.get(structured) is compiling:
+                        del self._cache[structured]
+                compiling.set_exception(error)
+        return compiling.result()
 
     def _compile(self, structured: StructuredOutput) -> tuple[Any, "np.ndarray"]:
         """The grammar's matcher at its start (never advanced: requests copy it) and its first bitmask."""
         import llguidance
         import numpy as np
 
-        with self._lock:
-            if structured in self._cache:
-                self._cache.move_to_end(structured)
-                return self._cache[structured]
-            tokenizer = self._tokenizer()
-            try:
-                if structured.schema is not None:
-                    schema = json.loads(structured.schema)
-                    grammar = llguidance.LLMatcher.grammar_from_json_schema(
-                        _strict(schema) if structured.strict else schema, overrides=JSON_OPTIONS)
-                else:
-                    for call in structured.calls:  # each schema alone first: an error that names no grammar line
-                        parameters = llguidance.LLMatcher.grammar_from_json_schema(call.arguments_schema,
-                                                                                   overrides=JSON_OPTIONS)
-                        _raise_if_invalid(llguidance.LLMatcher.validate_grammar(parameters, tokenizer))
-                    grammar = llguidance.LLMatcher.grammar_from_lark(self._tool_calls_lark(structured))
-            except ValueError as error:  # not a JSON object, or llguidance's message
-                _raise_if_invalid(str(error).removeprefix("the schema cannot be used: "))
-            start = llguidance.LLMatcher(tokenizer, grammar, log_level=0)  # it compiles: errors go in get_error()
-            _raise_if_invalid(start.get_error())
-            bitmask = np.empty_like(self._not_stop)
-            start.unsafe_compute_mask_ptr(bitmask.ctypes.data, bitmask.nbytes)
-            _raise_if_invalid(start.get_error())
-            self._cache[structured] = start, bitmask
-            if len(self._cache) > GRAMMAR_CACHE_SIZE:
-                self._cache.popitem(last=False)
-            return start, bitmask
+        tokenizer = self._tokenizer()
+        try:
+            if structured.schema is not None:
+                schema = json.loads(structured.schema)
+                grammar = llguidance.LLMatcher.grammar_from_json_schema(
+                    _strict(schema) if structured.strict else schema, overrides=JSON_OPTIONS)
+            else:
+                for call in structured.calls:  # each schema alone first: an error that names no grammar line
+                    parameters = llguidance.LLMatcher.grammar_from_json_schema(call.arguments_schema,
+                                                                               overrides=JSON_OPTIONS)
+                    _raise_if_invalid(llguidance.LLMatcher.validate_grammar(parameters, tokenizer))
+                grammar = llguidance.LLMatcher.grammar_from_lark(self._tool_calls_lark(structured))
+        except ValueError as error:  # not a JSON object, or llguidance's message
+            _raise_if_invalid(str(error).removeprefix("the schema cannot be used: "))
+        start = llguidance.LLMatcher(tokenizer, grammar, log_level=0)  # it compiles: errors go in get_error()
+        _raise_if_invalid(start.get_error())
+        bitmask = np.empty_like(self._not_stop)
+        start.unsafe_compute_mask_ptr(bitmask.ctypes.data, bitmask.nbytes)
+        _raise_if_invalid(start.get_error())
+        return start, bitmask
 
     def _tokenizer(self):
-        """llguidance's view of the vocabulary (built once, under the lock): each token's bytes, and a trie."""
-        if self._llg_tokenizer is None:
-            import llguidance.hf
-            import numpy as np
+        """llguidance's view of the vocabulary (built once): each token's bytes, and a trie."""
+        with self._tokenizer_lock:
+            if self._llg_tokenizer is None:
+                self._llg_tokenizer = self._build_tokenizer()
+            return self._llg_tokenizer
 
-            num_tokens = max(self.vocab_size, len(self.tokenizer))  # the model's rows may outnumber the tokenizer's
-            tokenizer = llguidance.hf.from_tokenizer(self.tokenizer, n_vocab=num_tokens,
-                                                     eos_token=self.stop_token_ids or None)
-            self._special_tokens = {added.content: token for token, added in self.tokenizer.added_tokens_decoder.items()
-                                    if token < num_tokens and tokenizer.is_special_token(token)}
-            not_stop = np.ones(-(-num_tokens // 32) * 32, dtype=np.bool_)
-            not_stop[self.stop_token_ids] = False
-            self._not_stop = np.packbits(not_stop, bitorder="little").view(np.int32)
-            self._llg_tokenizer = tokenizer
-        return self._llg_tokenizer
+    def _build_tokenizer(self):
+        import llguidance.hf
+        import numpy as np
+
+        num_tokens = max(self.vocab_size, len(self.tokenizer))  # the model's rows may outnumber the tokenizer's
+        tokenizer = llguidance.hf.from_tokenizer(self.tokenizer, n_vocab=num_tokens,
+                                                 eos_token=self.stop_token_ids or None)
+        self._special_tokens = {added.content: token for token, added in self.tokenizer.added_tokens_decoder.items()
+                                if token < num_tokens and tokenizer.is_special_token(token)}
+        not_stop = np.ones(-(-num_tokens // 32) * 32, dtype=np.bool_)
+        not_stop[self.stop_token_ids] = False
+        self._not_stop = np.packbits(not_stop, bitorder="little").view(np.int32)
+        return tokenizer
 
     def _tool_calls_lark(self, structured: StructuredOutput) -> str:
         """A lark grammar (llguidance's dialect, with %json): one call, or calls between separators."""
@@ -194,23 +224,31 @@ class Matcher:
         return Matcher(self._matcher.deep_copy(), self._not_stop, self.next_token_bitmask.copy())
 
     def advance(self, token: int) -> bool:
-        """Take the sampled token; whether the grammar is done: it took a stop token, or allows nothing but one."""
+        """Take the sampled token; whether the grammar is done: it took a stop token, or allows nothing but one.
+        GrammarFailed when the parser gives up (a limit of its work per token, passed)."""
         matcher = self._matcher
         if not matcher.consume_token(token):
-            raise RuntimeError(f"the grammar refused token {token}, which its mask allowed: {matcher.get_error()}")
+            raise GrammarFailed(_parser_error(matcher.get_error()))
         if matcher.is_stopped():
             return True
         matcher.unsafe_compute_mask_ptr(self.next_token_bitmask.ctypes.data, self.next_token_bitmask.nbytes)
-        if matcher.is_error():  # a limit of the parser's work per token, passed
-            raise RuntimeError(f"the grammar failed after token {token}: {matcher.get_error()}")
+        if matcher.is_error():
+            raise GrammarFailed(_parser_error(matcher.get_error()))
         return matcher.is_accepting() and not (self.next_token_bitmask & self._not_stop).any()
 
 
+def _parser_error(error: str) -> str:
+    """llguidance's message in one short line (it goes on with the parser's state, the grammar's text in it)."""
+    first = (error.strip().splitlines() or ["no reason given"])[0]
+    if len(first) > ERROR_CHARS:
+        first = first[:ERROR_CHARS] + "…"
+    return f"the reply's grammar failed: {first} (the schema is too complex or recursive for the parser)"
+
+
 def _strict(schema: Any) -> Any:
-    """A copy of the schema where an object that says nothing of other properties has none (additionalProperties
-    false) and an array of prefixItems that says nothing of more items has none: as OpenAI's strict mode. allOf's
-    members keep theirs: each would refuse the others' properties."""
-    schema = copy.deepcopy(schema)
+    """The schema (parsed anew, changed in place) where an object that says nothing of other properties has none
+    (additionalProperties false) and an array of prefixItems that says nothing of more items has none: as OpenAI's
+    strict mode. allOf's members keep theirs: each would refuse the others' properties."""
     _make_strict(schema)
     return schema
 
@@ -249,7 +287,21 @@ def _lark_string(text: str) -> str:
 def _json_text(schema: dict, what: str) -> str:
     if not isinstance(schema, dict):
         raise ValueError(f"{what} must be a JSON object, got {type(schema).__name__}")
+    if _depth(schema) > MAX_SCHEMA_DEPTH:
+        raise ValueError(f"{what} is nested more than {MAX_SCHEMA_DEPTH} levels deep (objects and arrays)")
     try:
         return json.dumps(schema)
     except (TypeError, ValueError) as error:
         raise ValueError(f"{what} is not JSON: {error}") from None
+
+
+def _depth(value: Any) -> int:
+    """How deep objects and arrays nest in a JSON value, measured without recursion (it stops past the limit)."""
+    deepest, level = 0, [(value, 1)]
+    while level:
+        item, depth = level.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if depth <= MAX_SCHEMA_DEPTH:
+                level.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest

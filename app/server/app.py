@@ -17,15 +17,27 @@ from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.params import FromQuery
 from litestar.response import Redirect
+from litestar.routes import HTTPRoute
 
 from localchat.app import paths
-from localchat.app.protocol import ErrorBody, ErrorDetail, Health, Limit, Limits, LoginCode, SessionsRevoked
+from localchat.app.protocol import (
+    PATTERN_MEANINGS,
+    ErrorBody,
+    ErrorDetail,
+    Health,
+    Limit,
+    Limits,
+    LoginCode,
+    SessionsRevoked,
+)
 from localchat.app.server.backends import Backend, BackendNotReady, BackendRequestError, EmbeddedBackend, RemoteBackend
 from localchat.app.server.config import MAX_REQUEST_BYTES, ServerConfig
 from localchat.app.server.conversations import ActiveRequests, Conversations
 from localchat.app.server.conversations_api import ConversationController, SearchController
+from localchat.app.server.json_body import JSONBodyRequest
 from localchat.app.server.models_api import ModelsController, remembered_model
 from localchat.app.server.openai_api import OpenAIController, OpenAIRelay
+from localchat.app.server.openapi import StructSchemas
 from localchat.app.server.security import (
     COOKIE_NAME,
     LOGIN_CODE_TTL_S,
@@ -35,7 +47,7 @@ from localchat.app.server.security import (
     cookie_value,
 )
 from localchat.app.server.store import Store, StoreError
-from localchat.engine.sampling_params import LIMITS, MAX_STOP_STRINGS, MIN_TEMPERATURE
+from localchat.engine.sampling_limits import LIMITS, MAX_STOP_STRINGS, MIN_TEMPERATURE
 from localchat.webui import route_handlers as webui_routes
 from localchat.webui.routes import signin_failed_page
 
@@ -58,7 +70,8 @@ class SystemController(Controller):
         loading, error = backend.loading, backend.error
         status = ("stopping" if backend.stopping else "error" if error else "ready" if loading.ready else "loading")
         return Health(status=status, model=backend.model_name, backend=backend.kind, pid=os.getpid(),
-                      version=VERSION, progress=None if loading.ready else loading.progress(), error=error)
+                      version=VERSION, progress=None if loading.ready else loading.progress(), error=error,
+                      chat=backend.can_chat if status == "ready" else None)
 
     @get("/metrics", media_type=MediaType.TEXT)
     async def metrics(self, backend: NamedDependency[Backend], throughput: NamedDependency["Throughput"]) -> str:
@@ -118,7 +131,7 @@ class AuthController(Controller):
         base = str(request.base_url).rstrip("/")
         return LoginCode(code=code, url=f"{base}/auth?code={code}", expires_in_s=LOGIN_CODE_TTL_S)
 
-    @get("/auth")
+    @get("/auth", include_in_schema=False)  # the browser's login link, a page like / and /static: not the API
     async def login(self, codes: NamedDependency[LoginCodes], sessions: NamedDependency[BrowserSessions],
                     code: FromQuery[str]) -> Response:
         """Trade a one-time code for a browser session cookie, then open the app."""
@@ -189,14 +202,48 @@ def _http_error(request: Request, error: HTTPException) -> Response:
 
 
 def _problem(item: dict) -> str:
-    """One of Litestar's validation problems, in words: `field: what is wrong`."""
+    """One of Litestar's validation problems, in words: `field: what is wrong`, or `field must ...` for a value
+    outside the limits on its field."""
     key, detail = item.get("key"), item.get("message", "")
     if key == "data" and detail == "'data'":
         return "a JSON request body is required"
     unknown = re.fullmatch(r"Object contains unknown field `(.+)`", detail)
     if unknown:
         detail = f"`{unknown[1]}` is not supported"
+    limit = _limit_words(detail)
+    if limit:
+        return f"{key} {limit}"
     return detail if key == "data" else f"{key}: {detail}"
+
+
+_LIMIT = re.compile(r"Expected `(?P<type>\w+)`(?P<length> of length)? (?P<op>>=|<=) (?P<bound>\S+)")
+_LENGTH_UNITS = {"str": ("character", "characters"), "array": ("item", "items"), "object": ("entry", "entries")}
+_PATTERN_FAILURES = {f"Expected `str` matching regex {pattern!r}": meaning
+                     for pattern, meaning in PATTERN_MEANINGS.items()}
+
+
+def _limit_words(detail: str) -> str | None:
+    """msgspec's message for a value outside its field's limits (a Meta), in words; None for another message."""
+    if detail in _PATTERN_FAILURES:
+        return _PATTERN_FAILURES[detail]
+    limit = _LIMIT.fullmatch(detail)
+    if limit is None:
+        return None
+    most = "at least" if limit["op"] == ">=" else "at most"
+    if not limit["length"]:
+        return f"must be {most} {limit['bound']}"
+    one, many = _LENGTH_UNITS.get(limit["type"], ("entry", "entries"))
+    return f"must have {most} {limit['bound']} {one if limit['bound'] == '1' else many}"
+
+
+def _allow_every_method(request: Request) -> Response | None:
+    """Answer OPTIONS with every method of the route: Litestar 2's own answer names only those of the handlers
+    registered first on a path (litestar#4169, fixed in Litestar 3)."""
+    if request.method != "OPTIONS":
+        return None
+    route = next(r for r in request.app.routes
+                 if isinstance(r, HTTPRoute) and r.path_format == request.scope["path_template"])
+    return Response(None, status_code=204, headers={"Allow": ", ".join(sorted(route.methods))})
 
 
 def _unexpected_error(request: Request, error: Exception) -> Response:
@@ -265,6 +312,9 @@ def create_app(settings: ServerConfig | None = None, *, backend: Backend | None 
         middleware=[DefineMiddleware(SecurityMiddleware, token=token, sessions=sessions,
                                      allowed_hosts=settings.allowed_hosts, allowed_origins=settings.allowed_origins)],
         exception_handlers=EXCEPTION_HANDLERS,
+        before_request=_allow_every_method,
+        request_class=JSONBodyRequest,
+        plugins=[StructSchemas()],
         on_startup=[on_startup],
         on_shutdown=[on_shutdown],
         state=State({"stop_all": stop_all, "store": store, "backend": backend}),

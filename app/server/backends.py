@@ -27,8 +27,9 @@ from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.config import MAX_CHARS_PER_TOKEN
 from localchat.app.sse import async_data_lines
 from localchat.engine.model_catalog import EMBEDDED_NAME
-from localchat.engine.outputs import CompletionOutput
+from localchat.engine.outputs import CompletionOutput, RequestFailed
 from localchat.engine.sampling_params import SamplingParams
+from localchat.engine.structured_output import StructuredOutput
 
 
 class BackendNotReady(RuntimeError):
@@ -41,6 +42,14 @@ class BackendRequestError(ValueError):
     def __init__(self, message: str, status: int = 400):
         super().__init__(message)
         self.status = status
+
+
+def failure_message(error: Exception) -> str:
+    """What the client of a stream that failed midway is told: its own request's fault in full (a grammar that gave
+    up), nothing of the server's internals otherwise (the log has them)."""
+    if isinstance(error, BackendRequestError):
+        return str(error)
+    return "the engine failed while writing this reply (the engine log has the details)"
 
 
 @dataclass
@@ -89,6 +98,11 @@ class Backend:
     def error(self) -> str | None:
         """Why the backend cannot serve (it failed to load, or failed for good later); None while it can."""
         return self.loading.error
+
+    @property
+    def can_chat(self) -> bool:
+        """Whether the model writes chat replies (a base model, without a chat template, only continues text)."""
+        return True
 
     def start(self) -> None: ...
     def ensure_ready(self) -> None: ...
@@ -168,9 +182,14 @@ class EmbeddedBackend(Backend):
                                   else self.error or f"the model is loading ({self.loading.stage})")
         return self.llm
 
+    @property
+    def can_chat(self) -> bool:
+        return self.llm is not None and self.llm.tokenizer.chat_template is not None
+
     def check_chat(self) -> None:
         """A base model (no chat template in its files) serves /v1/completions only."""
-        if self.ensure_ready().tokenizer.chat_template is None:
+        self.ensure_ready()
+        if not self.can_chat:
             raise BackendRequestError(f"{self.model_name} has no chat template (a base model, not a chat model): "
                                       "it answers /v1/completions only; chats need a chat model")
 
@@ -201,9 +220,12 @@ class EmbeddedBackend(Backend):
     def token_text(self, token_id: int) -> str:
         return self.ensure_ready().tokenizer.decode([token_id])
 
-    def check_request(self, prompt: list[int], params: SamplingParams) -> None:
+    async def check_request(self, prompt: list[int], params: SamplingParams) -> None:
+        """A clear BackendRequestError for a request the engine cannot run; its grammar is compiled here, off the
+        event loop (a big one takes seconds)."""
+        engine = self.ensure_ready().engine
         try:
-            self.ensure_ready().engine.check_request(prompt, params)
+            await asyncio.to_thread(engine.check_request, prompt, params)
         except ValueError as error:
             raise BackendRequestError(str(error)) from None
 
@@ -211,14 +233,19 @@ class EmbeddedBackend(Backend):
         """The request is in the engine's queue when this returns: an abort that follows always finds it."""
         llm = self.ensure_ready()
         try:
-            deltas = llm.add_request(prompt, params, request_id)
+            deltas = await llm.add_request(prompt, params, request_id)
         except ValueError as error:
             raise BackendRequestError(str(error)) from None
         return self._updates(deltas)
 
     async def _updates(self, deltas) -> AsyncIterator[Update]:
-        async for out in deltas:
-            yield Update(out.outputs, len(out.prompt_token_ids), out.num_cached_tokens, out.finished)
+        """The engine's deltas; a request that failed alone (RequestFailed: its grammar) ends with a
+        BackendRequestError, its client's fault."""
+        try:
+            async for out in deltas:
+                yield Update(out.outputs, len(out.prompt_token_ids), out.num_cached_tokens, out.finished)
+        except RequestFailed as error:
+            raise BackendRequestError(str(error)) from None
 
     async def abort(self, request_id: str) -> None:
         if self.llm is not None:
@@ -249,9 +276,14 @@ def release_memory() -> None:
 
 
 async def _warm_up(llm) -> None:
-    """One short request, so that the first user's request does not pay for the first forward passes."""
-    prompt = llm.engine.apply_chat_template([{"role": "user", "content": "Hello"}])
-    async for _ in llm.generate(prompt, SamplingParams(max_tokens=2, temperature=0), request_id="warm-up"):
+    """One short request, so that the first user's request does not pay for the first forward passes: a chat, or
+    for a base model (no chat template) plain text. It asks for JSON: the grammar compiler's view of the vocabulary
+    is built now (~0.3 s, holding the GIL), not while the first constrained request's neighbours stream."""
+    engine = llm.engine
+    prompt = (engine.apply_chat_template([{"role": "user", "content": "Hello"}]) if llm.tokenizer.chat_template
+              else engine.tokenize("Hello"))
+    params = SamplingParams(max_tokens=2, temperature=0, structured=StructuredOutput.json_object())
+    async for _ in llm.generate(prompt, params, request_id="warm-up"):
         pass
 
 

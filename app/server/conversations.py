@@ -27,7 +27,7 @@ from localchat.app.protocol import (
     StreamEvent,
     ToolCall,
 )
-from localchat.app.server.backends import Backend, Update
+from localchat.app.server.backends import Backend, Update, failure_message
 from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.store import Store, new_id
 from localchat.app.server.tool_calls import (
@@ -164,8 +164,9 @@ class Conversations:
         return [self.prompt(conversation, _path_to(leaf, by_id))[0] for leaf in messages if leaf.id not in parents]
 
     async def forget(self, conversation: Conversation) -> None:
-        """Before a conversation is deleted: drop the cached KV blocks that only it used."""
-        if self.backend.template is None:
+        """Before a conversation is deleted: drop the cached KV blocks that only it used (none with a remote server's
+        own cache, nor with a base model: no chat of it is cached, and its prompts cannot be rendered)."""
+        if self.backend.template is None or not self.backend.can_chat:
             return
 
         def sequences():
@@ -335,9 +336,9 @@ class Replies:
                             yield DoneEvent(message=self._finish(reply))
                 if time.monotonic() - self.saved_at >= SAVE_INTERVAL_S:
                     self._save_progress()
-        except Exception as error:  # the engine failed: what was written so far is kept, marked stopped
+        except Exception as error:  # the request or the engine failed: what was written so far is kept, stopped
             log.warning("a reply stream failed: %s", error)
-            yield ErrorEvent(message=f"generation failed: {error}")
+            yield ErrorEvent(message=f"generation failed: {failure_message(error)}")
         finally:
             # a client that went away (or an engine failure): keep each unfinished reply's partial text, then
             # abort the request so that its KV blocks are freed

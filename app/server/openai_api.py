@@ -29,6 +29,8 @@ from localchat.app.protocol import (
     CompletionChoice,
     CompletionLogprobs,
     CompletionRequest,
+    ErrorBody,
+    ErrorDetail,
     FunctionCallDelta,
     JSONObjectFormat,
     JSONSchemaResponseFormat,
@@ -44,9 +46,17 @@ from localchat.app.protocol import (
     TopLogprob,
     Usage,
 )
-from localchat.app.server.backends import Backend, EmbeddedBackend, RemoteBackend, Update
-from localchat.app.server.config import MAX_CHOICES, MAX_PROMPTS
+from localchat.app.server.backends import (
+    Backend,
+    BackendRequestError,
+    EmbeddedBackend,
+    RemoteBackend,
+    Update,
+    failure_message,
+)
+from localchat.app.server.config import MAX_CHOICES, MAX_PROMPTS, quoted
 from localchat.app.server.conversations import ActiveRequests
+from localchat.app.server.openapi import JSONOrEventStream
 from localchat.app.server.tool_calls import (
     CallReader,
     StreamedReply,
@@ -56,7 +66,7 @@ from localchat.app.server.tool_calls import (
     finish_reason,
     template_chat,
 )
-from localchat.engine.outputs import CompletionOutput, RequestOutput, TokenLogprob
+from localchat.engine.outputs import CompletionOutput, EngineFailed, RequestOutput, TokenLogprob
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.structured_output import StructuredOutput
 
@@ -73,7 +83,7 @@ class OpenAIController(Controller):
         backend.ensure_ready()
         return Response(ModelList(data=[Model(id=backend.model_name, created=int(time.time()))]))
 
-    @post("/chat/completions", status_code=200)
+    @post("/chat/completions", status_code=200, operation_class=JSONOrEventStream)
     async def chat_completions(self, data: JSONBody[ChatCompletionRequest], backend: NamedDependency[EmbeddedBackend],
                                active: NamedDependency[ActiveRequests]) -> Response[ChatCompletion]:
         """Streamed (stream: true) as server-sent events of ChatCompletionChunk, ending with `data: [DONE]`."""
@@ -105,7 +115,7 @@ class OpenAIController(Controller):
         return Response(ChatCompletion(id=job.id, created=job.created, model=job.model, choices=choices,
                                        usage=job.usage()))
 
-    @post("/completions", status_code=200)
+    @post("/completions", status_code=200, operation_class=JSONOrEventStream)
     async def completions(self, data: JSONBody[CompletionRequest], backend: NamedDependency[EmbeddedBackend],
                           active: NamedDependency[ActiveRequests]) -> Response[Completion]:
         """Streamed (stream: true) as server-sent events of Completion chunks, ending with `data: [DONE]`."""
@@ -137,7 +147,7 @@ class OpenAIController(Controller):
 def _check_model(req: SamplingFields, backend: Backend) -> None:
     backend.ensure_ready()
     if req.model is not None and req.model != backend.model_name:
-        raise NotFoundException(f"model {req.model!r} does not exist; this server serves {backend.model_name!r}")
+        raise NotFoundException(f"model {quoted(req.model)} does not exist; this server serves {backend.model_name!r}")
 
 
 def _tools(req: ChatCompletionRequest) -> list[Tool] | None:
@@ -223,7 +233,7 @@ class _Job:
     async def open(cls, backend: Backend, active: ActiveRequests, prompts: list[list[int]], params: SamplingParams):
         request_ids = [uuid.uuid4().hex for _ in prompts]
         for prompt in prompts:  # every prompt checked before any starts
-            backend.check_request(prompt, params)
+            await backend.check_request(prompt, params)
         streams = [await backend.open(p, params, rid) for p, rid in zip(prompts, request_ids)]
         for rid in request_ids:
             active.add(rid)
@@ -287,7 +297,11 @@ async def _chat_chunks(job: _Job, include_usage: bool, calls: CallReader | None)
     first = [ChunkChoice(index=k, delta=ChunkDelta(role="assistant", content="")) for k in range(job.n)]
     yield _encode(ChatCompletionChunk(id=job.id, created=job.created, model=job.model, choices=first))
     replies = [calls.stream() for _ in range(job.n)] if calls else None
-    async for _, update in job.updates():
+    async for update in _updates_or_error(job):
+        if isinstance(update, str):
+            yield update
+            yield "[DONE]"
+            return
         choices = []
         for o in update.outputs:
             if replies is None:
@@ -303,6 +317,18 @@ async def _chat_chunks(job: _Job, include_usage: bool, calls: CallReader | None)
         yield _encode(ChatCompletionChunk(id=job.id, created=job.created, model=job.model, choices=[],
                                           usage=job.usage()))
     yield "[DONE]"
+
+
+async def _updates_or_error(job: _Job) -> AsyncIterator[Update | str]:
+    """The job's updates; if it fails midway, the failure as one last event, an OpenAI error body, that the caller
+    follows with `[DONE]` (as vLLM streams it): the client learns why instead of seeing the stream cut."""
+    try:
+        async for _, update in job.updates():
+            yield update
+    except (BackendRequestError, EngineFailed) as error:
+        kind = "invalid_request_error" if isinstance(error, BackendRequestError) else "server_error"
+        yield _encode(ErrorBody(ErrorDetail(message=failure_message(error), type=kind,
+                                            code=error.status if isinstance(error, BackendRequestError) else 500)))
 
 
 def _tool_delta(reply: StreamedReply, text: str, reason: str | None) -> tuple[ChunkDelta, str | None]:
@@ -322,7 +348,11 @@ async def _completion_chunks(job: _Job, echoes: list[str], include_usage: bool) 
         choices = [CompletionChoice(index=i * job.n + k, text=echo, finish_reason=None)
                    for i, echo in enumerate(echoes) for k in range(job.n)]
         yield _encode(Completion(id=job.id, created=job.created, model=job.model, choices=choices))
-    async for _, update in job.updates():
+    async for update in _updates_or_error(job):
+        if isinstance(update, str):
+            yield update
+            yield "[DONE]"
+            return
         choices = [CompletionChoice(index=o.index, text=o.text, finish_reason=o.finish_reason,
                                     logprobs=_completion_logprobs(job.backend, o.logprobs))
                    for o in update.outputs if o.text or o.finish_reason or o.logprobs]
@@ -369,12 +399,12 @@ class OpenAIRelay(Controller):
     async def models(self, backend: NamedDependency[RemoteBackend]) -> Response[ModelList]:
         return await _relay(backend, "GET", "/v1/models", None)
 
-    @post("/chat/completions", status_code=200)
+    @post("/chat/completions", status_code=200, operation_class=JSONOrEventStream)
     async def chat_completions(self, request: Request, data: JSONBody[ChatCompletionRequest],
                                backend: NamedDependency[RemoteBackend]) -> Response[ChatCompletion]:
         return await _relay(backend, "POST", "/v1/chat/completions", await request.body())
 
-    @post("/completions", status_code=200)
+    @post("/completions", status_code=200, operation_class=JSONOrEventStream)
     async def completions(self, request: Request, data: JSONBody[CompletionRequest],
                           backend: NamedDependency[RemoteBackend]) -> Response[Completion]:
         return await _relay(backend, "POST", "/v1/completions", await request.body())

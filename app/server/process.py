@@ -39,7 +39,9 @@ class EngineServer(uvicorn.Server):
 
 
 def serve(settings: ServerConfig) -> None:
-    """Run the engine process in the foreground until SIGTERM/SIGINT (or `localchat stop`)."""
+    """Run the engine process in the foreground until SIGTERM/SIGINT (or `localchat stop`). Everything it writes is
+    the user's alone, whatever the umask: chats, their KV blocks on disk, the model cache, logs."""
+    os.umask(0o077)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("localchat").setLevel(logging.INFO)

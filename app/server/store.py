@@ -7,6 +7,7 @@ one committed transaction: a killed process loses nothing that was written.
 
 import array
 import os
+import re
 import secrets
 import sqlite3
 import stat
@@ -17,6 +18,7 @@ from pathlib import Path
 import msgspec
 
 from localchat.app.protocol import Conversation, Message, ReplyStats, SamplingSettings, SearchHit, ToolCall
+from localchat.app.server.config import quoted
 
 # The full-text index follows the messages table through these (migration 2 made them; 5 again, with the table)
 SEARCH_TRIGGERS = """
@@ -112,6 +114,30 @@ _CONVERSATION_COLUMNS = (
     "c.*, (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count, "
     "(SELECT model FROM messages m WHERE m.conversation_id = c.id AND m.role = 'assistant' "
     "ORDER BY created_at DESC LIMIT 1) AS model")
+
+
+SNIPPET_CHARS = (40, 90)  # of a search hit's snippet: before its first match, and from it on
+_QUERY_OPERATORS = {"AND", "OR", "NOT", "NEAR"}
+
+
+def query_words(query: str) -> re.Pattern:
+    """The words of an FTS5 query (a prefix query's `word*` too) as one case-blind pattern of whole words."""
+    words = [w for w in re.findall(r"\w+\*?", query) if w not in _QUERY_OPERATORS]
+    words = [re.escape(w[:-1]) + r"\w*" if w.endswith("*") else re.escape(w) for w in words]
+    return re.compile(r"\b(?:" + "|".join(sorted(words, key=len, reverse=True) or ["(?!)"]) + r")\b", re.IGNORECASE)
+
+
+def search_snippet(text: str, words: re.Pattern) -> str:
+    """The part of a message around the first of the words it holds, each of them in [brackets] and … where it is
+    cut, at spaces (the message's start where no word is found as written: FTS5 also folds accents)."""
+    found = words.search(text)
+    at, after_match = (found.start(), found.end()) if found else (0, 0)
+    before, after = SNIPPET_CHARS
+    start = 0 if at <= before else text.find(" ", at - before, at) + 1 or at - before
+    end = len(text) if at + after >= len(text) else text.rfind(" ", after_match, at + after)
+    end = end if end > after_match else min(len(text), at + after)
+    marked = words.sub(lambda match: f"[{match[0]}]", text[start:end])
+    return ("…" if start else "") + marked + ("…" if end < len(text) else "")
 
 
 class StoreError(LookupError):
@@ -215,7 +241,7 @@ class Store:
         row = self.db.execute(
             f"SELECT {_CONVERSATION_COLUMNS} FROM conversations c WHERE id = ?", (conversation_id,)).fetchone()
         if row is None:
-            raise StoreError(f"no conversation {conversation_id!r}")
+            raise StoreError(f"no conversation {quoted(conversation_id)}")
         return _conversation(row)
 
     def update_conversation(self, conversation_id: str, *, title: str | None = None,
@@ -229,18 +255,18 @@ class Store:
         cursor = self.db.execute(f"UPDATE conversations SET {assignments}, updated_at = ? WHERE id = ?",
                                  (*fields.values(), time.time(), conversation_id))
         if cursor.rowcount == 0:
-            raise StoreError(f"no conversation {conversation_id!r}")
+            raise StoreError(f"no conversation {quoted(conversation_id)}")
 
     def set_active_leaf(self, conversation_id: str, message_id: str) -> None:
         """The branch shown when the conversation is opened again; not an activity (updated_at stays)."""
         cursor = self.db.execute("UPDATE conversations SET active_leaf = ? WHERE id = ?", (message_id, conversation_id))
         if cursor.rowcount == 0:
-            raise StoreError(f"no conversation {conversation_id!r}")
+            raise StoreError(f"no conversation {quoted(conversation_id)}")
 
     def delete_conversation(self, conversation_id: str) -> None:
         cursor = self.db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
         if cursor.rowcount == 0:
-            raise StoreError(f"no conversation {conversation_id!r}")
+            raise StoreError(f"no conversation {quoted(conversation_id)}")
 
     # --- messages ---
 
@@ -304,7 +330,7 @@ class Store:
         row = self.db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ? AND conversation_id = ?",
                               (message_id, conversation_id)).fetchone()
         if row is None:
-            raise StoreError(f"no message {message_id!r} in conversation {conversation_id!r}")
+            raise StoreError(f"no message {quoted(message_id)} in conversation {quoted(conversation_id)}")
         return _message(row, with_tokens)
 
     def messages(self, conversation_id: str, with_tokens: bool = False) -> list[Message]:
@@ -323,7 +349,7 @@ class Store:
             f"JOIN messages m ON m.id = b.id WHERE m.conversation_id = ? ORDER BY b.depth DESC",
             (message_id, conversation_id)).fetchall()
         if not rows or rows[-1]["id"] != message_id:
-            raise StoreError(f"no message {message_id!r} in conversation {conversation_id!r}")
+            raise StoreError(f"no message {quoted(message_id)} in conversation {quoted(conversation_id)}")
         return [_message(row, True) for row in rows]
 
     def delete_message(self, conversation_id: str, message_id: str) -> None:
@@ -336,9 +362,10 @@ class Store:
                                 [(pack_tokens(ids), message_id) for message_id, ids in updates])
 
     def search(self, query: str, limit: int = 50) -> list[SearchHit]:
-        """Messages matching an FTS5 query, best first. A query FTS5 cannot parse is searched as one phrase."""
-        sql = ("SELECT m.id, m.role, m.conversation_id, c.title, "
-               "snippet(message_search, 0, '[', ']', '…', 12) AS snippet "
+        """Messages matching an FTS5 query, best first. A query FTS5 cannot parse is searched as one phrase. The
+        snippets are cut here (search_snippet), not by FTS5's snippet(): that one reads the whole of every message
+        it shows, seconds for long ones, while every other request waits."""
+        sql = ("SELECT m.id, m.role, m.conversation_id, m.content, c.title "
                "FROM message_search JOIN messages m ON m.rowid = message_search.rowid "
                "JOIN conversations c ON c.id = m.conversation_id "
                "WHERE message_search MATCH ? ORDER BY rank LIMIT ?")
@@ -346,8 +373,10 @@ class Store:
             rows = self.db.execute(sql, (query, limit)).fetchall()
         except sqlite3.OperationalError:
             rows = self.db.execute(sql, ('"' + query.replace('"', '""') + '"', limit)).fetchall()
+        words = query_words(query)
         return [SearchHit(conversation_id=r["conversation_id"], conversation_title=r["title"],
-                          message_id=r["id"], role=r["role"], snippet=r["snippet"]) for r in rows]
+                          message_id=r["id"], role=r["role"], snippet=search_snippet(r["content"], words))
+                for r in rows]
 
     def _transaction(self):
         return _Transaction(self.db)

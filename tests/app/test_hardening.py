@@ -19,7 +19,7 @@ import pytest
 
 from localchat.app.server.config import MAX_JSON_DEPTH, MAX_QUOTED_CHARS
 from localchat.app.server.json_body import nesting_depth
-from localchat.engine.sampling_params import LIMITS, MAX_STOP_STRINGS
+from localchat.engine.sampling_limits import LIMITS, MAX_STOP_STRINGS
 from support import Server, make_home, sse_events, stream_api, stream_in_background
 
 pytestmark = pytest.mark.slow  # real `localchat serve` processes: left out of `./dev test --fast`

@@ -1,11 +1,14 @@
 """AsyncLLM streams the same replies as LLM, runs requests side by side, and aborts cleanly."""
 
 import asyncio
+import threading
+import time
 
 import pytest
 
-from localchat.engine import LLM, AsyncLLM, SamplingParams
+from localchat.engine import LLM, AsyncLLM, SamplingParams, StructuredOutput
 from localchat.engine.async_llm import EngineFailed
+from localchat.engine.outputs import RequestFailed
 
 pytestmark = pytest.mark.slow  # the embedded model: left out of `./dev test --fast`
 
@@ -60,7 +63,7 @@ def test_an_abort_right_after_the_request_ends_its_stream(async_llm):
     ids = async_llm.engine.apply_chat_template(PROMPT)
 
     async def scenario(i):
-        stream = async_llm.add_request(ids, SamplingParams(n=2, max_tokens=400, ignore_eos=True), f"quick-{i}")
+        stream = await async_llm.add_request(ids, SamplingParams(n=2, max_tokens=400, ignore_eos=True), f"quick-{i}")
         await async_llm.abort(f"quick-{i}")
         return [delta async for delta in stream]
 
@@ -111,3 +114,55 @@ def test_bad_request_raises_before_streaming(async_llm):
                 pass
 
     asyncio.run(scenario())
+
+
+def test_a_grammar_that_gives_up_fails_its_stream_alone(async_llm):
+    ids = async_llm.engine.apply_chat_template(PROMPT)
+    recursive = {"type": "object", "properties": {"x": {"$ref": "#"}}, "required": ["x"]}
+    hostile = SamplingParams(temperature=1.0, seed=1, max_tokens=64, structured=StructuredOutput.json_schema(recursive))
+    free = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+
+    async def scenario():
+        running = asyncio.create_task(collect(async_llm, ids, free))
+        with pytest.raises(RequestFailed, match="the reply's grammar failed"):
+            await collect(async_llm, ids, hostile)
+        return await running
+
+    _, tokens, _, last = asyncio.run(scenario())
+    assert len(tokens) == 24 and last.finished and last.error is None
+    assert asyncio.run(async_llm.stats())["kv_blocks_used"] == 0
+
+
+def test_a_slow_grammar_compiles_while_the_other_replies_go_on(async_llm, monkeypatch):
+    """Compiling happens on a worker thread: neither the event loop nor the engine's thread waits for it."""
+    ids = async_llm.engine.apply_chat_template(PROMPT)
+    grammars = async_llm.engine.grammars
+    slow = StructuredOutput.json_schema({"type": "object", "title": "slow to compile"})
+    compile_, compiling, compiled = grammars._compile, threading.Event(), threading.Event()
+
+    def slow_compile(structured):
+        if structured == slow:
+            compiling.set()
+            time.sleep(2)
+            compiled.set()
+        return compile_(structured)
+
+    monkeypatch.setattr(grammars, "_compile", slow_compile)
+
+    async def scenario():
+        deltas_while_compiling = 0
+
+        async def stream():
+            nonlocal deltas_while_compiling
+            params = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
+            async for _ in async_llm.generate(ids, params, "steady"):
+                deltas_while_compiling += compiling.is_set() and not compiled.is_set()
+
+        steady = asyncio.create_task(stream())
+        await asyncio.sleep(0.2)
+        await collect(async_llm, ids, SamplingParams(max_tokens=4, structured=slow))
+        await async_llm.abort("steady")
+        await steady
+        return deltas_while_compiling
+
+    assert asyncio.run(scenario()) >= 5

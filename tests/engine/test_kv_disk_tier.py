@@ -1,6 +1,7 @@
 """The KV cache's disk tier: blocks read back bit for bit, damaged files recomputed, the byte limit, and engines
 that restart warm but never reuse another model's, dtype's or weights' blocks."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -102,6 +103,68 @@ def test_a_restart_scans_every_models_blocks_under_one_limit_and_clears_cut_writ
     assert not (a.folder / ".leftover.kv.123").exists()
 
 
+def plant(path, kind: str) -> None:
+    """Put something that is not a block file at `path` (where one was, or might be)."""
+    path.unlink(missing_ok=True)
+    if kind == "folder":
+        path.mkdir()
+        (path / "inside").write_text("a file in it")
+    elif kind == "fifo":
+        os.mkfifo(path)  # an open() that waits for a writer would stop the engine
+    elif kind == "link":
+        path.symlink_to(path.parent.parent)  # to a folder: its files must stay
+    else:
+        path.write_bytes(b"not ours")
+
+
+THINGS = ("folder", "fifo", "link", "stray file")
+
+
+@pytest.mark.parametrize("kind", THINGS)
+def test_a_thing_in_a_block_files_place_fails_its_check_and_goes(tmp_path, kind, caplog):
+    disk = tier(tmp_path)
+    keys = [bytes([i]) * 16 for i in range(2)]
+    for i, key in enumerate(keys):
+        disk.write_behind(key, [i] * 4, partial(block, i))
+    disk.flush()
+    plant(disk.path(keys[1]), kind)
+    assert len(read(disk, [(key, [i] * 4) for i, key in enumerate(keys)])) == 1  # a bad block, as any other
+    assert not disk.path(keys[1]).exists() and not disk.path(keys[1]).is_symlink() and disk.stats.failed_checks == 1
+    assert disk.drop(keys) == 1  # dropping a conversation's blocks never raises
+    disk.write_behind(keys[1], [1] * 4, lambda: block(1))
+    disk.flush()
+    assert disk.stats.enabled and torch.equal(read(disk, [(keys[1], [1] * 4)])[0], block(1))
+    assert (tmp_path / "model-a").is_dir()  # a link's target is left alone
+
+
+@pytest.mark.parametrize("kind", THINGS[:3])  # a stray regular file is found out when it is read (above)
+def test_a_thing_found_at_start_is_removed_once_and_the_tier_works(tmp_path, kind, caplog):
+    first = tier(tmp_path)
+    first.write_behind(b"k" * 16, [1] * 4, lambda: block(1))
+    first.close()
+    plant(first.path(b"s" * 16), kind)
+    again = tier(tmp_path)
+    assert again.stats.enabled and again.stats.files == 1 and not first.path(b"s" * 16).exists()
+    assert caplog.text.count("not block files") == 1
+    assert torch.equal(read(again, [(b"k" * 16, [1] * 4)])[0], block(1))
+
+
+def test_a_folder_where_the_block_is_to_be_written_is_replaced(tmp_path):
+    disk = tier(tmp_path)
+    plant(disk.path(b"w" * 16), "folder")
+    disk.write_behind(b"w" * 16, [3] * 4, lambda: block(3))
+    disk.flush()
+    assert disk.stats.enabled and torch.equal(read(disk, [(b"w" * 16, [3] * 4)])[0], block(3))
+
+
+def test_the_model_folder_replaced_by_a_file_is_made_again(tmp_path):
+    (tmp_path / "model-a").write_text("a file where the model's folder goes")
+    disk = tier(tmp_path)
+    disk.write_behind(b"m" * 16, [4] * 4, lambda: block(4))
+    disk.flush()
+    assert disk.stats.enabled and disk.contains(b"m" * 16)
+
+
 GREEDY = SamplingParams(temperature=0, max_tokens=24)
 TURN_1 = [{"role": "user", "content": "Explain how a paged KV cache works in an inference engine. " * 6}]
 
@@ -152,7 +215,7 @@ def test_other_weights_dtype_or_block_size_never_reuse_a_block(warm_dir, change)
 def test_a_damaged_block_on_disk_is_recomputed(warm_dir, tmp_path):
     folder, history = warm_dir
     copy = tmp_path / "kv"
-    shutil.copytree(folder, copy)
+    shutil.copytree(folder, copy, ignore=shutil.ignore_patterns(".*"))  # not the writes of engines still open
     for path in copy.rglob("*.kv"):  # damage every block file in the middle of its payload
         raw = bytearray(path.read_bytes())
         raw[len(raw) // 2] ^= 0xFF

@@ -233,3 +233,40 @@ def test_finished_and_aborted_replies_drop_their_grammar_state(llm, prompt):
     engine.abort(request_id)
     assert all(seq.matcher is None for seq in seqs)
     assert not engine.has_unfinished_requests()
+
+
+# schemas llguidance compiles but gives up on while a reply is written (a limit of its parser's work per token)
+HOSTILE_SCHEMAS = {
+    "required recursive $ref": {"type": "object", "properties": {"x": {"$ref": "#"}}, "required": ["x"]},
+    "a million-fold repetition": {"type": "string", "pattern": "^a{1000000}$"},
+    "anyOf of 3,000 objects": {"anyOf": [{"type": "object", "properties": {f"k{i}": {"type": "integer"}},
+                                          "required": [f"k{i}"]} for i in range(3000)]},
+}
+
+
+@pytest.mark.parametrize("schema", HOSTILE_SCHEMAS.values(), ids=HOSTILE_SCHEMAS.keys())
+def test_a_grammar_that_gives_up_fails_its_request_alone(llm, prompt, schema):
+    """The other requests of the same steps, free and constrained, are the replies they are without it."""
+    hostile = SamplingParams(n=2, seed=1, structured=StructuredOutput.json_schema(schema), **SAMPLED)
+    others = [SamplingParams(temperature=0, max_tokens=24),
+              SamplingParams(seed=2, structured=StructuredOutput.json_schema(STATUS), **SAMPLED)]
+    failed, *outs = llm.generate([prompt] * 3, [hostile, *others])
+    assert "the reply's grammar failed" in failed.error and len(failed.error) < 500
+    assert [o.finish_reason for o in failed.outputs] == ["abort", "abort"]
+    alone = llm.generate([prompt] * 2, others)
+    assert [o.outputs[0].token_ids for o in outs] == [o.outputs[0].token_ids for o in alone]
+    assert all(o.error is None for o in outs) and llm.stats()["kv_blocks_used"] == 0
+
+
+def test_a_schema_nested_too_deep_is_refused_before_any_recursion():
+    deep = {"type": "string"}
+    for _ in range(250):
+        deep = {"type": "object", "properties": {"a": deep}}
+    for build in (lambda: StructuredOutput.json_schema(deep), lambda: StructuredOutput.tool_calls({"f": deep}, "", "")):
+        with pytest.raises(ValueError, match="nested more than 64 levels"):
+            build()
+    shallow = {"type": "string"}
+    for _ in range(15):
+        shallow = {"type": "object", "properties": {"a": shallow}}
+    StructuredOutput.json_schema(shallow)  # 31 levels: real schemas nest less
+
