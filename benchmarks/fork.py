@@ -15,7 +15,7 @@ PROMPT, N, NEW = 500, 8, 128
 
 def run(llm: LLM, requests: list[tuple[list[int], SamplingParams]], one_after_another: bool) -> dict:
     engine = llm.engine
-    engine.kv.pool.reset_cache()
+    engine.kv.forget_cached()
     peak = 0
     start = time.perf_counter()
     pending = list(requests)
@@ -25,7 +25,7 @@ def run(llm: LLM, requests: list[tuple[list[int], SamplingParams]], one_after_an
                 engine.add_request(prompt, params)
             pending = [] if not one_after_another else pending[1:]
         engine.step()
-        peak = max(peak, engine.kv.pool.num_used)
+        peak = max(peak, engine.kv.usage().used)
     return {"seconds": time.perf_counter() - start, "peak_blocks": peak}
 
 

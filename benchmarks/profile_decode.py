@@ -42,7 +42,7 @@ def held_bytes(llm: LLM) -> int:
 
 def profile_workload(llm: LLM, streams: int, context: int, steps: int) -> tuple[dict, list[dict]]:
     engine = llm.engine
-    engine.kv.pool.reset_cache()
+    engine.kv.forget_cached()
     prompts = synthetic_chats(engine.tokenizer, streams, context, context, seed=streams)
     for prompt in prompts:
         engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=2 * steps + 16, ignore_eos=True))

@@ -28,9 +28,9 @@ SCHEMA = {"type": "array", "minItems": 200, "items": {
 def step_ms(llm: LLM, prompts: list[list[int]], structured: StructuredOutput | None, steps: int
             ) -> tuple[float, float]:
     """The mean time of `steps` decode steps of these prompts' replies, after their prefills and 4 steps more, and of
-    their sampling and appending within."""
+    their sampling and updating (the grammar's step) within."""
     engine = llm.engine
-    engine.kv.pool.reset_cache()
+    engine.kv.forget_cached()
     for k, prompt in enumerate(prompts):
         engine.add_request(prompt, SamplingParams(temperature=1.0, seed=k, max_tokens=steps + 64, ignore_eos=True,
                                                   structured=structured))
@@ -38,12 +38,12 @@ def step_ms(llm: LLM, prompts: list[list[int]], structured: StructuredOutput | N
         engine.step()
     for _ in range(4):
         engine.step()
-    sampler, append, spent = engine.sampler, engine.output.append, [0.0]
-    engine.sampler, engine.output.append = timed(sampler, spent), timed(append, spent)
+    scheduler, sampler, update, spent = engine.scheduler, engine.sampler, engine.scheduler.update, [0.0]
+    engine.sampler, scheduler.update = timed(sampler, spent), timed(update, spent)
     with Timer() as timer:
         for _ in range(steps):
             engine.step()
-    engine.sampler, engine.output.append = sampler, append
+    engine.sampler, scheduler.update = sampler, update
     if len(engine.scheduler.running) != len(prompts):
         raise RuntimeError("a sequence finished within the steps timed: the runs would not compare")
     for request_id in list(engine.requests):

@@ -85,6 +85,10 @@ class BlockPool:
         block.ref_count = 1
         return block_id
 
+    def filled(self, block_ids: set[int]) -> None:
+        """These blocks, just handed out, were written whole (read from disk): they need no clearing."""
+        self.first_used = [b for b in self.first_used if b not in block_ids]
+
     def keep_partial(self, block_id: int, parent_hash: bytes, token_ids: Sequence[int]) -> None:
         """Make a partial block findable after the full block parent_hash (its last owner is about to release it,
         so nothing writes into it any more); it replaces an older one there."""

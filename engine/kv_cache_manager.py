@@ -2,12 +2,37 @@
 block), slots for new tokens with copy-on-write, forks that share every block, and tail-first freeing."""
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
 from localchat.engine.block_pool import Block, BlockPool, hash_chain
 from localchat.engine.kv_disk_tier import KVDiskTier
 from localchat.engine.sequence import Sequence
+
+
+@dataclass
+class PrefixHit:
+    """What a sequence finds of its tokens on admission: full blocks in memory (hash, block id), then more full
+    blocks on disk (their hashes), or else the first `partial_tokens` tokens of a kept partial block. The last token
+    is never among them: it must be computed to give logits."""
+
+    cached: list[tuple[bytes, int]] = field(default_factory=list)
+    on_disk: list[bytes] = field(default_factory=list)
+    partial: Block | None = None
+    partial_tokens: int = 0
+    num_tokens: int = 0  # the sequence's tokens these hold
+
+
+@dataclass
+class KVCacheUsage:
+    """The pool's blocks, counted."""
+
+    total: int
+    used: int  # held by sequences
+    cached: int  # free, still holding a reusable prefix
+    free: int  # not held (cached ones included)
+    block_size: int
 
 
 class KVCacheManager:
@@ -44,7 +69,24 @@ class KVCacheManager:
         parent = seq.block_hashes[-1] if seq.block_hashes else self.pool.root_hash
         seq.block_hashes.extend(hash_chain(parent, seq.token_ids[done * bs : len(seq) // bs * bs], bs))
 
-    def find_cached_prefix(self, seq: Sequence) -> list[tuple[int, int]]:
+    def usage(self) -> KVCacheUsage:
+        pool = self.pool
+        return KVCacheUsage(len(pool.blocks), pool.num_used, pool.num_cached_free, pool.num_free, self.block_size)
+
+    def forget_cached(self) -> None:
+        """Forget every cached prefix in memory (blocks in use keep their contents; the disk tier keeps its own)."""
+        self.pool.reset_cache()
+
+    def find_prefix(self, seq: Sequence) -> PrefixHit:
+        """The longest run of seq's tokens held already: cached full blocks, then full blocks on disk, or else part
+        of a kept partial block."""
+        cached = self._cached_prefix(seq)
+        on_disk = self._disk_prefix(seq, len(cached))
+        partial, partial_tokens = (None, 0) if on_disk else self._partial(seq, len(cached))
+        return PrefixHit(cached, on_disk, partial, partial_tokens,
+                         (len(cached) + len(on_disk)) * self.block_size + partial_tokens)
+
+    def _cached_prefix(self, seq: Sequence) -> list[tuple[bytes, int]]:
         """(hash, block id) of the longest run of cached full blocks that starts seq's tokens.
 
         Never the whole sequence: its last token must be computed to give logits."""
@@ -56,7 +98,7 @@ class KVCacheManager:
             found.append((block_hash, block_id))
         return found
 
-    def find_disk_prefix(self, seq: Sequence, start: int) -> list[bytes]:
+    def _disk_prefix(self, seq: Sequence, start: int) -> list[bytes]:
         """The hashes of the longest run of seq's full blocks from block `start` on that the disk tier holds; never
         the block of seq's last token."""
         if self.disk is None:
@@ -68,7 +110,7 @@ class KVCacheManager:
             found.append(block_hash)
         return found
 
-    def find_partial(self, seq: Sequence, start: int) -> tuple[Block | None, int]:
+    def _partial(self, seq: Sequence, start: int) -> tuple[Block | None, int]:
         """A kept partial block (BlockPool.keep_partial) after seq's first `start` full blocks, and how many of
         seq's next tokens it holds (never seq's last token); (None, 0) if none."""
         if not self.enable_prefix_caching:
@@ -82,13 +124,14 @@ class KVCacheManager:
                     min(len(partial.token_ids), len(wanted)))
         return (partial, held) if held else (None, 0)
 
-    def allocate_slots(self, seq: Sequence, num_new_tokens: int, cached_prefix: list[tuple[int, int]] = (),
-                       on_disk: list[bytes] = (), partial: Block | None = None, partial_tokens: int = 0) -> bool:
-        """Make room for seq's next num_new_tokens tokens after its computed ones (and, on admission, after
-        cached_prefix, then the blocks on disk, which are read into their new blocks now: where a file fails its
-        check, the tokens from that block on are computed instead; or else the first partial_tokens of a kept
-        partial block, copied into seq's next block). A shared last block is copied before it is written. False,
-        changing nothing, if the pool has too few free blocks."""
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int, hit: PrefixHit | None = None) -> bool:
+        """Make room for seq's next num_new_tokens tokens after its computed ones (and, on admission, after what
+        `hit` holds: its cached blocks are shared, its blocks on disk read into new blocks now (where a file fails
+        its check, the tokens from that block on are computed instead), or its partial block's tokens copied into
+        seq's next block). A shared last block is copied before it is written. False, changing nothing, if the pool
+        has too few free blocks."""
+        hit = hit or PrefixHit()
+        cached_prefix, on_disk, partial, partial_tokens = hit.cached, hit.on_disk, hit.partial, hit.partial_tokens
         bs = self.block_size
         num_computed = seq.num_computed_tokens + (len(cached_prefix) + len(on_disk)) * bs + partial_tokens
         num_table_blocks = len(seq.block_table) + len(cached_prefix)
@@ -127,8 +170,7 @@ class KVCacheManager:
         num_read = self.disk.read_into([(block_hash, ids, self.block_view(block_id))
                                         for block_hash, ids, block_id in zip(on_disk, tokens, blocks)])
         seq.num_computed_tokens -= (len(on_disk) - num_read) * bs
-        read = set(blocks[:num_read])
-        self.pool.first_used = [b for b in self.pool.first_used if b not in read]  # filled: not to be cleared
+        self.pool.filled(set(blocks[:num_read]))
         for block_hash, ids, block_id in zip(on_disk[:num_read], tokens, blocks):
             self.pool.register(block_id, block_hash, ids)
 
@@ -173,8 +215,8 @@ class KVCacheManager:
             self.disk.drop(hashes)
         return len(hashes)
 
-    def fork(self, child: Sequence) -> None:
-        """child was copied from a sequence (Sequence.fork): it now owns every block too, the partial last one
+    def share_blocks(self, child: Sequence) -> None:
+        """child was copied from a sequence (Sequence.sibling): it now owns every block too, the partial last one
         included."""
         for block_id in child.block_table:
             self.pool.share(block_id)

@@ -25,9 +25,9 @@ from localchat.engine.output_processor import OutputProcessor, RequestState
 from localchat.engine.outputs import RequestOutput
 from localchat.engine.sampler import Sampler
 from localchat.engine.sampling_params import SamplingParams
-from localchat.engine.scheduler import Scheduler, StepPace
+from localchat.engine.scheduler import Scheduler, StepPace, StopRules
 from localchat.engine.sequence import Sequence, SequenceStatus
-from localchat.engine.structured_output import GrammarFailed, Grammars, Matcher
+from localchat.engine.structured_output import Grammars, Matcher
 
 # The KV cache's default size. On a GPU the engine owns the device, so it takes a share of the memory free after the
 # weights (vLLM's gpu_memory_utilization). On the CPU it shares the machine with the user's browser and editor, and
@@ -80,15 +80,15 @@ class LLMEngine:
         self.disk = _disk_tier(config, fingerprint, self.runner)
         self.kv = KVCacheManager(num_kv_blocks, block_size, config.enable_prefix_caching, fingerprint, self.disk,
                                  self.runner.read_block, self.runner.block_view)
-        self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
-                                   StepPace(config.decode_step_target_s))
+        eos_token_ids = _eos_token_ids(source, model_config)
+        self.pace = StepPace(config.decode_step_target_s)
+        self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens, self.pace,
+                                   StopRules(frozenset(eos_token_ids), self.max_model_len))
         self.sampler = Sampler()
         self.cpu_threads = CPUThreads(config.cpu_threads) if self.device.type == "cpu" else None
-        eos_token_ids = _eos_token_ids(source, model_config)
-        self.output = OutputProcessor(self.tokenizer, eos_token_ids, self.max_model_len)
+        self.output = OutputProcessor(self.tokenizer)
         self.grammars = Grammars(self.tokenizer, model_config.vocab_size, eos_token_ids)
         self._request_ids = itertools.count()
-        self.prompt_tokens = self.cached_prompt_tokens = 0
         release_freed_memory()  # what a first start's conversion of the weights dropped
 
     @property
@@ -134,9 +134,10 @@ class LLMEngine:
         if matcher is None and params.structured is not None:
             matcher = self.grammars.matcher(params.structured)
         seq = Sequence(request_id, 0, list(prompt_token_ids), len(prompt_token_ids), params,
-                       self._generator(params.seed_for(0)), matcher, num_forks_pending=params.n - 1)
+                       self._generator(params.seed_for(0)), matcher, num_siblings_pending=params.n - 1,
+                       max_tokens=max_tokens)
         self.kv.hash_blocks(seq)
-        self.output.add(RequestState(request_id, prompt_token_ids, params, max_tokens))
+        self.output.add(RequestState(request_id, prompt_token_ids, params))
         self.output.track(seq)
         self.scheduler.add(seq)
         return request_id
@@ -145,35 +146,27 @@ class LLMEngine:
         return bool(self.requests)
 
     def step(self) -> list[RequestOutput]:
-        """Run one batch: every scheduled sequence's new tokens in one forward, then sample. Returns the
-        deltas of the requests that changed."""
+        """One batch: what runs (the scheduler), one forward over its new tokens (the model runner), a token for
+        each sequence whose tokens are all computed (the sampler; its text: the output processor), what that
+        changes (the scheduler: new tokens, replies started and ended), and the deltas of the requests that
+        changed."""
         started = time.perf_counter()
         batch = self.scheduler.schedule()
         if not batch.seqs:
             return []
         if self.cpu_threads is not None:
             self.cpu_threads.adjust()
-        sample_rows = batch.sample_rows
-        logits = self.runner.run(batch, sample_rows)
-        for seq, n in zip(batch.seqs, batch.num_new_tokens):
-            self.kv.commit(seq, n)
-        rows, logits = self._fork([batch.seqs[i] for i in sample_rows], logits)
-        sampled = self.sampler(logits, rows)
-        for seq, token, logprob in zip(rows, sampled.token_ids, sampled.logprobs):
-            if seq.is_finished:  # its request failed earlier in this loop
-                continue
-            try:
-                reason = self.output.append(seq, token, logprob)
-            except GrammarFailed as error:  # this request's own grammar: it fails alone
-                self.requests[seq.request_id].error = str(error)
-                self._end(seq.request_id)
-                continue
-            self.kv.hash_blocks(seq)
-            if reason is not None:
-                self.kv.save(seq)
-                self.scheduler.finish(seq, reason)
-        self.scheduler.pace.observe(batch, time.perf_counter() - started)
-        return [self.output.delta(request_id) for request_id in dict.fromkeys(seq.request_id for seq in rows)]
+        logits = self.runner.run(batch)
+        rows = self.scheduler.computed(batch)
+        if rows.logit_rows != list(range(len(logits))):  # a request's replies sample from its one row
+            logits = logits[torch.tensor(rows.logit_rows, device=logits.device)]
+        sampled = self.sampler(logits, rows.seqs)
+        stopped = self.output.add_tokens(rows.seqs, sampled)
+        for request_id, error in self.scheduler.update(rows.seqs, sampled.token_ids, stopped).items():
+            self.output.fail(request_id, error)
+            self._end(request_id)
+        self.pace.observe(batch, time.perf_counter() - started)
+        return self.output.deltas(rows.seqs)
 
     def abort(self, request_id: str, save: bool = True) -> RequestOutput | None:
         """Stop a request and free its blocks (kept on disk unless save is False); its last delta, or None for an
@@ -184,14 +177,11 @@ class LLMEngine:
         return self.output.delta(request_id)
 
     def _end(self, request_id: str, save: bool = True) -> None:
-        """Finish every reply of a request with "abort", the replies not yet forked too."""
+        """Finish every reply of a request with "abort", the replies not yet started too."""
         request = self.requests[request_id]
         for seq in request.seqs:
-            if not seq.is_finished:
-                if save:
-                    self.kv.save(seq)
-                self.scheduler.finish(seq, "abort")
-        for k in range(len(request.seqs), request.params.n):  # replies that were never forked
+            self.scheduler.end(seq, save)
+        for k in range(len(request.seqs), request.params.n):  # replies that were never started
             self.output.track(Sequence(request_id, k, [], 0, request.params, status=SequenceStatus.FINISHED,
                                        finish_reason="abort"))
 
@@ -201,7 +191,7 @@ class LLMEngine:
         self.output.clear()
         self.scheduler.clear()
         self.kv.reset()
-        self.runner.kv_cache.zero_()
+        self.runner.clear_kv_cache()
 
     def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> int:
         """Drop the cached blocks of the token sequences `dropped` (a deleted conversation's branches) that none of
@@ -214,21 +204,22 @@ class LLMEngine:
             self.disk.close()
 
     def stats(self) -> dict[str, int | float]:
-        pool = self.kv.pool
+        kv, scheduler = self.kv.usage(), self.scheduler
         return {
-            "kv_blocks_total": len(pool.blocks),
-            "kv_cache_bytes": self.runner.kv_cache.numel() * self.runner.kv_cache.element_size(),
-            "kv_blocks_used": pool.num_used,
-            "kv_blocks_cached": pool.num_cached_free,
-            "kv_blocks_free": pool.num_free,
-            "block_size": self.kv.block_size,
-            "prompt_tokens": self.prompt_tokens,
-            "cached_prompt_tokens": self.cached_prompt_tokens,
+            "kv_blocks_total": kv.total,
+            "kv_cache_bytes": self.runner.kv_cache_bytes,
+            "kv_blocks_used": kv.used,
+            "kv_blocks_cached": kv.cached,
+            "kv_blocks_free": kv.free,
+            "block_size": kv.block_size,
+            "prompt_tokens": scheduler.prompt_tokens,
+            "cached_prompt_tokens": scheduler.cached_prompt_tokens,
             "generated_tokens": self.output.generated_tokens,
-            "prefix_hit_rate": self.cached_prompt_tokens / self.prompt_tokens if self.prompt_tokens else 0.0,
-            "num_running": len(self.scheduler.running),
-            "num_waiting": len(self.scheduler.waiting),
-            "num_preemptions": self.scheduler.num_preemptions,
+            "prefix_hit_rate": (scheduler.cached_prompt_tokens / scheduler.prompt_tokens
+                                if scheduler.prompt_tokens else 0.0),
+            "num_running": len(scheduler.running),
+            "num_waiting": len(scheduler.waiting),
+            "num_preemptions": scheduler.num_preemptions,
             **({"cpu_threads": self.cpu_threads.threads, "cpu_load_of_others": self.cpu_threads.others}
                if self.cpu_threads else {}),
             **self._disk_stats(),
@@ -241,26 +232,6 @@ class LLMEngine:
         stats = dataclasses.asdict(self.disk.stats)
         return {**{f"kv_disk_{name}": value for name, value in stats.items()},
                 "kv_disk_hit_rate": stats["hits"] / stats["lookups"] if stats["lookups"] else 0.0}
-
-    def _fork(self, rows: list[Sequence], logits: torch.Tensor) -> tuple[list[Sequence], torch.Tensor]:
-        """The rows to sample, with the replies of each request whose prompt was just computed: forked from its
-        first reply (sharing every block) and sampling from the same logits row."""
-        sampled, logit_rows = [], []
-        for j, seq in enumerate(rows):
-            sampled.append(seq)
-            logit_rows.append(j)
-            if seq.num_output_tokens == 0 and seq.index == 0:  # the prompt is done: count it once
-                self.prompt_tokens += seq.num_prompt_tokens
-                self.cached_prompt_tokens += seq.num_cached_tokens
-            for k in range(1, seq.num_forks_pending + 1):  # the prompt is computed once for all n replies
-                child = self.scheduler.fork(seq.fork(k, self._generator(seq.params.seed_for(k))))
-                self.output.track(child)
-                sampled.append(child)
-                logit_rows.append(j)
-            seq.num_forks_pending = 0
-        if len(logit_rows) != len(rows):
-            logits = logits[torch.tensor(logit_rows, device=logits.device)]
-        return sampled, logits
 
     def _generator(self, seed: int | None) -> torch.Generator | None:
         return None if seed is None else torch.Generator(self.device).manual_seed(seed)
@@ -292,7 +263,7 @@ def _eos_token_ids(source, model_config) -> set[int]:
 def _disk_tier(config: EngineConfig, fingerprint: str, runner: ModelRunner) -> KVDiskTier | None:
     """The KV cache's disk tier, if asked for. Blocks are read straight into the cache's memory: a cache in CPU
     memory only, so far (a GPU needs a host-memory tier between, see the README)."""
-    if not (config.kv_disk_bytes and config.enable_prefix_caching) or runner.kv_cache.device.type != "cpu":
+    if not (config.kv_disk_bytes and config.enable_prefix_caching) or runner.device.type != "cpu":
         return None
     root = Path(config.kv_disk_dir) if config.kv_disk_dir else user_dir("cache") / "kv"
     return KVDiskTier(root, root_hash(fingerprint).hex(), config.kv_disk_bytes, runner.block_shape, runner.dtype)

@@ -56,10 +56,18 @@ class ModelRunner:
         """A copy of block_view(block_id)."""
         return self.block_view(block_id).clone()
 
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self.kv_cache.numel() * self.kv_cache.element_size()
+
+    def clear_kv_cache(self) -> None:
+        """Zero every block (after a failed step, which may have left some half written)."""
+        self.kv_cache.zero_()
+
     @torch.inference_mode()
-    def run(self, batch: ScheduledBatch, sample_rows: list[int]) -> torch.Tensor:
-        """Compute the new tokens of every scheduled sequence; logits [len(sample_rows), vocab] (float32)
-        at the last new token of the sequences listed in sample_rows."""
+    def run(self, batch: ScheduledBatch) -> torch.Tensor:
+        """Compute the new tokens of every scheduled sequence; logits [len(batch.sample_rows), vocab] (float32)
+        at the last new token of the sequences listed in batch.sample_rows."""
         if batch.cleared:
             self.kv_cache[:, :, torch.tensor(batch.cleared, device=self.device)] = 0
         if batch.copies:
@@ -75,6 +83,6 @@ class ModelRunner:
             device=device,
         )
         hidden = self.model(torch.tensor(input_ids, dtype=torch.int64, device=device), meta)
-        last_tokens = torch.tensor([meta.query_start_loc[i + 1] - 1 for i in sample_rows], dtype=torch.int64,
+        last_tokens = torch.tensor([meta.query_start_loc[i + 1] - 1 for i in batch.sample_rows], dtype=torch.int64,
                                    device=device)
         return self.model.compute_logits(hidden[last_tokens])

@@ -1,10 +1,12 @@
-"""The output side of the engine: per request, its replies' text (incremental detokenizing), stop strings, stop
-tokens and grammars, logprobs, and the deltas streamed to callers."""
+"""The output side of the engine: per request, its replies' text (incremental detokenizing: it finds the stop
+strings), logprobs, and the deltas streamed to callers. It changes no engine state: the scheduler decides when a
+reply ends."""
 
 from dataclasses import dataclass, field
 
 from localchat.engine.detokenizer import IncrementalDetokenizer
 from localchat.engine.outputs import CompletionOutput, RequestOutput, TokenLogprob
+from localchat.engine.sampler import SamplerOutput
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.sequence import Sequence
 
@@ -26,7 +28,6 @@ class RequestState:
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
-    max_tokens: int
     seqs: list[Sequence] = field(default_factory=list)  # by reply index, as they are forked
     replies: list[ReplyState] = field(default_factory=list)
     error: str | None = None  # why it failed alone (its grammar), if it did
@@ -37,8 +38,8 @@ class RequestState:
 
 
 class OutputProcessor:
-    def __init__(self, tokenizer, eos_token_ids: set[int], max_model_len: int):
-        self.tokenizer, self.eos_token_ids, self.max_model_len = tokenizer, eos_token_ids, max_model_len
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
         self.requests: dict[str, RequestState] = {}
         self.generated_tokens = 0
 
@@ -50,30 +51,35 @@ class OutputProcessor:
         self.requests.clear()
 
     def track(self, seq: Sequence) -> None:
-        """A reply of its request starts (the first, or one forked from it)."""
+        """A reply of its request starts (the first, or one started beside it once the prompt was computed)."""
         request = self.requests[seq.request_id]
         request.seqs.append(seq)
         request.replies.append(ReplyState(IncrementalDetokenizer(
             self.tokenizer, request.prompt_token_ids, request.params.stop, request.params.skip_special_tokens)))
 
-    def append(self, seq: Sequence, token: int, logprob: TokenLogprob | None) -> str | None:
-        """Add a sampled token to its reply; the finish reason if the reply ends with it ("stop" also when it
-        completes the reply's grammar). GrammarFailed if the reply's grammar gives up on it."""
-        request = self.requests[seq.request_id]
-        reply = request.replies[seq.index]
-        seq.token_ids.append(token)
-        self.generated_tokens += 1
-        reply.detokenizer.add(token)
-        if logprob is not None:
-            reply.logprobs.append(logprob)
-        params = request.params
-        grammar_done = seq.matcher is not None and seq.matcher.advance(token)
-        if grammar_done or reply.detokenizer.stopped or token in params.stop_token_ids or (
-                not params.ignore_eos and token in self.eos_token_ids):
-            return "stop"
-        if seq.num_output_tokens >= request.max_tokens or len(seq) >= self.max_model_len:
-            return "length"
-        return None
+    def add_tokens(self, seqs: list[Sequence], sampled: SamplerOutput) -> list[bool]:
+        """Each reply's sampled token into its text and logprobs (a reply seen for the first time is tracked);
+        for each, whether its text now ends at a stop string."""
+        stopped = []
+        for seq, token, logprob in zip(seqs, sampled.token_ids, sampled.logprobs):
+            request = self.requests[seq.request_id]
+            if seq.index == len(request.seqs):
+                self.track(seq)
+            reply = request.replies[seq.index]
+            self.generated_tokens += 1
+            reply.detokenizer.add(token)
+            if logprob is not None:
+                reply.logprobs.append(logprob)
+            stopped.append(reply.detokenizer.stopped)
+        return stopped
+
+    def fail(self, request_id: str, error: str) -> None:
+        """The request failed alone: its last delta says why."""
+        self.requests[request_id].error = error
+
+    def deltas(self, seqs: list[Sequence]) -> list[RequestOutput]:
+        """The deltas of the requests of these sequences, once each."""
+        return [self.delta(request_id) for request_id in dict.fromkeys(seq.request_id for seq in seqs)]
 
     def delta(self, request_id: str) -> RequestOutput:
         """What changed in a request since its last delta; a finished request is forgotten."""

@@ -1,10 +1,13 @@
-"""Continuous batching: which sequences run this step and how many of their tokens."""
+"""Continuous batching and each sequence's life: which sequences run this step and how many of their tokens, then,
+once the step's tokens are computed and sampled, their new tokens, the replies that start beside them, and those
+that end."""
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from localchat.engine.kv_cache_manager import KVCacheManager
 from localchat.engine.sequence import Sequence, SequenceStatus
+from localchat.engine.structured_output import GrammarFailed
 
 
 @dataclass
@@ -13,16 +16,32 @@ class ScheduledBatch:
     num_new_tokens: list[int]  # tokens of each sequence computed this step
     copies: list[tuple[int, int]]  # copy-on-write block copies to make before the forward
     cleared: list[int]  # blocks to zero before the forward (first use)
+    sample_rows: list[int] = field(default_factory=list)  # the sequences whose last token is computed: sampled
 
     @property
     def num_tokens(self) -> int:
         return sum(self.num_new_tokens)
 
-    @property
-    def sample_rows(self) -> list[int]:
-        """The sequences whose last token is computed in this step: they get logits and a new token."""
-        return [i for i, (seq, n) in enumerate(zip(self.seqs, self.num_new_tokens))
-                if seq.num_computed_tokens + n == len(seq)]
+
+@dataclass
+class SampleRows:
+    """What a step samples: each sequence, and the row of the step's logits it samples from (the replies of a
+    request whose prompt is just computed share its row)."""
+
+    seqs: list[Sequence] = field(default_factory=list)
+    logit_rows: list[int] = field(default_factory=list)
+
+    def add(self, seq: Sequence, logit_row: int) -> None:
+        self.seqs.append(seq)
+        self.logit_rows.append(logit_row)
+
+
+@dataclass(frozen=True)
+class StopRules:
+    """When a reply ends besides its own params: the model's end-of-reply tokens, and its length."""
+
+    eos_token_ids: frozenset[int]
+    max_model_len: int
 
 
 class StepPace:
@@ -54,11 +73,13 @@ class StepPace:
 
 class Scheduler:
     def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 pace: StepPace | None = None):
+                 pace: StepPace | None = None, stop: StopRules | None = None):
         self.kv = kv
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.pace = pace or StepPace(None)
+        self.stop = stop or StopRules(frozenset(), 2**63)
+        self.prompt_tokens = self.cached_prompt_tokens = 0  # of every request's first admission
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order: the last is the newest
         self.num_preemptions = 0
@@ -89,21 +110,24 @@ class Scheduler:
         while (self.waiting and budget > 0 and len(self.running) < self.max_num_seqs
                and self.num_preemptions == num_preemptions):  # no re-admission in the step that preempted
             seq = self.waiting[0]
-            cached = self.kv.find_cached_prefix(seq)
-            on_disk = self.kv.find_disk_prefix(seq, len(cached))
-            partial, partial_tokens = (None, 0) if on_disk else self.kv.find_partial(seq, len(cached))
-            num_new = min(len(seq) - (len(cached) + len(on_disk)) * self.kv.block_size - partial_tokens, budget)
-            if not self.kv.allocate_slots(seq, num_new, cached, on_disk, partial, partial_tokens):
+            hit = self.kv.find_prefix(seq)
+            num_new = min(len(seq) - hit.num_tokens, budget)
+            if not self.kv.allocate_slots(seq, num_new, hit):
                 break
             self.waiting.popleft()
             if seq.num_admissions == 0:
                 seq.num_cached_tokens = seq.num_computed_tokens  # found in memory or read from disk
+                self.prompt_tokens += len(seq)
+                self.cached_prompt_tokens += seq.num_cached_tokens
             seq.num_admissions += 1
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             scheduled[seq] = num_new
             budget -= num_new
-        return ScheduledBatch(list(scheduled), list(scheduled.values()), *self.kv.take_block_updates())
+        seqs, num_new_tokens = list(scheduled), list(scheduled.values())
+        sample_rows = [i for i, (seq, n) in enumerate(zip(seqs, num_new_tokens))
+                       if seq.num_computed_tokens + n == len(seq)]
+        return ScheduledBatch(seqs, num_new_tokens, *self.kv.take_block_updates(), sample_rows)
 
     def _continue(self, seq: Sequence, budget: int, scheduled: dict[Sequence, int]) -> int:
         """Schedule a running sequence's next tokens within budget, preempting the newest others while blocks run
@@ -119,11 +143,64 @@ class Scheduler:
         scheduled[seq] = num_new
         return num_new
 
-    def fork(self, child: Sequence) -> Sequence:
-        """Run child, just copied from a running sequence (Sequence.fork), beside it, sharing its blocks."""
-        self.kv.fork(child)
+    def computed(self, batch: ScheduledBatch) -> SampleRows:
+        """The step's tokens are in the cache: count them (their full blocks become findable), and start the other
+        replies of each request whose prompt is now computed, sharing every block (the prompt is computed once for
+        all n replies). What to sample: the sequences of the batch's sample rows, each request's new replies beside
+        its first."""
+        for seq, n in zip(batch.seqs, batch.num_new_tokens):
+            self.kv.commit(seq, n)
+        rows = SampleRows()
+        for logit_row, i in enumerate(batch.sample_rows):
+            seq = batch.seqs[i]
+            rows.add(seq, logit_row)
+            for k in range(1, seq.num_siblings_pending + 1):
+                rows.add(self.add_sibling(seq.sibling(k)), logit_row)
+            seq.num_siblings_pending = 0
+        return rows
+
+    def add_sibling(self, child: Sequence) -> Sequence:
+        """Run child, just copied from a running sequence (Sequence.sibling), beside it, sharing its blocks."""
+        self.kv.share_blocks(child)
         self.running.append(child)
         return child
+
+    def update(self, seqs: list[Sequence], token_ids: list[int], stopped: list[bool]) -> dict[str, str]:
+        """Each sampled sequence takes its token: its grammar advances, its full blocks are hashed, and a reply
+        that ends with it (`stopped`: a stop string in its text; its grammar done, a stop token, max_tokens or the
+        model's length) is saved to the disk tier and finished. The requests whose grammar failed, with why: their
+        sequence is ended ("abort"); the caller ends their other replies."""
+        failed = {}
+        for seq, token, text_stopped in zip(seqs, token_ids, stopped):
+            if seq.is_finished:  # its request failed earlier in this loop
+                continue
+            seq.token_ids.append(token)
+            try:
+                grammar_done = seq.matcher is not None and seq.matcher.advance(token)
+            except GrammarFailed as error:  # this request's own grammar: it fails alone
+                failed[seq.request_id] = str(error)
+                self.end(seq)
+                continue
+            self.kv.hash_blocks(seq)
+            reason = "stop" if grammar_done or text_stopped or self._stop_token(seq, token) else None
+            if reason is None and (seq.num_output_tokens >= (seq.max_tokens or 2**63)
+                                   or len(seq) >= self.stop.max_model_len):
+                reason = "length"
+            if reason is not None:
+                self.kv.save(seq)
+                self.finish(seq, reason)
+        return failed
+
+    def _stop_token(self, seq: Sequence, token: int) -> bool:
+        params = seq.params
+        return token in params.stop_token_ids or (not params.ignore_eos and token in self.stop.eos_token_ids)
+
+    def end(self, seq: Sequence, save: bool = True) -> None:
+        """Stop a reply that has not finished ("abort"), its blocks kept on disk unless save is False."""
+        if not seq.is_finished:
+            if save:
+                self.kv.save(seq)
+            self.finish(seq, "abort")
 
     def preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)

@@ -36,7 +36,8 @@ class Sequence:
     num_admissions: int = 0  # more than one after a preemption
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)  # content hash of each full block (KVCacheManager)
-    num_forks_pending: int = 0  # replies still to fork from this one once its prompt is computed
+    num_siblings_pending: int = 0  # the request's other replies, started from this one once its prompt is computed
+    max_tokens: int | None = None  # of the reply (the request's, within the model's length); None: no limit
     finish_reason: str | None = None
 
     def __len__(self) -> int:
@@ -62,9 +63,12 @@ class Sequence:
     def is_finished(self) -> bool:
         return self.status is SequenceStatus.FINISHED
 
-    def fork(self, index: int, generator: torch.Generator | None) -> "Sequence":
-        """A copy that will write its own reply, in its own place in the grammar. The caller shares the KV blocks
-        (KVCacheManager.fork)."""
+    def sibling(self, index: int) -> "Sequence":
+        """Reply `index` of the same request: a copy that writes its own reply from here, in its own place in the
+        grammar, with its own generator (seeded with the request's seed for that reply). The caller shares the KV
+        blocks (KVCacheManager.share_blocks)."""
+        generator = None if self.generator is None else (
+            torch.Generator(self.generator.device).manual_seed(self.params.seed_for(index)))
         return Sequence(
             request_id=self.request_id,
             index=index,
@@ -72,11 +76,12 @@ class Sequence:
             num_prompt_tokens=self.num_prompt_tokens,
             params=self.params,
             generator=generator,
-            matcher=self.matcher.fork() if self.matcher is not None else None,
+            matcher=self.matcher.copy() if self.matcher is not None else None,
             status=self.status,
             num_computed_tokens=self.num_computed_tokens,
             num_cached_tokens=self.num_cached_tokens,
             num_admissions=self.num_admissions,
             block_table=list(self.block_table),
             block_hashes=list(self.block_hashes),
+            max_tokens=self.max_tokens,
         )

@@ -219,7 +219,7 @@ class Matcher:
         self._matcher, self._not_stop = matcher, not_stop
         self.next_token_bitmask = next_token_bitmask  # bit t % 32 of word t // 32: token t may come next
 
-    def fork(self) -> "Matcher":
+    def copy(self) -> "Matcher":
         """A copy for another reply, that goes its own way from here."""
         return Matcher(self._matcher.deep_copy(), self._not_stop, self.next_token_bitmask.copy())
 
@@ -256,22 +256,34 @@ def _strict(schema: Any) -> Any:
 def _make_strict(schema: Any, in_all_of: bool = False) -> None:
     if not isinstance(schema, dict):
         return
+    if not in_all_of:
+        _close(schema)
+    for child, child_in_all_of in _subschemas(schema):
+        _make_strict(child, child_in_all_of)
+
+
+def _close(schema: dict) -> None:
+    """No property or item beyond those the schema names, where it says nothing of others."""
     types = schema.get("type")
     is_object = "properties" in schema or types == "object" or (isinstance(types, list) and "object" in types)
-    if is_object and not in_all_of and not {"additionalProperties", "unevaluatedProperties"} & schema.keys():
+    if is_object and not {"additionalProperties", "unevaluatedProperties"} & schema.keys():
         schema["additionalProperties"] = False
-    if "prefixItems" in schema and not in_all_of and not {"items", "unevaluatedItems"} & schema.keys():
+    if "prefixItems" in schema and not {"items", "unevaluatedItems"} & schema.keys():
         schema["items"] = False
+
+
+def _subschemas(schema: dict) -> list[tuple[Any, bool]]:
+    """The schemas within a schema, each with whether it is a member of allOf."""
+    found = []
     for key in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas"):
         if isinstance(schema.get(key), dict):
-            for value in schema[key].values():
-                _make_strict(value)
-    for key in ("additionalProperties", "items", "additionalItems", "contains", "then", "else"):
-        _make_strict(schema.get(key))
+            found += [(value, False) for value in schema[key].values()]
+    found += [(schema.get(key), False) for key in ("additionalProperties", "items", "additionalItems", "contains",
+                                                   "then", "else")]
     for key in ("prefixItems", "anyOf", "oneOf", "allOf", "items"):
         if isinstance(schema.get(key), list):
-            for value in schema[key]:
-                _make_strict(value, in_all_of=key == "allOf")
+            found += [(value, key == "allOf") for value in schema[key]]
+    return found
 
 
 def _raise_if_invalid(error: str) -> None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from localchat.engine.block_pool import BlockPool, hash_block
-from localchat.engine.kv_cache_manager import KVCacheManager
+from localchat.engine.kv_cache_manager import KVCacheManager, PrefixHit
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.scheduler import ScheduledBatch, Scheduler
 from localchat.engine.sequence import Sequence, SequenceStatus
@@ -161,12 +161,9 @@ class SchedulerMachine(RuleBasedStateMachine):
             if hit < expected[seq]:  # only because this step's earlier allocations evicted the next block
                 missed = seq.block_hashes[hit]
                 assert self.kv.pool.cached.get(missed) != cached_before[missed], "a cached prefix block was missed"
-        sample_rows = batch.sample_rows
         self.forward(batch)
-        for seq, n in zip(batch.seqs, batch.num_new_tokens):
-            self.kv.commit(seq, n)
-        for i in sample_rows:
-            self.after_forward(batch.seqs[i], data)
+        for seq in self.scheduler.computed(batch).seqs:
+            self.after_forward(seq, data)
 
     def after_forward(self, seq: Sequence, data: st.DataObject) -> None:
         if data.draw(st.integers(0, 5), label="finish?") == 0:
@@ -174,18 +171,18 @@ class SchedulerMachine(RuleBasedStateMachine):
             return
         family = [seq]
         for k in range(data.draw(st.integers(0, 2) if data.draw(st.integers(0, 3)) == 0 else st.just(0))):
-            family.append(self.scheduler.fork(seq.fork(k + 1, None)))
+            family.append(self.scheduler.add_sibling(seq.sibling(k + 1)))
         for s in family:
             s.token_ids.append(data.draw(st.integers(0, VOCAB - 1), label="sampled"))
             self.kv.hash_blocks(s)
 
     @precondition(lambda self: self.scheduler.running)
     @rule(data=st.data())
-    def fork_running(self, data: st.DataObject) -> None:
-        """A fork of a running sequence between steps: the child shares every block, then diverges."""
+    def start_a_sibling(self, data: st.DataObject) -> None:
+        """A sibling of a running sequence between steps: the child shares every block, then diverges."""
         running = self.scheduler.running
         seq = running[data.draw(st.integers(0, len(running) - 1), label="parent")]
-        child = self.scheduler.fork(seq.fork(1, None))
+        child = self.scheduler.add_sibling(seq.sibling(1))
         if data.draw(st.booleans(), label="diverge"):  # give the child a different last (uncomputed) token
             if child.num_uncomputed_tokens > 0 and len(child) > child.num_prompt_tokens and len(child) % self.bs:
                 child.token_ids[-1] = (child.token_ids[-1] + 1) % VOCAB
@@ -211,7 +208,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.was_reset = True
         assert not self.kv.pool.cached
         for seq in self.scheduler.waiting:
-            assert self.kv.find_cached_prefix(seq) == []
+            assert self.kv.find_prefix(seq).cached == []
 
     # ---- invariants ----------------------------------------------------------------------------------
 
@@ -307,14 +304,14 @@ TestSchedulerMachine = SchedulerMachine.TestCase
 # ---- examples ------------------------------------------------------------------------------------------
 
 
-def compute(kv: KVCacheManager, seq: Sequence, n: int, cached: list[tuple[int, int]] = ()) -> None:
-    assert kv.allocate_slots(seq, n, cached)
+def compute(kv: KVCacheManager, seq: Sequence, n: int, cached: list[tuple[bytes, int]] = ()) -> None:
+    assert kv.allocate_slots(seq, n, PrefixHit(list(cached)))
     kv.commit(seq, n)
 
 
 def run_prompt(kv: KVCacheManager, tokens: list[int]) -> Sequence:
     seq = make_seq(kv, tokens)
-    cached = kv.find_cached_prefix(seq)
+    cached = kv.find_prefix(seq).cached
     compute(kv, seq, len(seq) - len(cached) * kv.block_size, cached)
     return seq
 
@@ -323,8 +320,8 @@ def test_fork_shares_every_block_and_copies_only_the_partial_last_one() -> None:
     kv = KVCacheManager(num_blocks=10, block_size=4)
     parent = run_prompt(kv, list(range(10)))  # two full blocks and a partial one
     kv.take_block_updates()
-    child = parent.fork(1, None)
-    kv.fork(child)
+    child = parent.sibling(1)
+    kv.share_blocks(child)
     assert child.block_table == parent.block_table and len(parent.block_table) == 3
     assert all(kv.pool.blocks[b].ref_count == 2 for b in parent.block_table)
     shared = list(parent.block_table)
@@ -346,8 +343,8 @@ def test_fork_at_a_block_boundary_copies_nothing() -> None:
     kv = KVCacheManager(num_blocks=10, block_size=4)
     parent = run_prompt(kv, list(range(8)))
     kv.take_block_updates()
-    child = parent.fork(1, None)
-    kv.fork(child)
+    child = parent.sibling(1)
+    kv.share_blocks(child)
     for seq, token in ((parent, 1), (child, 2)):
         seq.token_ids.append(token)
         assert kv.allocate_slots(seq, 1)
@@ -375,29 +372,29 @@ def test_eviction_of_the_tail_keeps_the_head_findable() -> None:
     for _ in range(3):  # the two never-used blocks and the partial one
         kv.pool.allocate()
     probe = make_seq(kv, [1, 2, 3, 4, 5, 6, 7])
-    assert len(kv.find_cached_prefix(probe)) == 3
+    assert len(kv.find_prefix(probe).cached) == 3
     kv.pool.allocate()  # evicts [5 6], the tail
-    assert len(kv.find_cached_prefix(probe)) == 2
+    assert len(kv.find_prefix(probe).cached) == 2
     kv.pool.allocate()
-    assert len(kv.find_cached_prefix(probe)) == 1
+    assert len(kv.find_prefix(probe).cached) == 1
 
 
 def test_prefix_hit_never_covers_the_last_token() -> None:
     kv = KVCacheManager(num_blocks=10, block_size=4)
     kv.free(run_prompt(kv, list(range(8))))
     same = make_seq(kv, list(range(8)))
-    assert len(kv.find_cached_prefix(same)) == 1  # not both: the last token must be computed for logits
+    assert len(kv.find_prefix(same).cached) == 1  # not both: the last token must be computed for logits
     longer = make_seq(kv, list(range(9)))
-    assert len(kv.find_cached_prefix(longer)) == 2
-    compute(kv, same, 4, kv.find_cached_prefix(same))
+    assert len(kv.find_prefix(longer).cached) == 2
+    compute(kv, same, 4, kv.find_prefix(same).cached)
     assert same.num_computed_tokens == 8
 
 
 def test_prefix_hit_needs_the_same_whole_prefix() -> None:
     kv = KVCacheManager(num_blocks=10, block_size=2)
     kv.free(run_prompt(kv, [1, 2, 3, 4, 5]))
-    assert len(kv.find_cached_prefix(make_seq(kv, [9, 9, 3, 4, 5]))) == 0  # same second block, other first block
-    assert len(kv.find_cached_prefix(make_seq(kv, [1, 2, 3, 9, 5]))) == 1
+    assert len(kv.find_prefix(make_seq(kv, [9, 9, 3, 4, 5])).cached) == 0  # same second block, other first block
+    assert len(kv.find_prefix(make_seq(kv, [1, 2, 3, 9, 5])).cached) == 1
 
 
 def test_least_recently_freed_prefix_is_evicted_first() -> None:
@@ -408,11 +405,11 @@ def test_least_recently_freed_prefix_is_evicted_first() -> None:
     kv.free(b)
     probe_a, probe_b = make_seq(kv, [1, 1, 1, 1, 1]), make_seq(kv, [2, 2, 2, 2, 2])
     kv.pool.allocate()  # a's kept partial block: a was freed first, and its tail goes first
-    assert len(kv.find_cached_prefix(probe_a)) == 2 and len(kv.find_cached_prefix(probe_b)) == 2
+    assert len(kv.find_prefix(probe_a).cached) == 2 and len(kv.find_prefix(probe_b).cached) == 2
     longer_a, longer_b = make_seq(kv, [1, 1, 1, 1, 1, 7]), make_seq(kv, [2, 2, 2, 2, 2, 7])
-    assert kv.find_partial(longer_a, 2) == (None, 0) and kv.find_partial(longer_b, 2)[1] == 1
+    assert kv.find_prefix(longer_a).partial is None and kv.find_prefix(longer_b).partial_tokens == 1
     kv.pool.allocate(), kv.pool.allocate()
-    assert len(kv.find_cached_prefix(probe_a)) == 0 and len(kv.find_cached_prefix(probe_b)) == 2
+    assert len(kv.find_prefix(probe_a).cached) == 0 and len(kv.find_prefix(probe_b).cached) == 2
 
 
 def test_a_prefix_hit_makes_the_prefix_recently_used() -> None:
@@ -423,15 +420,15 @@ def test_a_prefix_hit_makes_the_prefix_recently_used() -> None:
     probe_a, probe_b = make_seq(kv, [1, 1, 1, 1, 1]), make_seq(kv, [2, 2, 2, 2, 2])
     for _ in range(4):
         kv.pool.allocate()
-    assert len(kv.find_cached_prefix(probe_a)) == 2 and len(kv.find_cached_prefix(probe_b)) == 0
+    assert len(kv.find_prefix(probe_a).cached) == 2 and len(kv.find_prefix(probe_b).cached) == 0
 
 
 def test_failed_allocation_changes_nothing() -> None:
     kv = KVCacheManager(num_blocks=4, block_size=2)
     a = run_prompt(kv, [1, 2, 3])
     kv.take_block_updates()
-    child = a.fork(1, None)
-    kv.fork(child)
+    child = a.sibling(1)
+    kv.share_blocks(child)
     big = make_seq(kv, list(range(20)))
     before = snapshot(kv, [a, child, big])
     assert not kv.allocate_slots(big, 20)
@@ -447,12 +444,12 @@ def test_revived_cached_blocks_count_against_the_free_pool() -> None:
     kv.free(run_prompt(kv, [1, 2, 3, 4, 5]))  # [1 2] [3 4] cached and free, the [5] block free
     other = run_prompt(kv, [9])  # takes one block
     seq = make_seq(kv, [1, 2, 3, 4, 5, 6, 7, 8])
-    cached = kv.find_cached_prefix(seq)
+    cached = kv.find_prefix(seq).cached
     assert len(cached) == 2
     before = snapshot(kv, [other, seq])
-    assert not kv.allocate_slots(seq, 4, cached)  # 2 revived + 2 new > 3 free
+    assert not kv.allocate_slots(seq, 4, PrefixHit(cached))  # 2 revived + 2 new > 3 free
     assert snapshot(kv, [other, seq]) == before
-    assert kv.allocate_slots(seq, 2, cached)  # 2 revived + 1 new
+    assert kv.allocate_slots(seq, 2, PrefixHit(cached))  # 2 revived + 1 new
 
 
 def test_lookup_checks_the_tokens_behind_a_hash() -> None:
@@ -467,8 +464,8 @@ def test_lookup_checks_the_tokens_behind_a_hash() -> None:
 def test_all_blocks_return_to_the_free_queue() -> None:
     kv = KVCacheManager(num_blocks=12, block_size=3)
     seqs = [run_prompt(kv, [1, 2, 3, 4, 5, 6, 7]), run_prompt(kv, [1, 2, 3, 4, 5, 6, 8, 9])]
-    child = seqs[0].fork(1, None)
-    kv.fork(child)
+    child = seqs[0].sibling(1)
+    kv.share_blocks(child)
     for seq in seqs + [child]:
         kv.free(seq)
     assert all(b.ref_count == 0 for b in kv.pool.blocks)
@@ -481,15 +478,15 @@ def test_the_next_turn_copies_the_kept_partial_block_instead_of_computing_it() -
     partial = first.block_table[1]
     kv.free(first)
     turn = make_seq(kv, [1, 2, 3, 4, 5, 6, 7, 8, 9])
-    cached = kv.find_cached_prefix(turn)
-    found, held = kv.find_partial(turn, len(cached))
-    assert len(cached) == 1 and found.block_id == partial and held == 2
-    assert kv.allocate_slots(turn, len(turn) - 4 - held, cached, (), found, held)
+    hit = kv.find_prefix(turn)
+    cached, found, held = hit.cached, hit.partial, hit.partial_tokens
+    assert len(cached) == 1 and found.block_id == partial and held == 2 and hit.num_tokens == 6
+    assert kv.allocate_slots(turn, len(turn) - hit.num_tokens, hit)
     assert turn.num_computed_tokens == 6 and turn.block_table[0] == cached[0][1]
     assert kv.pool.blocks[partial].ref_count == 1  # held until the copy is handed out with the step
     copies, _ = kv.take_block_updates()
     assert copies == [(partial, turn.block_table[1])] and partial not in turn.block_table
-    assert kv.pool.blocks[partial].ref_count == 0 and kv.find_partial(turn, 1)[0] is found  # still kept
+    assert kv.pool.blocks[partial].ref_count == 0 and kv.pool.lookup_partial(cached[0][0]) is found  # still kept
     kv.free(turn)
     assert all(b.ref_count == 0 for b in kv.pool.blocks)
 
@@ -497,8 +494,8 @@ def test_the_next_turn_copies_the_kept_partial_block_instead_of_computing_it() -
 def test_a_partial_block_that_a_fork_still_holds_is_not_kept() -> None:
     kv = KVCacheManager(num_blocks=8, block_size=4)
     parent = run_prompt(kv, [1, 2, 3, 4, 5, 6])
-    child = parent.fork(1, None)
-    kv.fork(child)
+    child = parent.sibling(1)
+    kv.share_blocks(child)
     partial = child.block_table[1]
     kv.free(parent)  # the child still holds (and may write into) the partial block
     assert kv.pool.partials == {}

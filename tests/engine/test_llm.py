@@ -41,7 +41,7 @@ def reference(hf_smollm2, prompts, llm):
     transformers picks another token, transformers' own generate() continues. A wrong engine meets its reference
     computed by transformers alone, token by token."""
     model, _ = hf_smollm2
-    llm.engine.kv.pool.reset_cache()
+    llm.engine.kv.forget_cached()
     guesses = [o.outputs[0].token_ids for o in llm.generate(prompts, SamplingParams(temperature=0,
                                                                                      max_tokens=NEW_TOKENS))]
     results = []
@@ -67,14 +67,14 @@ def test_reference_is_long_enough(reference):
 
 
 def test_greedy_one_at_a_time_matches_transformers(llm, prompts, reference):
-    llm.engine.kv.pool.reset_cache()
+    llm.engine.kv.forget_cached()
     for ids, expected in zip(prompts, reference):
         (out,) = llm.generate(ids, GREEDY)
         assert out.outputs[0].token_ids == expected
 
 
 def test_greedy_mixed_batch_matches_transformers(llm, prompts, reference):
-    llm.engine.kv.pool.reset_cache()
+    llm.engine.kv.forget_cached()
     outs = llm.generate(prompts, GREEDY)
     assert [o.outputs[0].token_ids for o in outs] == reference
     assert all(o.num_cached_tokens == 0 for o in outs)
@@ -107,7 +107,7 @@ def test_n_replies_equal_independent_requests_with_derived_seeds(llm, prompts):
 
 def test_n_replies_allocate_the_prompt_blocks_once(llm, prompts):
     engine = llm.engine
-    engine.kv.pool.reset_cache()
+    engine.kv.forget_cached()
     ids = prompts[2]  # 52 tokens: three full blocks and a partial one
     assert len(ids) % 16 != 0
     engine.add_request(ids, SamplingParams(n=4, seed=3, temperature=1.0, max_tokens=8, ignore_eos=True))

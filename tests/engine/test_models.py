@@ -162,7 +162,7 @@ def test_generation_config_eos_and_a_context_past_the_sliding_window(tokenizer, 
     path = saved(AutoModelForCausalLM.from_config(config), tokenizer, tmp_path)
     (tmp_path / "generation_config.json").write_text('{"eos_token_id": [7, 9]}')
     llm = LLM(path, dtype="float32")
-    assert {7, 9} <= llm.engine.output.eos_token_ids
+    assert {7, 9} <= llm.engine.scheduler.stop.eos_token_ids
     assert llm.engine.max_model_len == 512  # sliding-window attention: the whole context, not just the window
 
 

@@ -66,11 +66,11 @@ def test_a_seeded_request_gives_the_same_tokens_cold_cached_alone_and_batched(ll
     prompts = [llm.engine.apply_chat_template([{"role": "user", "content": f"{q} (take {i})"}])
                for i, q in enumerate(QUESTIONS * 3)][:20]
     params = [SamplingParams(temperature=0.9, top_p=0.95, seed=100 + i, max_tokens=24) for i in range(len(prompts))]
-    llm.engine.kv.pool.reset_cache()
+    llm.engine.kv.forget_cached()
     alone_cold = [llm.generate(p, s)[0] for p, s in zip(prompts, params)]
     batched_cached = llm.generate(prompts, params)
     assert all(o.num_cached_tokens > 0 for o in batched_cached)
-    llm.engine.kv.pool.reset_cache()
+    llm.engine.kv.forget_cached()
     batched_cold = llm.generate(prompts, params)
     tokens = [[o.outputs[0].token_ids for o in run] for run in (alone_cold, batched_cold, batched_cached)]
     assert tokens[0] == tokens[1] == tokens[2]  # alone = batched (cold), cold = cached (batched)
@@ -83,7 +83,7 @@ def test_the_thread_count_changes_no_token_and_no_logprob(llm):
     runs = []
     for threads in (1, 2):
         llm.engine.cpu_threads = CPUThreads(threads)
-        llm.engine.kv.pool.reset_cache()
+        llm.engine.kv.forget_cached()
         try:
             outputs = llm.generate(prompts, params)  # batched: prefill of many rows, then decodes
         finally:
