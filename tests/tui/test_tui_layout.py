@@ -75,7 +75,7 @@ async def test_typing_after_opening_a_search_hit_goes_to_the_message_box(tmp_pat
         await wait_until(pilot, lambda: pilot.app.screen.hits)
         await pilot.press("down")  # from the query box to the results
         await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen) and screen.leaf == "m_a1")
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen) and screen.session.leaf == "m_a1")
         await pilot.press(*"run")  # r is a message's key: typed, it must not regenerate
         await pilot.pause()
         assert screen.composer.text == "run" and screen.focused is screen.composer

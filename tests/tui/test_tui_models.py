@@ -5,7 +5,7 @@ from textual.widgets import OptionList
 from tui_pilot import chat_screen, reply_written, wait_until
 
 from localchat.app.client.engine_client import EngineClient
-from localchat.app.protocol import SamplingSettings
+from localchat.app.protocol.conversations import SamplingSettings
 from localchat.engine.model_catalog import EMBEDDED_NAME
 from localchat.tui.app import LocalChatApp
 from localchat.tui.screens.models import ModelsScreen
@@ -56,8 +56,11 @@ async def test_f4_switches_the_model_and_a_chat_continued_with_it_says_so(two_mo
             await pick_model(pilot, SECOND_MODEL_NAME)
             assert screen.title == f"localchat · {SECOND_MODEL_NAME}"
             assert (await client.health()).model == SECOND_MODEL_NAME
-            assert any(f"Now running {SECOND_MODEL_NAME}" in n for n in notices(app))
-            assert any(f"written with {EMBEDDED_NAME}" in n for n in notices(app))  # the open chat's model
+            # a notification shows once the app has handled its message, not at once
+            await wait_until(pilot, lambda: any(f"Now running {SECOND_MODEL_NAME}" in n for n in notices(app)),
+                             what="the model's notice")
+            await wait_until(pilot, lambda: any(f"written with {EMBEDDED_NAME}" in n for n in notices(app)),
+                             what="the open chat's model")
 
             await pilot.press(*"More", "enter")
             reply = await reply_written(pilot, screen, old)

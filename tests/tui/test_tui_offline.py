@@ -53,9 +53,9 @@ async def test_keymap_and_theme_come_from_the_config_file(tmp_path):
         screen = await opened(pilot)
         assert app.theme == "nord"
         await pilot.press("ctrl+n")  # remapped away: does nothing
-        assert screen.conversation is not None
+        assert screen.session.conversation is not None
         await pilot.press("ctrl+r")
-        await wait_until(pilot, lambda: screen.conversation is None and not screen.view.views)
+        await wait_until(pilot, lambda: screen.session.conversation is None and not screen.view.views)
 
         await pilot.press("f9")
         help_screen = await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen) and app.screen)
@@ -89,7 +89,7 @@ async def test_the_command_palette_lists_the_chat_actions(tmp_path):
         await wait_until(pilot, lambda: palette.query_one("CommandList").option_count > 0)
         await pilot.press("enter")
         tree_screen = await wait_until(pilot, lambda: isinstance(app.screen, BranchTreeScreen) and app.screen)
-        assert screen.leaf == "m_a3"
+        assert screen.session.leaf == "m_a3"
         tree = tree_screen.query_one(Tree)
         assert tree.cursor_node.data == "m_a3"  # the branch on screen is where the outline starts
         # the outline indents only where the chat branches: the question, then its two replies one level in

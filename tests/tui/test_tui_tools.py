@@ -6,7 +6,7 @@ import pytest
 from textual.widgets import Input, Label, OptionList, RadioButton, TextArea
 from tui_pilot import chat_screen, reply_written, wait_until
 
-from localchat.app.protocol import SamplingSettings
+from localchat.app.protocol.conversations import SamplingSettings
 from localchat.tui.app import LocalChatApp
 from localchat.tui.screens.export import ExportScreen
 from localchat.tui.screens.search import SearchScreen
@@ -31,8 +31,8 @@ async def test_search_finds_a_message_and_opens_its_chat(client, tmp_path):
     await chat_with_reply(client, "Something else entirely.")  # the newest chat: the one opened first
     async with LocalChatApp(client=client, config_file=tmp_path / "tui.toml").run_test(size=SIZE) as pilot:
         screen = await chat_screen(pilot)
-        await wait_until(pilot, lambda: screen.conversation is not None)
-        assert screen.conversation.id != wanted.id
+        await wait_until(pilot, lambda: screen.session.conversation is not None)
+        assert screen.session.conversation.id != wanted.id
         await pilot.press("ctrl+f")
         search = await wait_until(pilot, lambda: isinstance(pilot.app.screen, SearchScreen) and pilot.app.screen)
         await pilot.press(*"axolotl")
@@ -98,7 +98,7 @@ async def test_settings_modal_saves_the_system_prompt_and_sampling(client, tmp_p
         modal.query_one("#stop", TextArea).text = "\n\nTHE END\n"
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: pilot.app.screen is screen and screen.fork_n.get(conversation.id) == 2)
-        await wait_until(pilot, lambda: screen.conversation.system_prompt == "Answer like a pirate.")
+        await wait_until(pilot, lambda: screen.session.conversation.system_prompt == "Answer like a pirate.")
 
         stored = (await client.conversation(conversation.id)).conversation
         assert stored.system_prompt == "Answer like a pirate."

@@ -43,7 +43,7 @@ async def chat_screen(pilot: Pilot, conversation_id: str | None = None) -> ChatS
     def ready():
         screen = pilot.app.screen
         return isinstance(screen, ChatScreen) and (conversation_id is None or (
-            screen.conversation is not None and screen.conversation.id == conversation_id))
+            screen.session.conversation is not None and screen.session.conversation.id == conversation_id))
     await wait_until(pilot, ready, what=f"the chat {conversation_id}")
     return pilot.app.screen
 

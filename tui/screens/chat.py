@@ -1,6 +1,6 @@
-"""The main screen: the chat list, the branch on screen, and the message box; every chat action lives here."""
-
-import time
+"""The main screen: the chat list, the branch on screen, and the message box. It renders a chat session
+(tui/chat_session.py: the open chat, its tree, the branch shown, the reply stream's events applied to them) and turns
+keys into the session's actions and the engine's requests."""
 
 from textual import events
 from textual.app import ComposeResult
@@ -10,20 +10,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static, TextArea
 
 from localchat.app.client.engine_client import EngineClient
-from localchat.app.protocol import (
-    Conversation,
-    DeltaEvent,
-    DoneEvent,
-    ErrorEvent,
-    Health,
-    Message,
-    SearchHit,
-    StartEvent,
-    StreamEvent,
-    UserEvent,
-)
+from localchat.app.protocol.conversations import Conversation, Message, SearchHit, StreamEvent
+from localchat.app.protocol.system import Health
+from localchat.tui.chat_session import BranchShown, ChatSession, Failed, RepliesStarted, ReplyFinished, TextAdded
 from localchat.tui.engine_work import engine_work
-from localchat.tui.message_tree import MessageTree
 from localchat.tui.screens.branch_tree import BranchTreeScreen
 from localchat.tui.screens.confirm import ConfirmScreen
 from localchat.tui.screens.export import ExportChoice, ExportScreen
@@ -65,9 +55,7 @@ class ChatScreen(Screen):
     def __init__(self, client: EngineClient):
         super().__init__()
         self.client = client
-        self.conversation: Conversation | None = None
-        self.branches = MessageTree()
-        self.leaf: str | None = None  # the end of the branch on screen
+        self.session = ChatSession()  # the open chat and the branch on screen
         self.fork_n: dict[str, int] = {}  # per chat
         self.generating_in: str | None = None  # the chat whose replies are being written
         self.writing = False  # a send, regenerate or edit runs (set before its worker starts)
@@ -155,7 +143,7 @@ class ChatScreen(Screen):
 
     def note_other_model(self) -> None:
         """Say so when the open chat was written with another model than the engine runs."""
-        written_with = self.conversation and self.conversation.model
+        written_with = self.session.conversation and self.session.conversation.model
         if written_with and self.model and written_with != self.model:
             self.notify(f"This chat was written with {written_with}; the engine runs {self.model}. Continuing "
                         f"tokenizes its messages again for {self.model} (F4 switches the model).", title="Model")
@@ -165,25 +153,26 @@ class ChatScreen(Screen):
     @engine_work(group="chats")
     async def load_chats(self, open_newest: bool = False) -> None:
         conversations = await self.client.list_conversations()
-        await self.query_one(ChatList).show(conversations, self.conversation and self.conversation.id)
-        if self.conversation is not None:  # its title and settings as stored (the first message names a chat)
-            self.conversation = next((c for c in conversations if c.id == self.conversation.id), self.conversation)
-            self.sub_title = self.conversation.title
+        shown = self.session.conversation
+        await self.query_one(ChatList).show(conversations, shown and shown.id)
+        if shown is not None:  # its title and settings as stored (the first message names a chat)
+            self.session.conversation = next((c for c in conversations if c.id == shown.id), shown)
+            self.sub_title = self.session.conversation.title
         if open_newest and conversations:
             await self.open(conversations[0].id)
 
-    async def open(self, conversation_id: str, leaf: str | None = None) -> None:
-        tree = await self.client.conversation(conversation_id)
-        self.conversation, self.branches = tree.conversation, MessageTree.of(tree)
-        self.sub_title = self.conversation.title
-        await self.show_branch(leaf or self.branches.shown_leaf(self.conversation.active_leaf))
+    async def open(self, conversation_id: str, message_id: str | None = None) -> None:
+        """A chat, on the branch through `message_id` (then remembered as its active one), else on its shown one."""
+        self.session.open(await self.client.conversation(conversation_id), message_id)
+        self.sub_title = self.session.conversation.title
+        await self.show_branch()
         self.note_other_model()
-        if leaf is not None:
-            await self.client.update_conversation(conversation_id, active_leaf=leaf)
+        if message_id is not None:
+            await self.client.update_conversation(conversation_id, active_leaf=self.session.leaf)
 
-    async def show_branch(self, leaf: str | None) -> None:
-        self.leaf = leaf
-        await self.view.show(self.branches, self.branches.path(leaf))
+    async def show_branch(self) -> None:
+        """Render the session's branch."""
+        await self.view.show(self.session.tree, self.session.path())
 
     @engine_work(group="chats")
     async def on_chat_list_opened(self, event: ChatList.Opened) -> None:
@@ -192,32 +181,34 @@ class ChatScreen(Screen):
 
     def action_new_chat(self) -> None:
         """An empty chat; it is created with its first message."""
-        self.conversation, self.branches, self.sub_title = None, MessageTree(), ""
-        self.run_worker(self.show_branch(None))
+        self.session.new_chat()
+        self.sub_title = ""
+        self.run_worker(self.show_branch())
         self.query_one(ChatList).index = None
         self.composer.focus()
 
     def action_rename(self) -> None:
-        if self.conversation is not None:
-            self.app.push_screen(PromptScreen("Rename the chat", self.conversation.title), self.rename)
+        if self.session.conversation is not None:
+            self.app.push_screen(PromptScreen("Rename the chat", self.session.conversation.title), self.rename)
 
     @engine_work()
     async def rename(self, title: str | None) -> None:
         if title:
-            self.conversation = await self.client.rename(self.conversation.id, title.strip())
-            self.sub_title = self.conversation.title
+            self.session.conversation = await self.client.rename(self.session.conversation.id, title.strip())
+            self.sub_title = self.session.conversation.title
             self.load_chats()
 
     def action_delete_chat(self) -> None:
-        if self.conversation is not None:
-            self.app.push_screen(ConfirmScreen(f"Delete “{self.conversation.title}” and all its branches?",
+        if (conversation := self.session.conversation) is not None:
+            self.app.push_screen(ConfirmScreen(f"Delete “{conversation.title}” and all its branches?",
                                                yes="Delete"), self.delete_chat)
 
     @engine_work()
     async def delete_chat(self, confirmed: bool) -> None:
         if confirmed:
-            await self.client.delete_conversation(self.conversation.id)
-            self.notify(f"Deleted “{self.conversation.title}”")
+            conversation = self.session.conversation
+            await self.client.delete_conversation(conversation.id)
+            self.notify(f"Deleted “{conversation.title}”")
             self.action_new_chat()
             self.load_chats()
 
@@ -227,8 +218,7 @@ class ChatScreen(Screen):
     @engine_work(group="chats")
     async def open_hit(self, hit: SearchHit | None) -> None:
         if hit is not None:
-            tree = await self.client.conversation(hit.conversation_id)
-            await self.open(hit.conversation_id, leaf=MessageTree.of(tree).newest_leaf(hit.message_id))
+            await self.open(hit.conversation_id, message_id=hit.message_id)
             await self.query_one(ChatList).show(await self.client.list_conversations(), hit.conversation_id)
             if (view := self.view.view_of(hit.message_id)) is not None:
                 view.scroll_visible(top=True)
@@ -272,25 +262,25 @@ class ChatScreen(Screen):
 
     @engine_work(group="branch")
     async def switch_branch(self, message_id: str, delta: int) -> None:
-        siblings = self.branches.siblings(message_id)
-        at = siblings.index(message_id) + delta
-        if not 0 <= at < len(siblings) or self.generating_in is not None:
-            return
-        await self.show_branch(self.branches.newest_leaf(siblings[at]))
-        self.view.view_of(siblings[at]).focus()
-        await self.client.update_conversation(self.conversation.id, active_leaf=self.leaf)
+        if self.generating_in is None and (sibling := self.session.step_sibling(message_id, delta)) is not None:
+            await self.show_picked(sibling)
 
     def action_branch_tree(self) -> None:
-        if self.conversation is not None:
-            path = [message.id for message in self.branches.path(self.leaf)]
-            self.app.push_screen(BranchTreeScreen(self.conversation.title, self.branches, path), self.pick_branch)
+        if (conversation := self.session.conversation) is not None:
+            path = [message.id for message in self.session.path()]
+            self.app.push_screen(BranchTreeScreen(conversation.title, self.session.tree, path), self.pick_branch)
 
     @engine_work(group="branch")
     async def pick_branch(self, message_id: str | None) -> None:
         if message_id is not None:
-            await self.show_branch(self.branches.newest_leaf(message_id))
-            self.view.view_of(message_id).focus()
-            await self.client.update_conversation(self.conversation.id, active_leaf=self.leaf)
+            self.session.pick(message_id)
+            await self.show_picked(message_id)
+
+    async def show_picked(self, message_id: str) -> None:
+        """The branch through `message_id`, just picked: shown, the message focused, remembered as the active one."""
+        await self.show_branch()
+        self.view.view_of(message_id).focus()
+        await self.client.update_conversation(self.session.conversation.id, active_leaf=self.session.leaf)
 
     def action_copy_message(self) -> None:
         if self.target is not None:
@@ -311,15 +301,15 @@ class ChatScreen(Screen):
         self.notify(f"Copied code block {index + 1} of {len(blocks)}")
 
     def action_export(self) -> None:
-        if self.conversation is not None:
-            self.app.push_screen(ExportScreen(self.conversation.title), self.export)
+        if self.session.conversation is not None:
+            self.app.push_screen(ExportScreen(self.session.conversation.title), self.export)
 
     @engine_work()
     async def export(self, choice: ExportChoice | None) -> None:
         if choice is None:
             return
-        text = await self.client.export(self.conversation.id, choice.format,
-                                        leaf=self.leaf if choice.format == "markdown" else None)
+        text = await self.client.export(self.session.conversation.id, choice.format,
+                                        leaf=self.session.leaf if choice.format == "markdown" else None)
         try:
             choice.path.write_text(text)
         except OSError as error:
@@ -332,14 +322,14 @@ class ChatScreen(Screen):
 
     @engine_work()
     async def edit_settings(self) -> None:
-        conversation = self.conversation or await self.create_chat()
+        conversation = self.session.conversation or await self.create_chat()
         limits = await self.client.limits()
         choice = await self.app.push_screen_wait(SettingsScreen(conversation, self.n_of(conversation.id), limits))
         if choice is not None:
             await self.save_settings(conversation.id, choice)
 
     async def save_settings(self, conversation_id: str, choice: ChatSettings) -> None:
-        self.conversation = await self.client.update_conversation(
+        self.session.conversation = await self.client.update_conversation(
             conversation_id, system_prompt=choice.system_prompt, settings=choice.sampling)
         self.fork_n[conversation_id] = choice.fork_n
         self.notify("Settings saved")
@@ -348,10 +338,10 @@ class ChatScreen(Screen):
         return self.fork_n.get(conversation_id, DEFAULT_FORK_N)
 
     async def create_chat(self) -> Conversation:
-        self.conversation = await self.client.create_conversation()
-        self.branches, self.leaf = MessageTree(), None
-        await self.query_one(ChatList).show(await self.client.list_conversations(), self.conversation.id)
-        return self.conversation
+        self.session.new_chat(await self.client.create_conversation())
+        conversation = self.session.conversation
+        await self.query_one(ChatList).show(await self.client.list_conversations(), conversation.id)
+        return conversation
 
     # --- writing replies ---
 
@@ -360,16 +350,17 @@ class ChatScreen(Screen):
 
     def action_fork(self) -> None:
         """N replies: to the text in the message box, else beside the focused (or last) reply."""
+        conversation = self.session.conversation
         if self.composer.text.strip() or self.target is None:
-            self.send(n=self.n_of(self.conversation.id) if self.conversation else DEFAULT_FORK_N)
+            self.send(n=self.n_of(conversation.id) if conversation else DEFAULT_FORK_N)
         else:
-            self.regenerate(self.n_of(self.conversation.id))
+            self.regenerate(self.n_of(conversation.id))
 
     def send(self, n: int) -> None:
         text = self.composer.text.strip()
         if text and self.can_generate():
             self.composer.clear()
-            self.write_replies(lambda conversation_id: self.client.send(conversation_id, text, self.leaf, n=n))
+            self.write_replies(lambda conversation_id: self.client.send(conversation_id, text, self.session.leaf, n=n))
 
     def action_regenerate(self) -> None:
         self.regenerate(1)
@@ -424,52 +415,53 @@ class ChatScreen(Screen):
     @engine_work(group="generation")
     async def stream_replies(self, start) -> None:
         try:
-            conversation = self.conversation or await self.create_chat()
+            conversation = self.session.conversation or await self.create_chat()
             self.generating_in = conversation.id
             async for event in start(conversation.id):
-                if self.conversation is not None and self.conversation.id == conversation.id:
+                shown = self.session.conversation
+                if shown is not None and shown.id == conversation.id:
                     await self.show_event(event)
         finally:
             self.generating_in, self.writing, self.focus_reply = None, False, False
             self.load_chats()
 
     async def show_event(self, event: StreamEvent) -> None:
-        match event:
-            case UserEvent(message=message):
-                self.branches.add(message)
-                await self.show_branch(message.id)
-            case StartEvent(parent_id=parent_id, message_ids=ids, model=model, retokenized_from=others):
-                if model:
-                    self.show_model(model)  # another client may have switched it meanwhile
-                if others:
-                    self.notify(f"Continuing with {model}: the messages written with {', '.join(others)} were "
-                                f"tokenized again for it.", title="Model")
-                replies = [Message(id=i, conversation_id=self.conversation.id, parent_id=parent_id,
-                                   role="assistant", content="", created_at=time.time()) for i in ids]
-                for reply in replies:
-                    self.branches.add(reply)
-                if len(replies) == 1:
-                    await self.show_branch(ids[0])
-                    if self.focus_reply:
-                        self.view.view_of(ids[0]).focus()
-                else:
-                    await self.show_branch(parent_id)
-                    self.picker = ForkPicker(replies, stop=self.stop_generation)
-                    await self.app.push_screen(self.picker, self.pick_reply)
-                for i in ids:
-                    self.writer(i).start_stream()
-            case DeltaEvent(message_id=message_id, text=text):
+        """Render what one event of the reply stream changed (the session applies it)."""
+        match self.session.apply(event):
+            case BranchShown():
+                await self.show_branch()
+            case RepliesStarted() as started:
+                await self.show_replies(started)
+            case TextAdded(message_id=message_id, text=text):
                 if (writer := self.writer(message_id)) is not None:
                     await writer.write(text)
-            case DoneEvent(message=message):
-                self.branches.add(message)
-                if self.picker is not None and self.picker.card_of(message.id) is not None:
-                    await self.picker.finish(message)
-                elif (writer := self.writer(message.id)) is not None:
-                    await writer.finish(message)
-                    self.view.show_positions(self.branches)
-            case ErrorEvent(message=message):
+            case ReplyFinished(message=message):
+                await self.show_finished(message)
+            case Failed(message=message):
                 self.notify(message, title="The engine failed", severity="error")
+
+    async def show_replies(self, started: RepliesStarted) -> None:
+        """Replies began: one is written in the branch on screen, several in the N-reply picker."""
+        if started.model:
+            self.show_model(started.model)  # another client may have switched it meanwhile
+        if started.retokenized_from:
+            self.notify(f"Continuing with {started.model}: the messages written with "
+                        f"{', '.join(started.retokenized_from)} were tokenized again for it.", title="Model")
+        await self.show_branch()
+        if started.fork is not None:
+            self.picker = ForkPicker(list(started.replies), stop=self.stop_generation)
+            await self.app.push_screen(self.picker, self.pick_reply)
+        elif self.focus_reply:
+            self.view.view_of(started.replies[0].id).focus()
+        for reply in started.replies:
+            self.writer(reply.id).start_stream()
+
+    async def show_finished(self, message: Message) -> None:
+        if self.picker is not None and self.picker.card_of(message.id) is not None:
+            await self.picker.finish(message)
+        elif (writer := self.writer(message.id)) is not None:
+            await writer.finish(message)
+            self.view.show_positions(self.session.tree)
 
     def writer(self, message_id: str):
         """Where a reply being written is shown: its card in the N-reply picker, else its message on screen."""
@@ -482,8 +474,8 @@ class ChatScreen(Screen):
         """The picker closed: continue from the chosen reply (or the first, which the engine made active)."""
         replies = self.picker.replies
         self.picker = None
-        chosen = message_id or replies[0].id
-        await self.show_branch(self.branches.newest_leaf(chosen))
+        self.session.pick(message_id or replies[0].id)
+        await self.show_branch()
         self.composer.focus()
         if message_id is not None:
-            await self.client.update_conversation(self.conversation.id, active_leaf=message_id)
+            await self.client.update_conversation(self.session.conversation.id, active_leaf=message_id)

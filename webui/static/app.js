@@ -1,6 +1,8 @@
-// The web UI: which chat is open, which branch is shown, and the reply being streamed.
+// The web UI: renders a chat session (chat_session.js: which chat is open, which branch is shown, the replies being
+// streamed) and turns clicks and keys into its actions.
 import * as api from "./api.js";
 import { BranchTreeView } from "./branches.js";
+import { BranchShown, ChatSession, Failed, ReplyFinished, RepliesStarted, TextAdded } from "./chat_session.js";
 import { copyText, setRange } from "./dom.js";
 import { fillHelp, installShortcuts } from "./keys.js";
 import { ModelPicker } from "./models.js";
@@ -8,7 +10,6 @@ import { Panels } from "./panels.js";
 import { SettingsDialog } from "./settings.js";
 import { Sidebar } from "./sidebar.js";
 import { ThreadView } from "./thread.js";
-import { Tree } from "./tree.js";
 
 const $ = (id) => document.getElementById(id);
 const FOLLOW_INTERVAL_MS = 1000;  // a reply written by another client is saved every second
@@ -16,10 +17,7 @@ const FOLLOW_INTERVAL_MS = 1000;  // a reply written by another client is saved 
 class App {
   constructor() {
     this.conversations = [];
-    this.conversation = null;
-    this.tree = new Tree();
-    this.leaf = null;  // the last message of the shown branch
-    this.fork = null;  // {parentId, ids}: n replies shown side by side until one is picked
+    this.session = new ChatSession();
     this.streaming = null;  // the id of the chat whose replies are being written
     this.openings = 0;  // a chat opened later wins over one still loading
     this.following = null;  // the timer that reloads a chat while another client writes its replies
@@ -27,11 +25,11 @@ class App {
       onSwitch: (id, step) => this.switchSibling(id, step),
       onEdit: (id, text) => this.edit(id, text),
       onRegenerate: (id) => this.regenerate(id),
-      onPick: (id) => this.showBranch(id),
+      onPick: (id) => this.pickBranch(id),
     });
     this.branches = new BranchTreeView($("branches"), (id) => {
       this.panels.closeDrawers();
-      this.showBranch(this.tree.descend(id));
+      this.pickBranch(id);
     });
     this.panels = new Panels({
       app: $("app"), scrim: $("scrim"), sidebarButton: $("open-sidebar"), menuButton: $("open-menu"),
@@ -75,7 +73,7 @@ class App {
     });
     window.addEventListener("hashchange", () => {  // a link to a chat: #<conversation id>
       const id = chatInLocation();
-      if (id && id !== this.conversation?.id) this.open(id).catch((e) => this.showError(e));
+      if (id && id !== this.session.conversation?.id) this.open(id).catch((e) => this.showError(e));
     });
     installShortcuts(this);
   }
@@ -104,14 +102,11 @@ class App {
 
   async open(id, messageId = null) {
     const opening = ++this.openings;
-    const { conversation, messages } = await api.getConversation(id);
+    const tree = await api.getConversation(id);
     if (!this.conversations.some((c) => c.id === id)) this.conversations = await api.listConversations();
     if (opening !== this.openings) return;
-    if (this.conversation?.id !== id) this.thread.clear();
-    this.conversation = conversation;
-    this.tree = new Tree(messages);
-    this.fork = null;
-    this.leaf = messageId ? this.tree.descend(messageId) : this.tree.openingLeaf(conversation.active_leaf);
+    if (this.session.conversation?.id !== id) this.thread.clear();
+    this.session.open(tree, messageId);
     this.render();
     if (messageId) {
       this.rememberLeaf();
@@ -122,13 +117,13 @@ class App {
   /** While another client writes replies in the open chat, reload it every second until they are done. */
   followWriting() {
     clearTimeout(this.following);
-    const id = this.conversation?.id;
-    if (!id || this.streaming || !this.tree.writing()) return;
+    const id = this.session.conversation?.id;
+    if (!id || this.streaming || !this.session.tree.writing()) return;
     this.following = setTimeout(async () => {
       try {
         const { messages } = await api.getConversation(id);
-        if (this.conversation?.id !== id || this.streaming) return;
-        if (this.tree.merge(messages)) this.render();
+        if (this.session.conversation?.id !== id || this.streaming) return;
+        if (this.session.tree.merge(messages)) this.render();
         else this.followWriting();
       } catch (error) {
         this.showError(error);
@@ -137,7 +132,7 @@ class App {
   }
 
   showTitle() {
-    const c = this.conversation;
+    const c = this.session.conversation;
     const title = c ? c.title : "New chat";
     $("chat-title").textContent = title;
     $("chat-title").title = title;
@@ -146,18 +141,18 @@ class App {
   }
 
   render() {
-    const c = this.conversation;
+    const c = this.session.conversation;
     const hash = c ? `#${encodeURIComponent(c.id)}` : "";  // a link to the chat (a new one has none yet)
     if (location.hash !== hash) history.replaceState(null, "", hash || location.pathname);
     this.showTitle();
-    $("empty-chat").hidden = Boolean(this.leaf);
+    $("empty-chat").hidden = Boolean(this.session.leaf);
     for (const id of ["open-menu", "settings", "toggle-branches", "export-markdown", "export-json"]) $(id).hidden = !c;
     this.panels.setChat(Boolean(c));
     if (c) {
-      $("export-markdown").href = api.exportUrl(c.id, "markdown", this.savedLeaf());
+      $("export-markdown").href = api.exportUrl(c.id, "markdown", this.session.savedLeaf());
       $("export-json").href = api.exportUrl(c.id, "json");
     }
-    if (this.leaf) this.thread.render(this.tree, this.leaf, this.fork);
+    if (this.session.leaf) this.thread.render(this.session);
     else this.thread.clear();
     this.renderBranches();
     this.renderChats();
@@ -165,43 +160,41 @@ class App {
   }
 
   renderBranches() {
-    if (this.panels.branchesOpen) this.branches.render(this.tree, this.leaf);
+    if (this.panels.branchesOpen) this.branches.render(this.session.tree, this.session.leaf);
   }
 
   renderChats() {
-    if (!this.sidebar.searching) this.sidebar.showChats(this.conversations, this.conversation?.id);
+    if (!this.sidebar.searching) this.sidebar.showChats(this.conversations, this.session.conversation?.id);
   }
 
   async refreshChats() {
     this.conversations = await api.listConversations();
-    this.conversation = this.conversations.find((c) => c.id === this.conversation?.id) ?? this.conversation;
+    const open = this.session.conversation;
+    this.session.conversation = this.conversations.find((c) => c.id === open?.id) ?? open;
     this.showTitle();
     this.renderChats();
   }
 
-  /** The shown branch's leaf if the server has it (a streaming reply is saved when it finishes). */
-  savedLeaf() {
-    const message = this.leaf && this.tree.get(this.leaf);
-    return message && !message.streaming ? message.id : null;
+  /** Show the branch through `id` (down its newest replies), and remember it as the chat's active branch. */
+  pickBranch(id) {
+    this.session.pick(id);
+    this.showPicked();
   }
 
-  /** Show the branch that ends at `leaf`, and remember it as the chat's active branch. */
-  showBranch(leaf) {
-    this.leaf = leaf;
-    this.fork = null;
+  switchSibling(id, step) {
+    if (this.session.stepSibling(id, step)) this.showPicked();
+  }
+
+  showPicked() {
     this.render();
     this.rememberLeaf();
   }
 
   rememberLeaf() {
-    const leaf = this.savedLeaf();
-    if (leaf) api.updateConversation(this.conversation.id, { active_leaf: leaf }).catch((e) => this.showError(e));
-  }
-
-  switchSibling(id, step) {
-    const siblings = this.tree.siblings(id);
-    const next = siblings[siblings.indexOf(id) + step];
-    if (next) this.showBranch(this.tree.descend(next));
+    const leaf = this.session.savedLeaf();
+    if (leaf) {
+      api.updateConversation(this.session.conversation.id, { active_leaf: leaf }).catch((e) => this.showError(e));
+    }
   }
 
   // --- writing ---
@@ -224,24 +217,25 @@ class App {
     const input = $("message");
     const content = input.value;
     if (!content.trim() || this.streaming) return;
-    if (!this.conversation) await this.newChat();
+    if (!this.session.conversation) await this.newChat();
     input.value = "";
-    const parentId = this.fork ? this.fork.ids[0] : this.savedLeaf();
-    await this.stream(api.sendMessage(this.conversation.id, content, parentId, this.takeReplies()));
+    const { conversation, fork } = this.session;
+    const parentId = fork ? fork.ids[0] : this.session.savedLeaf();
+    await this.stream(api.sendMessage(conversation.id, content, parentId, this.takeReplies()));
   }
 
   async edit(id, content) {
     if (this.streaming) return;
-    await this.stream(api.editMessage(this.conversation.id, id, content, this.takeReplies()));
+    await this.stream(api.editMessage(this.session.conversation.id, id, content, this.takeReplies()));
   }
 
   async regenerate(id) {
     if (this.streaming) return;
-    await this.stream(api.regenerate(this.conversation.id, id, this.takeReplies()));
+    await this.stream(api.regenerate(this.session.conversation.id, id, this.takeReplies()));
   }
 
   regenerateLast() {
-    const path = this.leaf ? this.tree.path(this.fork ? this.fork.ids[0] : this.leaf) : [];
+    const path = this.session.tree.path(this.session.leaf);  // a fork's first reply while it is shown
     const last = path.findLast((m) => m.role === "assistant") ?? path.at(-1);
     if (last) this.regenerate(last.id);
   }
@@ -257,12 +251,12 @@ class App {
 
   /** Show the events of a send, edit or regenerate as they come. */
   async stream(events) {
-    const conversationId = this.conversation.id;
+    const conversationId = this.session.conversation.id;
     this.setStreaming(conversationId);
     this.showError(null);
     try {
       for await (const event of events) {
-        if (this.conversation?.id !== conversationId) continue;  // another chat was opened meanwhile
+        if (this.session.conversation?.id !== conversationId) continue;  // another chat was opened meanwhile
         this.handle(event);
       }
     } catch (error) {
@@ -274,41 +268,24 @@ class App {
     }
   }
 
+  /** Render what one event of the reply stream changed (the session applies it). */
   handle(event) {
-    switch (event.type) {
-      case "user":
-        this.tree.add(event.message);
-        this.leaf = event.message.id;
-        this.fork = null;
-        this.render();
-        this.refreshChats().catch((e) => this.showError(e));
-        break;
-      case "start":
-        for (const id of event.message_ids) {
-          this.tree.add({ id, parent_id: event.parent_id, role: "assistant", content: "", streaming: true });
-        }
-        this.leaf = event.message_ids[0];
-        this.fork = event.message_ids.length > 1 ? { parentId: event.parent_id, ids: event.message_ids } : null;
-        this.models.showStart(event.model, event.retokenized_from);
-        this.render();
-        break;
-      case "delta": {
-        const reply = this.tree.get(event.message_id);
-        if (!reply) break;  // the chat was opened again meanwhile: its reply shows once saved
-        reply.content += event.text;
-        this.thread.textChanged(event.message_id);
-        break;
-      }
-      case "done":
-        this.tree.add(event.message);
-        this.thread.update(event.message);
-        this.renderBranches();
-        if (event.message.id === this.leaf) $("export-markdown").href = api.exportUrl(
-          this.conversation.id, "markdown", this.leaf);
-        break;
-      case "error":
-        this.showError(event.message);
-        break;
+    const change = this.session.apply(event);
+    if (change instanceof BranchShown) {
+      this.render();
+      this.refreshChats().catch((e) => this.showError(e));
+    } else if (change instanceof RepliesStarted) {
+      this.models.showStart(change.model, change.retokenizedFrom);
+      this.render();
+    } else if (change instanceof TextAdded) {
+      this.thread.textChanged(change.messageId);
+    } else if (change instanceof ReplyFinished) {
+      this.thread.update(change.message);
+      this.renderBranches();
+      const { conversation, leaf } = this.session;
+      if (change.shown) $("export-markdown").href = api.exportUrl(conversation.id, "markdown", leaf);
+    } else if (change instanceof Failed) {
+      this.showError(change.message);
     }
   }
 
@@ -342,10 +319,7 @@ class App {
     const conversation = await api.createConversation();
     this.conversations.unshift(conversation);
     this.thread.clear();
-    this.conversation = conversation;
-    this.tree = new Tree();
-    this.leaf = null;
-    this.fork = null;
+    this.session.newChat(conversation);
     this.render();
     $("message").focus();
   }
@@ -360,11 +334,8 @@ class App {
     if (!(await confirmDelete(`Delete “${title}” and all its branches?`))) return;
     await api.deleteConversation(id);
     this.conversations = this.conversations.filter((c) => c.id !== id);
-    if (this.conversation?.id === id) {
-      this.conversation = null;
-      this.tree = new Tree();
-      this.leaf = null;
-      this.fork = null;
+    if (this.session.conversation?.id === id) {
+      this.session.newChat(null);
       if (this.conversations.length) await this.open(this.conversations[0].id);
       else this.render();
     } else {
@@ -388,16 +359,16 @@ class App {
   }
 
   editSettings() {
-    if (!this.conversation) return;
-    const id = this.conversation.id;
-    this.settings.edit(this.conversation, async (fields) => {
-      const conversation = await api.updateConversation(id, fields);
-      if (this.conversation?.id === id) this.conversation = conversation;
+    const open = this.session.conversation;
+    if (!open) return;
+    this.settings.edit(open, async (fields) => {
+      const conversation = await api.updateConversation(open.id, fields);
+      if (this.session.conversation?.id === open.id) this.session.conversation = conversation;
     });
   }
 
   toggleBranches() {
-    if (this.conversation) this.panels.toggleBranches();
+    if (this.session.conversation) this.panels.toggleBranches();
   }
 
   showHelp() {

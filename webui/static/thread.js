@@ -17,10 +17,10 @@ export class ThreadView {
     this.container.replaceChildren();
   }
 
-  /** The branch root..leaf, or root..fork.parentId followed by the fork's replies as cards. */
-  render(tree, leaf, fork) {
-    const path = tree.path(fork ? fork.parentId : leaf);
-    const nodes = path.map((message) => {
+  /** A chat session's branch on screen (root..leaf, or root..fork.parentId followed by the fork's replies as cards). */
+  render(session) {
+    const { tree, fork } = session;
+    const nodes = session.path().map((message) => {
       const view = this.viewOf(this.views, message);
       const siblings = tree.siblings(message.id);
       view.showPosition(siblings.indexOf(message.id), siblings.length);

@@ -60,8 +60,8 @@ export class Tree {
     return path.reverse();
   }
 
-  /** From `id` down through the newest child at each step to a leaf. */
-  descend(id) {
+  /** The end of the branch through `id`, following the newest child down. */
+  newestLeaf(id) {
     let children = this.childrenOf(id);
     while (children.length) {
       id = children[children.length - 1];
@@ -70,11 +70,11 @@ export class Tree {
     return id;
   }
 
-  /** The leaf to show on opening: the remembered one (followed down), else the newest message's branch. */
-  openingLeaf(activeLeaf) {
-    if (activeLeaf && this.has(activeLeaf)) return this.descend(activeLeaf);
+  /** The branch to open a chat on: the active one (down to its newest end), else the newest message's. */
+  shownLeaf(activeLeaf) {
+    if (activeLeaf && this.has(activeLeaf)) return this.newestLeaf(activeLeaf);
     let newest = null;
     for (const m of this.byId.values()) if (!newest || m.created_at >= newest.created_at) newest = m;
-    return newest ? this.descend(newest.id) : null;
+    return newest ? this.newestLeaf(newest.id) : null;
   }
 }
