@@ -44,6 +44,26 @@ class AsyncLLM:
         return self.engine.tokenizer
 
     @property
+    def model_name(self) -> str:
+        return self.engine.model_name
+
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.max_model_len
+
+    def tokenize(self, prompt: str | list[int]) -> list[int]:
+        return self.engine.tokenize(prompt)
+
+    def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        """The chat's prompt token ids, with the tools for a template that renders them (LLMEngine's)."""
+        return self.engine.apply_chat_template(messages, tools)
+
+    def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
+        """LLMEngine.check_request: a clear ValueError for a request the engine cannot run (its grammar is compiled
+        here: a big one takes seconds, so call it off the event loop)."""
+        return self.engine.check_request(prompt_token_ids, params)
+
+    @property
     def alive(self) -> bool:
         return not self._stopped and self.error is None
 

@@ -11,7 +11,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
-SHARED = ("localchat.app.protocol", "localchat.app.paths", "localchat.app.engine_state", "localchat.app.sse")
+SHARED = ("localchat.app.protocol", "localchat.app.markdown", "localchat.app.paths", "localchat.app.engine_state",
+          "localchat.app.sse")
 
 
 def part(module: str) -> str | None:

@@ -2,7 +2,7 @@
 
 from collections import defaultdict
 
-from localchat.app.protocol import ConversationTree, Message
+from localchat.app.protocol.conversations import ConversationTree, Message
 
 
 class MessageTree:

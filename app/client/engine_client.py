@@ -15,26 +15,23 @@ import msgspec
 from localchat.app import paths
 from localchat.app.client import engine_process
 from localchat.app.engine_state import read_state
-from localchat.app.protocol import (
+from localchat.app.protocol.conversations import (
     Conversation,
     ConversationCreate,
     ConversationTree,
     ConversationUpdate,
     EditMessage,
-    Health,
-    Limits,
-    LoginCode,
-    ModelCatalog,
-    ModelChoice,
     Regenerate,
     SamplingSettings,
     SearchHit,
     SendMessage,
-    SessionsRevoked,
     StopRequest,
     StopResult,
     StreamEvent,
 )
+from localchat.app.protocol.limits import Limits
+from localchat.app.protocol.models import ModelCatalog, ModelChoice
+from localchat.app.protocol.system import Health, LoginCode, SessionsRevoked
 from localchat.app.sse import async_data_lines
 
 

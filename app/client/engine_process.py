@@ -14,7 +14,7 @@ import msgspec
 
 from localchat.app import paths
 from localchat.app.engine_state import EngineState, lock_is_free, read_state
-from localchat.app.protocol import Health
+from localchat.app.protocol.system import Health
 
 STOP_TIMEOUT_S = 30  # the engine's graceful shutdown (10 s) and some
 

@@ -13,7 +13,7 @@ from localchat.app import paths
 from localchat.app.client import engine_process
 from localchat.app.client.engine_client import raise_for_status
 from localchat.app.engine_state import read_state
-from localchat.app.protocol import ChatCompletionChunk
+from localchat.app.protocol.openai import ChatCompletionChunk
 from localchat.app.sse import data_lines
 
 

@@ -20,24 +20,19 @@ from litestar.response import Redirect
 from litestar.routes import HTTPRoute
 
 from localchat.app import paths
-from localchat.app.protocol import (
-    PATTERN_MEANINGS,
-    ErrorBody,
-    ErrorDetail,
-    Health,
-    Limit,
-    Limits,
-    LoginCode,
-    SessionsRevoked,
-)
-from localchat.app.server.backends import Backend, BackendNotReady, BackendRequestError, EmbeddedBackend, RemoteBackend
+from localchat.app.protocol.limits import PATTERN_MEANINGS, Limit, Limits
+from localchat.app.protocol.system import ErrorBody, ErrorDetail, Health, LoginCode, SessionsRevoked
+from localchat.app.server.active_requests import ActiveRequests
+from localchat.app.server.backends import Backend, BackendDep, BackendNotReady, BackendRequestError
 from localchat.app.server.config import MAX_REQUEST_BYTES, ServerConfig
-from localchat.app.server.conversations import ActiveRequests, Conversations
+from localchat.app.server.conversations import Conversations
 from localchat.app.server.conversations_api import ConversationController, SearchController
+from localchat.app.server.embedded_backend import EmbeddedBackend
 from localchat.app.server.json_body import JSONBodyRequest
 from localchat.app.server.models_api import ModelsController, remembered_model
 from localchat.app.server.openai_api import OpenAIController, OpenAIRelay
 from localchat.app.server.openapi import StructSchemas
+from localchat.app.server.remote_backend import RemoteBackend
 from localchat.app.server.security import (
     COOKIE_NAME,
     LOGIN_CODE_TTL_S,
@@ -65,7 +60,7 @@ def make_backend(settings: ServerConfig) -> Backend:
 
 class SystemController(Controller):
     @get("/health")
-    async def health(self, backend: NamedDependency[Backend]) -> Health:
+    async def health(self, backend: BackendDep) -> Health:
         """Open to anyone on loopback: no conversation data, only whether the model is ready."""
         loading, error = backend.loading, backend.error
         status = ("stopping" if backend.stopping else "error" if error else "ready" if loading.ready else "loading")
@@ -74,7 +69,7 @@ class SystemController(Controller):
                       chat=backend.can_chat if status == "ready" else None)
 
     @get("/metrics", media_type=MediaType.TEXT)
-    async def metrics(self, backend: NamedDependency[Backend], throughput: NamedDependency["Throughput"]) -> str:
+    async def metrics(self, backend: BackendDep, throughput: NamedDependency["Throughput"]) -> str:
         """Prometheus text format."""
         stats = await backend.stats()
         rate = throughput.sample(stats.get("generated_tokens", 0))
@@ -304,7 +299,7 @@ def create_app(settings: ServerConfig | None = None, *, backend: Backend | None 
 
     app = Litestar(
         route_handlers=[SystemController, AuthController, LimitsController, ModelsController,
-                        OpenAIRelay if isinstance(backend, RemoteBackend) else OpenAIController,
+                        OpenAIRelay if backend.relays_openai else OpenAIController,
                         ConversationController, SearchController, *webui_routes],
         dependencies={"store": value(store), "backend": value(backend), "active": value(active),
                       "conversations": value(conversations), "codes": value(codes), "sessions": value(sessions),

@@ -12,10 +12,10 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
-from localchat.app.protocol import (
+from localchat.app.protocol.conversations import (
     Conversation,
     DeltaEvent,
     DoneEvent,
@@ -25,23 +25,14 @@ from localchat.app.protocol import (
     SamplingSettings,
     StartEvent,
     StreamEvent,
-    ToolCall,
 )
+from localchat.app.server.active_requests import ActiveRequest, ActiveRequests
 from localchat.app.server.backends import Backend, Update, failure_message
 from localchat.app.server.chat_template import ChatTemplate
+from localchat.app.server.sampling import Sampling, reply_sampling
 from localchat.app.server.store import Store, new_id
-from localchat.app.server.tool_calls import (
-    IN_SYSTEM_PROMPT,
-    CallReader,
-    ToolSyntax,
-    call_grammar,
-    check_tool_choice,
-    finish_reason,
-    template_chat,
-    template_tools,
-)
-from localchat.engine.sampling_params import SamplingParams
-from localchat.engine.structured_output import StructuredOutput
+from localchat.app.server.tool_calls import finish_reason, template_chat, template_tools
+from localchat.engine.outputs import CompletionOutput
 
 DEFAULT_TITLE = "New chat"
 TITLE_LENGTH = 60
@@ -49,45 +40,6 @@ SAVE_INTERVAL_S = 1.0  # a streaming reply's text is saved this often
 STOP_WAIT_S = 10.0  # how long a delete waits for its stopped replies to be saved
 
 log = logging.getLogger("localchat.app")
-
-
-def sampling_params(settings: SamplingSettings, n: int, structured: StructuredOutput | None = None
-                    ) -> SamplingParams:
-    """Raises ValueError on a value out of range (SamplingParams checks every limit) or a tool setting that cannot
-    be met."""
-    check_tool_choice(settings.tools, settings.tool_choice == "required", None, "json_mode" if settings.json_mode
-                      else None)
-    return SamplingParams(n=n, temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,
-                          min_p=settings.min_p, repetition_penalty=settings.repetition_penalty,
-                          presence_penalty=settings.presence_penalty, frequency_penalty=settings.frequency_penalty,
-                          seed=settings.seed, max_tokens=settings.max_tokens, stop=list(settings.stop),
-                          structured=structured)
-
-
-@dataclass
-class ActiveRequest:
-    conversation_id: str | None  # None: an /v1 request
-    message_ids: list[str]  # the replies it writes
-    done: asyncio.Event = field(default_factory=asyncio.Event)  # set once its replies are saved
-
-
-@dataclass
-class ActiveRequests:
-    """The requests in flight, so that stop, delete and shutdown can abort them and wait for their ends."""
-
-    requests: dict[str, ActiveRequest] = field(default_factory=dict)
-
-    def add(self, request_id: str, conversation_id: str | None = None, message_ids: list[str] = ()) -> None:
-        self.requests[request_id] = ActiveRequest(conversation_id, list(message_ids))
-
-    def remove(self, request_id: str) -> None:
-        request = self.requests.pop(request_id, None)
-        if request is not None:
-            request.done.set()
-
-    def matching(self, conversation_id: str, message_id: str | None = None) -> dict[str, ActiveRequest]:
-        return {rid: r for rid, r in self.requests.items()
-                if r.conversation_id == conversation_id and (message_id is None or message_id in r.message_ids)}
 
 
 def _path_to(message: Message, by_id: dict[str, Message]) -> list[Message]:
@@ -104,42 +56,40 @@ class Conversations:
 
     # --- the branch as a chat and as token ids (pure: run off the event loop, see to_thread) ---
 
-    @property
-    def tool_syntax(self) -> ToolSyntax:
-        """How the model writes tool calls (a remote server's: taught in a system message)."""
-        template = self.backend.template
-        return template.tool_syntax if template else IN_SYSTEM_PROMPT
-
     def chat(self, conversation: Conversation, path: list[Message]) -> list[dict]:
         """The branch as the chat template takes it: the conversation's tools (its settings') shape how its tool
         calls and results are written (tool_calls.template_chat)."""
         system = [{"role": "system", "content": conversation.system_prompt}] if conversation.system_prompt else []
         messages = system + [{"role": m.role, "content": m.content, "tool_calls": m.tool_calls,
                               "tool_call_id": m.tool_call_id} for m in path]
-        return template_chat(messages, conversation.settings.tools, self.tool_syntax)[0]
+        return template_chat(messages, conversation.settings.tools, self.backend.tool_syntax)[0]
 
-    def template(self, conversation: Conversation) -> ChatTemplate | None:
-        """The backend's chat template, rendering the conversation's tools where the template renders tools."""
-        if self.backend.template is None:
-            return None
-        return self.backend.template.with_tools(template_tools(conversation.settings.tools, self.tool_syntax))
+    def template(self, conversation: Conversation) -> ChatTemplate:
+        """The backend's chat template (renders_templates), rendering the conversation's tools where the template
+        renders tools."""
+        tools = template_tools(conversation.settings.tools, self.backend.tool_syntax)
+        return self.backend.template.with_tools(tools)
+
+    @property
+    def renders_now(self) -> bool:
+        """Whether prompts are rendered here now: the backend renders templates, and its model (loaded) chats."""
+        return self.backend.renders_templates and self.backend.can_chat
 
     def message_token_ids(self, conversation: Conversation, path: list[Message], message: Message) -> list[int]:
-        """The segment of a user or tool message written after `path`."""
-        template = self.template(conversation)
-        if template is None:
+        """The segment of a user or tool message written after `path` (none where prompts are chat messages)."""
+        if not self.backend.renders_templates:
             return []
         chat = self.chat(conversation, [*path, message])
-        return template.segment(chat[:-1], chat[-1])
+        return self.template(conversation).segment(chat[:-1], chat[-1])
 
     def prompt(self, conversation: Conversation, path: list[Message]
                ) -> tuple[list[int] | list[dict[str, str]], list[tuple[str, list[int]]]]:
         """The prompt for a reply after `path` (which ends with the message replied to), and the segments
         it had to render again (messages stored without token ids), for the store."""
         chat = self.chat(conversation, path)
-        template = self.template(conversation)
-        if template is None:
+        if not self.backend.renders_templates:
             return chat, []
+        template = self.template(conversation)
         system = len(chat) - len(path)
         ids = template.segment([], chat[0]) if system else []
         repaired = []
@@ -166,7 +116,7 @@ class Conversations:
     async def forget(self, conversation: Conversation) -> None:
         """Before a conversation is deleted: drop the cached KV blocks that only it used (none with a remote server's
         own cache, nor with a base model: no chat of it is cached, and its prompts cannot be rendered)."""
-        if self.backend.template is None or not self.backend.can_chat:
+        if not self.renders_now:
             return
 
         def sequences():
@@ -183,7 +133,7 @@ class Conversations:
         for message in messages:
             if message.role == "assistant":
                 continue
-            if self.backend.template is None or message.model != self.backend.model_name:
+            if not self.renders_now or message.model != self.backend.model_name:
                 updates.append((message.id, []))  # prompt() renders it again when it is next needed
                 continue
             path = _path_to(message, by_id)[:-1]
@@ -219,31 +169,18 @@ class Conversations:
                             settings: SamplingSettings) -> "Replies":
         """Validate and start n replies to `parent`; raises ValueError, BackendRequestError or BackendNotReady
         before anything streams. The replies are stored at once (empty, unfinished) and saved as they grow."""
-        params = sampling_params(settings, n, self.structured(settings))
+        sampling = reply_sampling(settings, n, self.backend.tool_syntax)
         self.backend.check_chat()
         path = self.store.path(conversation.id, parent.id)
         prompt, repaired = await asyncio.to_thread(self.prompt, conversation, path)
         if repaired:
             self.store.set_token_ids(repaired)
-        replies = Replies(self, conversation, path, parent, params, settings, uuid.uuid4().hex)
-        replies.stream = await self.backend.open(prompt, params, replies.request_id)
+        replies = Replies(self, conversation, path, parent, sampling, uuid.uuid4().hex)
+        replies.stream = await self.backend.open(prompt, sampling.params, replies.request_id)
         self.active.add(replies.request_id, conversation.id, replies.message_ids)
         replies.store_started()
         self.store.set_active_leaf(conversation.id, replies.message_ids[0])  # the newest branch is shown
         return replies
-
-    def structured(self, settings: SamplingSettings) -> StructuredOutput | None:
-        """The grammar replies must match: one tool call (tool_choice "required"), or JSON (json_mode)."""
-        if settings.tools and settings.tool_choice == "required":
-            return call_grammar(settings.tools, self.tool_syntax, None, parallel=False)
-        return StructuredOutput.json_object() if settings.json_mode else None
-
-    def read_tool_calls(self, settings: SamplingSettings, text: str) -> tuple[str, list[ToolCall]]:
-        """A finished reply's text without its calls of the conversation's tools, and the calls."""
-        if not settings.tools or settings.tool_choice == "none":
-            return text, []
-        content, calls = CallReader(self.tool_syntax, settings.tools).read(text)
-        return content or "", calls
 
     async def stop(self, conversation_id: str, message_id: str | None = None, wait: bool = False) -> list[str]:
         """Abort the conversation's requests (or the one writing message_id); with wait, return once their
@@ -276,17 +213,25 @@ class PartialReply:
     saved_text: int = 0  # characters already in the store
     done: bool = False  # stored with its finish reason
 
+    def add(self, out: CompletionOutput) -> None:
+        if (out.text or out.token_ids) and self.first_token_at is None:
+            self.first_token_at = time.monotonic()
+        self.text += out.text
+        self.token_ids += out.token_ids
+        self.num_tokens += len(out.token_ids) or int(bool(out.text))
+        self.finish_reason = out.finish_reason or self.finish_reason
+
 
 class Replies:
     """n sibling replies being generated; events() streams them, saves their text every SAVE_INTERVAL_S
     (a crash loses at most that much) and each one whole as it completes."""
 
     def __init__(self, conversations: Conversations, conversation: Conversation, path: list[Message],
-                 parent: Message, params: SamplingParams, settings: SamplingSettings, request_id: str):
+                 parent: Message, sampling: Sampling, request_id: str):
         self.conversations, self.conversation, self.path, self.parent = conversations, conversation, path, parent
         self.store = conversations.store
-        self.params, self.settings, self.request_id = params, settings, request_id
-        self.replies = [PartialReply(new_id("m")) for _ in range(params.n)]
+        self.sampling, self.request_id = sampling, request_id
+        self.replies = [PartialReply(new_id("m")) for _ in range(sampling.params.n)]
         self.stream: AsyncIterator[Update] | None = None
         self.started = time.monotonic()
         self.created_at = time.time()  # siblings are listed by created_at: replies in the order they were asked for
@@ -299,7 +244,7 @@ class Replies:
         return [r.message_id for r in self.replies]
 
     @functools.cached_property
-    def template(self) -> ChatTemplate | None:
+    def template(self) -> ChatTemplate:
         return self.conversations.template(self.conversation)
 
     @functools.cached_property
@@ -318,22 +263,8 @@ class Replies:
         yield StartEvent(parent_id=self.parent.id, message_ids=self.message_ids, model=model, retokenized_from=others)
         try:
             async for update in self.stream:
-                if update.prompt_tokens is not None:
-                    self.prompt_tokens, self.cached_tokens = update.prompt_tokens, update.cached_tokens or 0
-                for out in update.outputs:
-                    reply = self.replies[out.index]
-                    if (out.text or out.token_ids) and reply.first_token_at is None:
-                        reply.first_token_at = time.monotonic()
-                    reply.text += out.text
-                    reply.token_ids += out.token_ids
-                    reply.num_tokens += len(out.token_ids) or int(bool(out.text))
-                    reply.finish_reason = out.finish_reason or reply.finish_reason
-                    if out.text:
-                        yield DeltaEvent(message_id=reply.message_id, index=out.index, text=out.text)
-                if self.prompt_tokens is not None:  # a remote server reports the prompt only at the end
-                    for reply in self.replies:
-                        if reply.finish_reason and not reply.done:
-                            yield DoneEvent(message=self._finish(reply))
+                for event in self._take(update):
+                    yield event
                 if time.monotonic() - self.saved_at >= SAVE_INTERVAL_S:
                     self._save_progress()
         except Exception as error:  # the request or the engine failed: what was written so far is kept, stopped
@@ -348,6 +279,21 @@ class Replies:
                 await self.conversations.backend.abort(self.request_id)
         for message in unfinished:
             yield DoneEvent(message=message)
+
+    def _take(self, update: Update) -> Iterator[StreamEvent]:
+        """The update's text into its replies, as a delta event each; then a done event for each reply that has
+        finished, once the prompt's size is known (a remote server reports it only at the end)."""
+        if update.prompt_tokens is not None:
+            self.prompt_tokens, self.cached_tokens = update.prompt_tokens, update.cached_tokens or 0
+        for out in update.outputs:
+            reply = self.replies[out.index]
+            reply.add(out)
+            if out.text:
+                yield DeltaEvent(message_id=reply.message_id, index=out.index, text=out.text)
+        if self.prompt_tokens is not None:
+            for reply in self.replies:
+                if reply.finish_reason and not reply.done:
+                    yield DoneEvent(message=self._finish(reply))
 
     def _save_progress(self) -> None:
         grown = [(r.message_id, r.text) for r in self.replies if not r.done and len(r.text) > r.saved_text]
@@ -377,9 +323,11 @@ class Replies:
             tokens_per_s=round((num_tokens - 1) / decode_time, 2) if num_tokens > 1 and decode_time > 0 else None,
             duration_s=round(now - self.started, 4))
         token_ids = []
-        if self.template is not None:  # the tokens as generated, tool calls included
+        if self.conversations.renders_now:  # the tokens as generated, tool calls included
             token_ids = self.template.assistant_segment(self.history, reply.text, reply.token_ids)
-        message.content, calls = self.conversations.read_tool_calls(self.settings, reply.text)
+        reader = self.sampling.calls
+        content, calls = reader.read(reply.text) if reader else (reply.text, [])
+        message.content = content or ""
         if calls:
             message.tool_calls, message.finish_reason = calls, finish_reason(message.finish_reason, calls)
         reply.done = True

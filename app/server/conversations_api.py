@@ -12,7 +12,8 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 from msgspec import UNSET
 
-from localchat.app.protocol import (
+from localchat.app.markdown import export_markdown
+from localchat.app.protocol.conversations import (
     Conversation,
     ConversationCreate,
     ConversationTree,
@@ -30,8 +31,9 @@ from localchat.app.protocol import (
 )
 from localchat.app.server.backends import BackendRequestError
 from localchat.app.server.config import quoted
-from localchat.app.server.conversations import DEFAULT_TITLE, Conversations, Replies, sampling_params
+from localchat.app.server.conversations import DEFAULT_TITLE, Conversations, Replies
 from localchat.app.server.openapi import EventStream, MarkdownOrJSON
+from localchat.app.server.sampling import reply_sampling
 from localchat.app.server.store import Store
 
 StoreDep = NamedDependency[Store]
@@ -160,7 +162,7 @@ class SearchController(Controller):
 def _checked(settings: SamplingSettings) -> SamplingSettings:
     """Settings that cannot work are refused where they are set, not at the next reply."""
     try:
-        sampling_params(settings, 1)
+        reply_sampling(settings, 1)
     except ValueError as error:
         raise ValidationException(f"settings: {error}") from None
     return settings
@@ -222,13 +224,3 @@ def _event_stream(events: AsyncIterator[StreamEvent]) -> ServerSentEvent:
 
     return ServerSentEvent(encode())
 
-
-def export_markdown(conversation: Conversation, path: list[Message]) -> str:
-    lines = [f"# {conversation.title}", ""]
-    if conversation.system_prompt:
-        lines += ["**System**", "", conversation.system_prompt, ""]
-    for message in path:
-        who = f"Assistant ({message.model})" if message.role == "assistant" and message.model else message.author
-        note = " — stopped" if message.stopped else ""
-        lines += [f"**{who}**{note}", "", message.markdown(), ""]
-    return "\n".join(lines)

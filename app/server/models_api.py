@@ -9,8 +9,8 @@ from litestar.exceptions import NotFoundException
 from litestar.params import JSONBody
 
 from localchat.app import paths
-from localchat.app.protocol import ModelCatalog, ModelChoice, ModelInfo
-from localchat.app.server.backends import Backend, BackendRequestError, EmbeddedBackend
+from localchat.app.protocol.models import ModelCatalog, ModelChoice, ModelInfo
+from localchat.app.server.backends import BackendDep, BackendRequestError
 from localchat.app.server.config import quoted
 from localchat.app.server.conversations import Conversations
 from localchat.engine.dirs import write_atomically
@@ -21,19 +21,18 @@ class ModelsController(Controller):
     path = "/api/models"
 
     @get("/")
-    async def catalog(self, backend: NamedDependency[Backend]) -> ModelCatalog:
+    async def catalog(self, backend: BackendDep) -> ModelCatalog:
         """Every model `localchat models` lists; the one the engine runs is `current`."""
-        if not isinstance(backend, EmbeddedBackend):
+        if not backend.can_switch_models:
             return ModelCatalog(models=[], current=backend.model_name, switchable=False)
         return _catalog(await asyncio.to_thread(find_models), backend.model_choice)
 
     @post("/current", status_code=202)
-    async def switch(self, data: JSONBody[ModelChoice], backend: NamedDependency[Backend],
+    async def switch(self, data: JSONBody[ModelChoice], backend: BackendDep,
                      conversations: NamedDependency[Conversations]) -> ModelCatalog:
         """Stop the running replies (each keeps its text, marked stopped), unload the model and start loading
         `model`; /health shows the progress. 404 for a name GET lists not, 400 for an unsupported one."""
-        if not isinstance(backend, EmbeddedBackend):
-            raise BackendRequestError(f"this engine relays to {backend.url}: its model is chosen there")
+        backend.check_switch()
         models = await asyncio.to_thread(find_models)
         chosen = next((m for m in models if m.name == data.model), None)
         if chosen is None:

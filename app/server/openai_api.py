@@ -16,7 +16,7 @@ from litestar.exceptions import NotFoundException, ValidationException
 from litestar.params import JSONBody
 from litestar.response import ServerSentEvent, Stream
 
-from localchat.app.protocol import (
+from localchat.app.protocol.openai import (
     AssistantMessage,
     ChatChoice,
     ChatCompletion,
@@ -29,48 +29,25 @@ from localchat.app.protocol import (
     CompletionChoice,
     CompletionLogprobs,
     CompletionRequest,
-    ErrorBody,
-    ErrorDetail,
     FunctionCallDelta,
-    JSONObjectFormat,
-    JSONSchemaResponseFormat,
     Model,
     ModelList,
-    NamedToolChoice,
     PromptTokensDetails,
     SamplingFields,
-    TextFormat,
     TokenLogprobOut,
-    Tool,
     ToolCallDelta,
     TopLogprob,
     Usage,
 )
-from localchat.app.server.backends import (
-    Backend,
-    BackendRequestError,
-    EmbeddedBackend,
-    RemoteBackend,
-    Update,
-    failure_message,
-)
+from localchat.app.protocol.system import ErrorBody, ErrorDetail
+from localchat.app.server.active_requests import ActiveRequests
+from localchat.app.server.backends import Backend, BackendDep, BackendRequestError, Update, failure_message
 from localchat.app.server.config import MAX_CHOICES, MAX_PROMPTS, quoted
-from localchat.app.server.conversations import ActiveRequests
 from localchat.app.server.openapi import JSONOrEventStream
-from localchat.app.server.tool_calls import (
-    CallReader,
-    StreamedReply,
-    ToolSyntax,
-    call_grammar,
-    check_tool_choice,
-    finish_reason,
-    template_chat,
-)
+from localchat.app.server.sampling import Sampling, chat_sampling, completion_sampling
+from localchat.app.server.tool_calls import CallReader, StreamedReply, finish_reason, template_chat
 from localchat.engine.outputs import CompletionOutput, EngineFailed, RequestOutput, TokenLogprob
 from localchat.engine.sampling_params import SamplingParams
-from localchat.engine.structured_output import StructuredOutput
-
-COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # as OpenAI's /v1/completions
 
 
 class OpenAIController(Controller):
@@ -79,12 +56,12 @@ class OpenAIController(Controller):
     path = "/v1"
 
     @get("/models")
-    async def models(self, backend: NamedDependency[EmbeddedBackend]) -> Response[ModelList]:
+    async def models(self, backend: BackendDep) -> Response[ModelList]:
         backend.ensure_ready()
         return Response(ModelList(data=[Model(id=backend.model_name, created=int(time.time()))]))
 
     @post("/chat/completions", status_code=200, operation_class=JSONOrEventStream)
-    async def chat_completions(self, data: JSONBody[ChatCompletionRequest], backend: NamedDependency[EmbeddedBackend],
+    async def chat_completions(self, data: JSONBody[ChatCompletionRequest], backend: BackendDep,
                                active: NamedDependency[ActiveRequests]) -> Response[ChatCompletion]:
         """Streamed (stream: true) as server-sent events of ChatCompletionChunk, ending with `data: [DONE]`."""
         req = data
@@ -93,38 +70,33 @@ class OpenAIController(Controller):
             raise ValidationException("top_logprobs needs logprobs: true")
         if not req.messages:
             raise ValidationException("messages must not be empty")
-        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        syntax = backend.template.tool_syntax  # ready: _check_model asked
-        tools = _tools(req)
-        params = _params(req, max_tokens, (req.top_logprobs or 0) if req.logprobs else None,
-                         _structured(req, tools, syntax))
+        syntax = backend.tool_syntax  # the model's: ready, _check_model asked
+        sampling = _checked(chat_sampling, req, syntax)
         try:
             messages = [{"role": m.template_role, "content": m.text(), "tool_calls": m.tool_calls,
                          "tool_call_id": m.tool_call_id} for m in req.messages]
-            chat, template_tools = template_chat(messages, tools, syntax)
+            chat, template_tools = template_chat(messages, sampling.tools, syntax)
         except ValueError as error:
             raise ValidationException(str(error)) from None
         prompt = await backend.apply_chat_template(chat, template_tools)
-        job = await _Job.open(backend, active, [prompt], params)
-        calls = CallReader(syntax, tools, only_calls=req.tool_choice not in (None, "auto")) if tools else None
+        job = await _Job.open(backend, active, [prompt], sampling.params)
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return ServerSentEvent(_chat_chunks(job, include_usage, calls))
+            return ServerSentEvent(_chat_chunks(job, include_usage, sampling.calls))
         results = await job.collect()
-        choices = [_chat_choice(backend, o, calls) for o in results]
+        choices = [_chat_choice(backend, o, sampling.calls) for o in results]
         return Response(ChatCompletion(id=job.id, created=job.created, model=job.model, choices=choices,
                                        usage=job.usage()))
 
     @post("/completions", status_code=200, operation_class=JSONOrEventStream)
-    async def completions(self, data: JSONBody[CompletionRequest], backend: NamedDependency[EmbeddedBackend],
+    async def completions(self, data: JSONBody[CompletionRequest], backend: BackendDep,
                           active: NamedDependency[ActiveRequests]) -> Response[Completion]:
         """Streamed (stream: true) as server-sent events of Completion chunks, ending with `data: [DONE]`."""
         req = data
         _check_model(req, backend)
         if req.echo and req.logprobs is not None:
             raise ValidationException("echo with logprobs is not supported (prompt logprobs are not computed)")
-        max_tokens = req.max_tokens if req.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
-        params = _params(req, max_tokens, req.logprobs)
+        params = _checked(completion_sampling, req).params
         texts = _prompts(req.prompt)
         if len(texts) > MAX_PROMPTS or len(texts) * params.n > MAX_CHOICES:
             raise ValidationException(f"at most {MAX_PROMPTS} prompts and {MAX_CHOICES} choices (prompts times n) "
@@ -150,37 +122,6 @@ def _check_model(req: SamplingFields, backend: Backend) -> None:
         raise NotFoundException(f"model {quoted(req.model)} does not exist; this server serves {backend.model_name!r}")
 
 
-def _tools(req: ChatCompletionRequest) -> list[Tool] | None:
-    """The tools the model may call (None: none, or tool_choice "none"); a 400 for a choice that cannot be met."""
-    choice = req.tool_choice
-    try:
-        check_tool_choice(req.tools or [], choice == "required",
-                          choice.function.name if isinstance(choice, NamedToolChoice) else None,
-                          None if isinstance(req.response_format, TextFormat | None) else "response_format")
-    except ValueError as error:
-        raise ValidationException(str(error)) from None
-    return req.tools if req.tools and choice != "none" else None
-
-
-def _structured(req: ChatCompletionRequest, tools: list[Tool] | None, syntax: ToolSyntax) -> StructuredOutput | None:
-    """The grammar the replies must match: a required tool call, else the response_format's JSON."""
-    choice = req.tool_choice
-    try:
-        if tools and choice == "required":
-            return call_grammar(tools, syntax, None, req.parallel_tool_calls)
-        if tools and isinstance(choice, NamedToolChoice):
-            return call_grammar(tools, syntax, choice.function.name, parallel=False)
-        match req.response_format:
-            case JSONObjectFormat():
-                return StructuredOutput.json_object()
-            case JSONSchemaResponseFormat(json_schema=spec):
-                # strict either way: the reply matches the schema, and a small model cannot ramble in extra fields
-                return StructuredOutput.json_schema(spec.schema or {}, strict=True)
-    except ValueError as error:
-        raise ValidationException(str(error)) from None
-    return None
-
-
 def _chat_choice(backend: Backend, output: CompletionOutput, calls: CallReader | None) -> ChatChoice:
     """A whole reply, its tool calls read out of it."""
     content, tool_calls = calls.read(output.text) if calls else (output.text, [])
@@ -189,16 +130,10 @@ def _chat_choice(backend: Backend, output: CompletionOutput, calls: CallReader |
                       logprobs=_chat_logprobs(backend, output.logprobs))
 
 
-def _params(req: SamplingFields, max_tokens: int | None, logprobs: int | None,
-            structured: StructuredOutput | None = None) -> SamplingParams:
+def _checked(build, req: SamplingFields, *args) -> Sampling:
+    """The request's sampling (sampling.py), or a 400 that says what cannot work."""
     try:
-        return SamplingParams(
-            n=req.n, temperature=1.0 if req.temperature is None else req.temperature,
-            top_p=1.0 if req.top_p is None else req.top_p, top_k=req.top_k or 0, min_p=req.min_p or 0.0,
-            repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
-            presence_penalty=req.presence_penalty or 0.0, frequency_penalty=req.frequency_penalty or 0.0,
-            seed=req.seed, stop=req.stop or [], max_tokens=max_tokens, logprobs=logprobs, ignore_eos=req.ignore_eos,
-            structured=structured)
+        return build(req, *args)
     except ValueError as error:
         raise ValidationException(str(error)) from None
 
@@ -263,11 +198,7 @@ class _Job:
                 if update is None:
                     open_streams -= 1
                     continue
-                if update.prompt_tokens is not None:
-                    self.prompt_tokens[i], self.cached_tokens[i] = update.prompt_tokens, update.cached_tokens or 0
-                for out in update.outputs:
-                    self.completion_tokens += len(out.token_ids)
-                    out.index += i * self.n
+                self._count(i, update)
                 yield i, update
         finally:
             for task in tasks:
@@ -275,6 +206,14 @@ class _Job:
             for rid in self.request_ids:
                 self.active.remove(rid)
                 await self.backend.abort(rid)  # a no-op for a finished request
+
+    def _count(self, i: int, update: Update) -> None:
+        """Prompt i's update into the usage, its replies numbered as the job's choices."""
+        if update.prompt_tokens is not None:
+            self.prompt_tokens[i], self.cached_tokens[i] = update.prompt_tokens, update.cached_tokens or 0
+        for out in update.outputs:
+            self.completion_tokens += len(out.token_ids)
+            out.index += i * self.n
 
     async def collect(self) -> list[CompletionOutput]:
         whole = RequestOutput(self.id, [], 0, [])
@@ -368,8 +307,8 @@ def _chat_logprobs(backend: Backend, logprobs: list[TokenLogprob] | None) -> Cho
         return None
     content = []
     for lp in logprobs:
-        token = backend.token_text(lp.token_id)
-        alternatives = [TopLogprob(token=(t := backend.token_text(i)), logprob=v, bytes=list(t.encode()))
+        token = backend.detokenize([lp.token_id])
+        alternatives = [TopLogprob(token=(t := backend.detokenize([i])), logprob=v, bytes=list(t.encode()))
                         for i, v in lp.top]
         content.append(TokenLogprobOut(token=token, logprob=lp.logprob, bytes=list(token.encode()),
                                        top_logprobs=alternatives))
@@ -379,13 +318,13 @@ def _chat_logprobs(backend: Backend, logprobs: list[TokenLogprob] | None) -> Cho
 def _completion_logprobs(backend: Backend, logprobs: list[TokenLogprob] | None) -> CompletionLogprobs | None:
     if logprobs is None:
         return None
-    tokens = [backend.token_text(lp.token_id) for lp in logprobs]
+    tokens = [backend.detokenize([lp.token_id]) for lp in logprobs]
     offsets, at = [], 0
     for token in tokens:
         offsets.append(at)
         at += len(token)
     return CompletionLogprobs(tokens=tokens, token_logprobs=[lp.logprob for lp in logprobs],
-                              top_logprobs=[{backend.token_text(i): v for i, v in lp.top} for lp in logprobs],
+                              top_logprobs=[{backend.detokenize([i]): v for i, v in lp.top} for lp in logprobs],
                               text_offset=offsets)
 
 
@@ -396,21 +335,21 @@ class OpenAIRelay(Controller):
     path = "/v1"
 
     @get("/models")
-    async def models(self, backend: NamedDependency[RemoteBackend]) -> Response[ModelList]:
+    async def models(self, backend: BackendDep) -> Response[ModelList]:
         return await _relay(backend, "GET", "/v1/models", None)
 
     @post("/chat/completions", status_code=200, operation_class=JSONOrEventStream)
     async def chat_completions(self, request: Request, data: JSONBody[ChatCompletionRequest],
-                               backend: NamedDependency[RemoteBackend]) -> Response[ChatCompletion]:
+                               backend: BackendDep) -> Response[ChatCompletion]:
         return await _relay(backend, "POST", "/v1/chat/completions", await request.body())
 
     @post("/completions", status_code=200, operation_class=JSONOrEventStream)
     async def completions(self, request: Request, data: JSONBody[CompletionRequest],
-                          backend: NamedDependency[RemoteBackend]) -> Response[Completion]:
+                          backend: BackendDep) -> Response[Completion]:
         return await _relay(backend, "POST", "/v1/completions", await request.body())
 
 
-async def _relay(backend: RemoteBackend, method: str, path: str, body: bytes | None) -> Response:
+async def _relay(backend: Backend, method: str, path: str, body: bytes | None) -> Response:
     response = await backend.proxy(method, path, body)
 
     async def relay() -> AsyncIterator[bytes]:

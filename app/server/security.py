@@ -17,7 +17,7 @@ import time
 import msgspec
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from localchat.app.protocol import ErrorBody, ErrorDetail
+from localchat.app.protocol.system import ErrorBody, ErrorDetail
 from localchat.app.server.store import Store
 
 COOKIE_NAME = "localchat_session"

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import msgspec
 
-from localchat.app.protocol import Conversation, Message, ReplyStats, SamplingSettings, SearchHit, ToolCall
+from localchat.app.protocol.conversations import Conversation, Message, ReplyStats, SamplingSettings, SearchHit
+from localchat.app.protocol.openai import ToolCall
 from localchat.app.server.config import quoted
 
 # The full-text index follows the messages table through these (migration 2 made them; 5 again, with the table)

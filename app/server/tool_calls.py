@@ -12,7 +12,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from localchat.app.protocol import FunctionCall, Tool, ToolCall
+from localchat.app.protocol.openai import FunctionCall, Tool, ToolCall
 from localchat.app.server.config import quoted
 from localchat.engine.structured_output import StructuredOutput
 

@@ -5,8 +5,9 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from localchat.app.server.app import create_app
-from localchat.app.server.backends import EmbeddedBackend, RemoteBackend
 from localchat.app.server.config import ServerConfig
+from localchat.app.server.embedded_backend import EmbeddedBackend
+from localchat.app.server.remote_backend import RemoteBackend
 from localchat.app.server.store import Store
 from support import free_port
 

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from localchat.app.protocol import Message, SamplingSettings
+from localchat.app.protocol.conversations import Message, SamplingSettings
 from localchat.app.server.store import Store, new_id
 from support import sse_events, stream_api, stream_in_background
 

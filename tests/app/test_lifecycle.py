@@ -131,7 +131,7 @@ async def client_session(port: int, reports: list):
     from localchat.app.client.engine_client import EngineClient, EngineError
     from localchat.app.client.engine_process import ensure_engine, stop_engine
     from localchat.app.engine_state import read_state
-    from localchat.app.protocol import DeltaEvent, DoneEvent, SamplingSettings, StartEvent, UserEvent
+    from localchat.app.protocol.conversations import DeltaEvent, DoneEvent, SamplingSettings, StartEvent, UserEvent
 
     assert read_state() is None
     client = await EngineClient.connect(on_progress=reports.append, timeout=240,

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from localchat.app.protocol import Message, ReplyStats, SamplingSettings
+from localchat.app.protocol.conversations import Message, ReplyStats, SamplingSettings
 from localchat.app.server.store import MIGRATIONS, SCHEMA_VERSION, Store, StoreError, new_id, pack_tokens, unpack_tokens
 
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from localchat.app.protocol import FunctionCall, FunctionDefinition, Tool, ToolCall
+from localchat.app.protocol.openai import FunctionCall, FunctionDefinition, Tool, ToolCall
 from localchat.app.server.tool_calls import (
     HERMES,
     IN_SYSTEM_PROMPT,

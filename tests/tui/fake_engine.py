@@ -6,13 +6,11 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
-from localchat.app.protocol import (
+from localchat.app.protocol.conversations import (
     Conversation,
     ConversationTree,
     DeltaEvent,
     DoneEvent,
-    Health,
-    Limits,
     Message,
     ReplyStats,
     SamplingSettings,
@@ -22,6 +20,8 @@ from localchat.app.protocol import (
     StreamEvent,
     UserEvent,
 )
+from localchat.app.protocol.limits import Limits
+from localchat.app.protocol.system import Health
 from localchat.app.server.app import engine_limits
 
 T0 = 1_700_000_000.0

@@ -6,7 +6,7 @@ import asyncio
 import pytest
 from tui_pilot import chat_screen, note_text, reply_written, stats_text, switcher_text, wait_until
 
-from localchat.app.protocol import SamplingSettings, StartEvent
+from localchat.app.protocol.conversations import SamplingSettings, StartEvent
 from localchat.tui.app import LocalChatApp
 from localchat.tui.screens.fork_picker import ForkPicker
 from localchat.tui.screens.prompt import PromptScreen

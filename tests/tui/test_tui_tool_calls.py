@@ -7,7 +7,8 @@ import msgspec
 import pytest
 from tui_pilot import chat_screen, wait_until
 
-from localchat.app.protocol import SamplingSettings, Tool
+from localchat.app.protocol.conversations import SamplingSettings
+from localchat.app.protocol.openai import Tool
 from localchat.tui.app import LocalChatApp
 
 pytestmark = pytest.mark.slow  # a real engine process: left out of `./dev test --fast`

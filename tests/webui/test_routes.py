@@ -5,8 +5,8 @@ import pytest
 from litestar.testing import TestClient
 
 from localchat.app.server.app import create_app
-from localchat.app.server.backends import RemoteBackend
 from localchat.app.server.config import ServerConfig
+from localchat.app.server.remote_backend import RemoteBackend
 from localchat.app.server.store import Store
 from localchat.webui.routes import STATIC_FILES
 from support import free_port

@@ -9,6 +9,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, Tree
 from textual.widgets.tree import TreeNode
 
+from localchat.app.markdown import author, message_markdown
 from localchat.tui.message_tree import MessageTree
 
 PREVIEW = 60
@@ -51,8 +52,8 @@ class BranchTreeScreen(ModalScreen[str | None]):
     def label(self, message_id: str, depth: int) -> Text:
         """The message's first words, as many as fit beside the outline's indent (at most PREVIEW characters)."""
         message = self.branches.messages[message_id]
-        who = message.author
-        text = " ".join(message.markdown().split())
+        who = author(message)
+        text = " ".join(message_markdown(message).split())
         room = max(12, min(PREVIEW, self.app.size.width - 30 - 4 * depth - len(who)))
         on_path = message_id in self.shown
         return Text.assemble("● " if on_path else "○ ", (f"{who}: ", "bold"),

@@ -9,7 +9,7 @@ from textual.containers import HorizontalScroll, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Label
 
-from localchat.app.protocol import Message
+from localchat.app.protocol.conversations import Message
 from localchat.tui.widgets.message_view import MessageView
 
 

@@ -9,7 +9,7 @@ from textual.screen import Screen
 from textual.widgets import Label
 
 from localchat.app.client.engine_client import EngineClient
-from localchat.app.protocol import Health
+from localchat.app.protocol.system import Health
 from localchat.tui.widgets.load_progress import LoadProgress
 
 Connect = Callable[[Callable[[Health], None]], Awaitable[EngineClient]]

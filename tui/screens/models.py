@@ -11,7 +11,8 @@ from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
 
 from localchat.app.client.engine_client import EngineClient
-from localchat.app.protocol import Health, ModelCatalog, ModelInfo
+from localchat.app.protocol.models import ModelCatalog, ModelInfo
+from localchat.app.protocol.system import Health
 from localchat.tui.engine_work import engine_work
 from localchat.tui.widgets.load_progress import LoadProgress
 

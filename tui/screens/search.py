@@ -9,7 +9,7 @@ from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
 from localchat.app.client.engine_client import EngineClient, EngineError
-from localchat.app.protocol import SearchHit
+from localchat.app.protocol.conversations import SearchHit
 from localchat.tui.engine_work import engine_work
 
 

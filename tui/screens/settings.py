@@ -10,7 +10,9 @@ from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select, TextArea
 
-from localchat.app.protocol import Conversation, Limits, SamplingSettings, Tool
+from localchat.app.protocol.conversations import Conversation, SamplingSettings
+from localchat.app.protocol.limits import Limits
+from localchat.app.protocol.openai import Tool
 
 # (setting, label, input type): the numeric settings of SamplingSettings, in the dialog's order
 NUMBERS = [

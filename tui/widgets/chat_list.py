@@ -3,7 +3,7 @@
 from textual.message import Message
 from textual.widgets import Label, ListItem, ListView
 
-from localchat.app.protocol import Conversation
+from localchat.app.protocol.conversations import Conversation
 
 
 class ChatItem(ListItem):

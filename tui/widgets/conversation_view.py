@@ -3,7 +3,7 @@ of the shared prefix and replaces only the rest, so a long chat is not rendered 
 
 from textual.containers import VerticalScroll
 
-from localchat.app.protocol import Message
+from localchat.app.protocol.conversations import Message
 from localchat.tui.message_tree import MessageTree
 from localchat.tui.widgets.message_view import ChatMessage
 

@@ -5,7 +5,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Label, ProgressBar
 
-from localchat.app.protocol import Health
+from localchat.app.protocol.system import Health
 
 
 class LoadProgress(Vertical):

@@ -7,7 +7,8 @@ from textual.content import Content
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownFence, MarkdownStream
 
-from localchat.app.protocol import Message, ReplyStats
+from localchat.app.markdown import author, message_markdown
+from localchat.app.protocol.conversations import Message, ReplyStats
 from localchat.tui.widgets.branch_switcher import BranchSwitcher
 
 
@@ -28,7 +29,7 @@ class MessageView(Vertical):
     def __init__(self, message: Message, title: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.message = message
-        self.title = title or message.author
+        self.title = title or author(message)
         self.stream: MarkdownStream | None = None
         self.next_code_block = 0  # the one the next copy takes
         self.add_class(f"-{message.role}")
@@ -38,7 +39,7 @@ class MessageView(Vertical):
             yield Static(self.title, classes="message-role")
             yield BranchSwitcher(classes="branch-switcher")
             yield Static(classes="message-note")
-        yield Markdown(self.message.markdown(), classes="message-body")
+        yield Markdown(message_markdown(self.message), classes="message-body")
         yield Static(classes="message-stats")
 
     def on_mount(self) -> None:
@@ -75,7 +76,7 @@ class MessageView(Vertical):
             self.stream = None
         self.remove_class("-streaming")
         self.message = message
-        markdown = message.markdown()  # a reply's tool calls show once they are read out of it
+        markdown = message_markdown(message)  # a reply's tool calls show once they are read out of it
         if self.body.source != markdown:
             await self.body.update(markdown)
         self.show_outcome()

@@ -1,0 +1,170 @@
+"""localchat's conversations under /api: conversation trees and their messages, the requests that write replies,
+the event stream of a send, edit or regenerate, and search."""
+
+from typing import Literal
+
+import msgspec
+from msgspec import UNSET, Struct, UnsetType
+
+from localchat.app.protocol.limits import (
+    FrequencyPenalty,
+    MaxTokens,
+    MinP,
+    NonBlankText,
+    PresencePenalty,
+    RepetitionPenalty,
+    ReplyCount,
+    Seed,
+    StopStrings,
+    Temperature,
+    Text,
+    TopK,
+    TopP,
+)
+from localchat.app.protocol.openai import Tool, ToolCall
+
+
+class SamplingSettings(Struct, kw_only=True, forbid_unknown_fields=True):
+    """A conversation's sampling settings (a request may override them)."""
+
+    temperature: Temperature = 0.7
+    top_p: TopP = 0.95
+    top_k: TopK = 0
+    min_p: MinP = 0.0
+    repetition_penalty: RepetitionPenalty = 1.0
+    presence_penalty: PresencePenalty = 0.0
+    frequency_penalty: FrequencyPenalty = 0.0
+    max_tokens: MaxTokens = 512
+    seed: Seed | None = None
+    stop: StopStrings = msgspec.field(default_factory=list)
+    json_mode: bool = False  # every reply is a JSON object (grammar-constrained)
+    tools: list[Tool] = msgspec.field(default_factory=list)  # functions the model may call (OpenAI's shape)
+    tool_choice: Literal["auto", "required", "none"] = "auto"  # "required": every reply is one tool call
+
+
+class Conversation(Struct, kw_only=True):
+    id: str
+    title: str
+    system_prompt: str
+    settings: SamplingSettings
+    created_at: float
+    updated_at: float  # last activity
+    message_count: int = 0
+    active_leaf: str | None = None  # the message that ends the branch last shown (a UI sets it)
+    model: str | None = None  # the model that wrote its latest reply (None: no reply yet)
+
+
+class ConversationCreate(Struct, kw_only=True, forbid_unknown_fields=True):
+    title: Text | None = None  # None or "": a default title
+    system_prompt: Text = ""
+    settings: SamplingSettings | None = None
+
+
+class ConversationUpdate(Struct, kw_only=True, forbid_unknown_fields=True):
+    title: NonBlankText | UnsetType = UNSET
+    system_prompt: Text | UnsetType = UNSET
+    settings: SamplingSettings | UnsetType = UNSET
+    active_leaf: str | UnsetType = UNSET  # a message of this conversation
+
+
+class ReplyStats(Struct, kw_only=True):
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    time_to_first_token_s: float | None
+    tokens_per_s: float | None
+    duration_s: float
+
+
+class Message(Struct, kw_only=True, omit_defaults=True):
+    id: str
+    conversation_id: str
+    parent_id: str | None
+    role: Literal["user", "assistant", "tool"]
+    content: str  # an assistant's text without its tool calls; a tool message: the result
+    created_at: float
+    num_tokens: int = 0
+    # assistant: "stop", "length", "abort" (stopped), "interrupted" (the engine died while writing it), or None
+    # while it is being written (its content is saved every second)
+    finish_reason: str | None = None
+    stopped: bool = False  # assistant: ended before it finished (stop, disconnect, shutdown, a crash)
+    model: str | None = None
+    stats: ReplyStats | None = None
+    token_ids: list[int] | None = None  # only when asked for (?token_ids=true)
+    tool_calls: list[ToolCall] | None = None  # an assistant's calls of the conversation's tools
+    tool_call_id: str | None = None  # a tool message: the call whose result it is
+
+
+class ConversationTree(Struct):
+    conversation: Conversation
+    messages: list[Message]  # every branch; children in the order they were written
+
+
+class SendMessage(Struct, kw_only=True, forbid_unknown_fields=True):
+    content: Text  # a user message has text; a tool's result may be empty
+    parent_id: str | None = None  # None: a new root of the tree
+    n: ReplyCount = 1
+    settings: SamplingSettings | None = None  # this request only
+    # a tool's result instead of a user message: the id of the parent's tool call it answers (the parent is the
+    # assistant message that called, or a result sent before this one for another of its calls)
+    tool_call_id: str | None = None
+    reply: bool = True  # False: store the message, write no reply (a first result of several)
+
+
+class Regenerate(Struct, kw_only=True, forbid_unknown_fields=True):
+    n: ReplyCount = 1
+    settings: SamplingSettings | None = None
+
+
+class EditMessage(Struct, kw_only=True, forbid_unknown_fields=True):
+    content: NonBlankText
+    n: ReplyCount = 1
+    settings: SamplingSettings | None = None
+
+
+class StopRequest(Struct, kw_only=True, forbid_unknown_fields=True):
+    message_id: str | None = None  # None: every running generation of the conversation
+
+
+class StopResult(Struct):
+    stopped: list[str]  # assistant message ids that were running
+
+
+class SearchHit(Struct):
+    conversation_id: str
+    conversation_title: str
+    message_id: str
+    role: str
+    snippet: str
+
+
+# One event stream per send, edit or regenerate. The SSE `event:` line and the `type` field agree.
+
+
+class UserEvent(Struct, tag="user", tag_field="type"):
+    message: Message  # the stored user message (send and edit)
+
+
+class StartEvent(Struct, tag="start", tag_field="type"):
+    parent_id: str
+    message_ids: list[str]  # one per branch, in reply order
+    model: str | None = None  # the model writing the replies
+    # the other models that wrote messages of this branch: their text was tokenized again for `model`
+    retokenized_from: list[str] = msgspec.field(default_factory=list)
+
+
+class DeltaEvent(Struct, tag="delta", tag_field="type"):
+    message_id: str
+    index: int
+    text: str
+
+
+class DoneEvent(Struct, tag="done", tag_field="type"):
+    message: Message  # the stored assistant message, with finish_reason and stats
+
+
+class ErrorEvent(Struct, tag="error", tag_field="type"):
+    message: str
+
+
+StreamEvent = UserEvent | StartEvent | DeltaEvent | DoneEvent | ErrorEvent

@@ -1,0 +1,46 @@
+"""/health (whether the model is ready, and how loading goes), signing in, and the error body that every route
+answers with (OpenAI's shape)."""
+
+from typing import Literal
+
+from msgspec import Struct
+
+
+class LoadProgress(Struct, kw_only=True):
+    stage: str
+    fraction: float | None = None  # of the current stage, when it can be measured
+    elapsed_s: float = 0.0
+
+
+class Health(Struct, kw_only=True):
+    status: Literal["loading", "ready", "error", "stopping"]
+    model: str | None
+    backend: Literal["embedded", "remote"]
+    pid: int
+    version: str
+    progress: LoadProgress | None = None
+    error: str | None = None
+    # whether the model writes chat replies (None until it is ready); False: a base model, without a chat template,
+    # that only continues text (/v1/completions)
+    chat: bool | None = None
+
+
+class LoginCode(Struct):
+    code: str
+    url: str
+    expires_in_s: int
+
+
+class SessionsRevoked(Struct):
+    revoked: int
+
+
+class ErrorDetail(Struct):
+    message: str
+    type: str
+    code: int | str | None = None
+    param: str | None = None
+
+
+class ErrorBody(Struct):
+    error: ErrorDetail

@@ -1,0 +1,199 @@
+"""The embedded engine as a Backend: prompts are token ids of the model's own chat template, and the model can be
+switched for another one on this machine."""
+
+import asyncio
+import ctypes
+import gc
+import threading
+from collections.abc import AsyncIterator
+
+from localchat.app.server.backends import BackendNotReady, BackendRequestError, Loading, Update
+from localchat.app.server.chat_template import ChatTemplate
+from localchat.app.server.config import MAX_CHARS_PER_TOKEN
+from localchat.app.server.tool_calls import IN_SYSTEM_PROMPT, ToolSyntax
+from localchat.engine.model_catalog import EMBEDDED_NAME
+from localchat.engine.outputs import RequestFailed
+from localchat.engine.sampling_params import SamplingParams
+from localchat.engine.structured_output import StructuredOutput
+
+
+class EmbeddedBackend:
+    kind = "embedded"
+    renders_templates = True
+    can_switch_models = True
+    relays_openai = False
+
+    def __init__(self, model: str | None = None, **engine_args):
+        self.model_arg = model
+        self.engine_args = {k: v for k, v in engine_args.items() if v is not None}
+        self.llm = None
+        self.template: ChatTemplate | None = None
+        self.loading = Loading()
+        self.model_name: str | None = None
+        self.stopping = False
+
+    def start(self) -> None:
+        threading.Thread(target=self._load, name="localchat-load", daemon=True).start()
+
+    def _load(self) -> None:
+        from localchat.engine import AsyncLLM
+
+        try:
+            llm = AsyncLLM(self.model_arg, on_progress=self.loading.report, **self.engine_args)
+            self.loading.stage, self.loading.fraction = "warming up", None
+            asyncio.run(_warm_up(llm))
+            self.template = ChatTemplate(llm.tokenizer)
+            self.model_name = llm.model_name
+            self.llm = llm
+            self.loading.stage, self.loading.fraction, self.loading.ready = "ready", 1.0, True
+        except BaseException as error:  # shown by /health; the process keeps serving it
+            self.loading.error = f"{type(error).__name__}: {error}"
+            self.loading.stage = "failed"
+
+    @property
+    def model_choice(self) -> str:
+        """The name of the model it runs or loads, as find_models() lists it."""
+        return self.model_arg or EMBEDDED_NAME
+
+    def check_switch(self) -> None:
+        """Any model of this machine's can be loaded (switch() says whether it can be now)."""
+
+    async def switch(self, model: str) -> None:
+        """Unload the model and load `model` in its place; returns once loading has begun (see health()).
+        The caller has ended the running requests."""
+        if not (self.loading.ready or self.loading.error):
+            raise BackendRequestError(f"{self.model_choice} is still loading: switch once it is ready", 409)
+        old, self.llm, self.template = self.llm, None, None
+        self.model_arg, self.model_name = model, None
+        self.loading = Loading(stage="unloading the previous model")
+        if old is not None:
+            await asyncio.to_thread(old.shutdown)
+            del old
+            await asyncio.to_thread(release_memory)
+        self.start()
+
+    @property
+    def max_model_len(self) -> int | None:
+        return self.llm.max_model_len if self.llm else None
+
+    @property
+    def error(self) -> str | None:
+        if self.llm is not None and self.llm.error is not None:
+            return f"the engine stopped after a failure: {self.llm.error}"
+        return self.loading.error
+
+    @property
+    def tool_syntax(self) -> ToolSyntax:
+        return self.template.tool_syntax if self.template else IN_SYSTEM_PROMPT
+
+    def ensure_ready(self):
+        if self.stopping:
+            raise BackendNotReady("the engine is stopping")
+        if self.llm is None or self.error:
+            raise BackendNotReady(f"the model failed to load: {self.loading.error}" if self.loading.error
+                                  else self.error or f"the model is loading ({self.loading.stage})")
+        return self.llm
+
+    @property
+    def can_chat(self) -> bool:
+        return self.llm is not None and self.llm.tokenizer.chat_template is not None
+
+    def check_chat(self) -> None:
+        """A base model (no chat template in its files) serves /v1/completions only."""
+        self.ensure_ready()
+        if not self.can_chat:
+            raise BackendRequestError(f"{self.model_name} has no chat template (a base model, not a chat model): "
+                                      "it answers /v1/completions only; chats need a chat model")
+
+    def check_text_size(self, num_chars: int) -> None:
+        """Refuse a text that cannot fit in max_model_len tokens without tokenizing it (that takes seconds)."""
+        limit = self.ensure_ready().max_model_len * MAX_CHARS_PER_TOKEN
+        if num_chars > limit:
+            raise BackendRequestError(f"the text has {num_chars:,} characters: more than fit in this engine's "
+                                      f"max_model_len of {self.max_model_len} tokens")
+
+    async def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        """The chat's prompt token ids (with the tools, for a template that renders them), tokenized off the event
+        loop."""
+        llm = self.ensure_ready()
+        self.check_chat()
+        self.check_text_size(sum(len(m["content"]) for m in messages) + len(str(tools or "")))
+        return await asyncio.to_thread(llm.apply_chat_template, messages, tools)
+
+    async def tokenize(self, prompt: str | list[int]) -> list[int]:
+        llm = self.ensure_ready()
+        if isinstance(prompt, str):
+            self.check_text_size(len(prompt))
+        return await asyncio.to_thread(llm.tokenize, prompt)
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        return self.ensure_ready().tokenizer.decode(token_ids)
+
+    async def check_request(self, prompt: list[int], params: SamplingParams) -> None:
+        """A clear BackendRequestError for a request the engine cannot run; its grammar is compiled here, off the
+        event loop (a big one takes seconds)."""
+        llm = self.ensure_ready()
+        try:
+            await asyncio.to_thread(llm.check_request, prompt, params)
+        except ValueError as error:
+            raise BackendRequestError(str(error)) from None
+
+    async def open(self, prompt: list[int], params: SamplingParams, request_id: str) -> AsyncIterator[Update]:
+        """The request is in the engine's queue when this returns: an abort that follows always finds it."""
+        llm = self.ensure_ready()
+        try:
+            deltas = await llm.add_request(prompt, params, request_id)
+        except ValueError as error:
+            raise BackendRequestError(str(error)) from None
+        return self._updates(deltas)
+
+    async def _updates(self, deltas) -> AsyncIterator[Update]:
+        """The engine's deltas; a request that failed alone (RequestFailed: its grammar) ends with a
+        BackendRequestError, its client's fault."""
+        try:
+            async for out in deltas:
+                yield Update(out.outputs, len(out.prompt_token_ids), out.num_cached_tokens, out.finished)
+        except RequestFailed as error:
+            raise BackendRequestError(str(error)) from None
+
+    async def proxy(self, method: str, path: str, body: bytes | None):
+        """/v1 runs here (relays_openai is False): nothing to relay to."""
+        raise BackendRequestError("the embedded engine answers /v1 itself: there is no server to relay to")
+
+    async def abort(self, request_id: str) -> None:
+        if self.llm is not None:
+            await self.llm.abort(request_id)
+
+    async def stats(self) -> dict[str, float]:
+        return await self.llm.stats() if self.llm is not None else {}
+
+    async def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> None:
+        """Drop the cached KV blocks (memory and disk) of the token sequences `dropped` that `kept` do not share."""
+        if self.llm is not None and self.llm.alive:
+            await self.llm.forget(dropped, kept)
+
+    async def close(self) -> None:
+        self.stopping = True
+        if self.llm is not None:
+            await asyncio.to_thread(self.llm.shutdown)
+
+
+def release_memory() -> None:
+    """Free an unloaded model's memory now: its cycles collected, and glibc's freed pages given back to the
+    system (without malloc_trim the process keeps them, and every switch of models grows it)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+async def _warm_up(llm) -> None:
+    """One short request, so that the first user's request does not pay for the first forward passes: a chat, or
+    for a base model (no chat template) plain text. It asks for JSON: the grammar compiler's view of the vocabulary
+    is built now (~0.3 s, holding the GIL), not while the first constrained request's neighbours stream."""
+    prompt = (llm.apply_chat_template([{"role": "user", "content": "Hello"}]) if llm.tokenizer.chat_template
+              else llm.tokenize("Hello"))
+    params = SamplingParams(max_tokens=2, temperature=0, structured=StructuredOutput.json_object())
+    async for _ in llm.generate(prompt, params, request_id="warm-up"):
+        pass

@@ -1,0 +1,97 @@
+"""The one place where settings become engine parameters (app/server/sampling.py), without a model: a conversation's
+settings and a /v1 request that asks for the same give the same SamplingParams and grammar; what each API leaves
+out; the tools and their reader; settings that cannot work; and the fields a remote server is sent."""
+
+import msgspec
+import pytest
+
+from localchat.app.protocol.conversations import SamplingSettings
+from localchat.app.protocol.openai import ChatCompletionRequest, CompletionRequest, FunctionDefinition, Tool
+from localchat.app.server.sampling import chat_sampling, completion_sampling, openai_fields, reply_sampling
+from localchat.app.server.tool_calls import HERMES, LLAMA3
+from localchat.engine.sampling_params import SamplingParams
+from localchat.engine.structured_output import StructuredOutput
+
+WEATHER = Tool(type="function", function=FunctionDefinition(
+    name="get_weather", parameters={"type": "object", "properties": {"city": {"type": "string"}}}))
+TIME = Tool(type="function", function=FunctionDefinition(name="get_time"))
+SETTINGS = dict(temperature=0.3, top_p=0.9, top_k=40, min_p=0.05, repetition_penalty=1.1, presence_penalty=0.2,
+                frequency_penalty=0.1, max_tokens=64, seed=7, stop=["\n\n"])
+HELLO = [{"role": "user", "content": "Hello"}]
+
+
+def chat_request(**fields) -> ChatCompletionRequest:
+    """A request as the server decodes it from a body."""
+    return msgspec.convert({"messages": HELLO, **fields}, ChatCompletionRequest)
+
+
+@pytest.mark.parametrize("syntax", [HERMES, LLAMA3])
+@pytest.mark.parametrize("shape, fields", [
+    ({}, {}),
+    ({"json_mode": True}, {"response_format": {"type": "json_object"}}),
+    ({"tools": [WEATHER, TIME], "tool_choice": "required"},
+     {"tools": [WEATHER, TIME], "tool_choice": "required", "parallel_tool_calls": False}),
+    ({"tools": [WEATHER], "tool_choice": "auto"}, {"tools": [WEATHER]}),
+    ({"tools": [WEATHER], "tool_choice": "none", "json_mode": True},
+     {"tools": [WEATHER], "tool_choice": "none", "response_format": {"type": "json_object"}}),
+])
+def test_a_conversation_and_a_v1_request_that_ask_the_same_get_the_same(syntax, shape, fields):
+    settings = SamplingSettings(**SETTINGS, **shape)
+    reply = reply_sampling(settings, 3, syntax)
+    chat = chat_sampling(chat_request(n=3, **SETTINGS, **msgspec.to_builtins(fields)), syntax)
+    assert reply.params == chat.params
+    assert (reply.calls is None) == (chat.calls is None) == (shape.get("tool_choice") in (None, "none"))
+    if reply.calls:
+        assert reply.calls.names == chat.calls.names and reply.calls.syntax is chat.calls.syntax is syntax
+        assert reply.calls.only_calls == chat.calls.only_calls == (shape["tool_choice"] == "required")
+
+
+def test_a_required_call_is_the_grammar_in_the_models_syntax():
+    params = reply_sampling(SamplingSettings(tools=[WEATHER], tool_choice="required"), 1, LLAMA3).params
+    assert params.structured.calls[0].begin == '{"name": "get_weather", "parameters": '
+    assert params.structured.separator is None  # a conversation's reply is one call
+
+
+def test_what_a_v1_request_leaves_out_changes_nothing():
+    assert chat_sampling(chat_request(), HERMES).params == SamplingParams(max_tokens=None)
+    assert completion_sampling(CompletionRequest(prompt="Once")).params == SamplingParams(max_tokens=16)
+
+
+def test_the_v1_only_fields_reach_the_params():
+    params = chat_sampling(chat_request(max_tokens=9, max_completion_tokens=5, logprobs=True, top_logprobs=2,
+                                        ignore_eos=True, stop="END"), HERMES).params
+    assert (params.max_tokens, params.logprobs, params.ignore_eos, params.stop) == (5, 2, True, ["END"])
+    named = chat_sampling(chat_request(tools=[msgspec.to_builtins(WEATHER), msgspec.to_builtins(TIME)],
+                                       tool_choice={"type": "function", "function": {"name": "get_time"}}), HERMES)
+    assert [c.begin for c in named.params.structured.calls] == ['<tool_call>\n{"name": "get_time", "arguments": ']
+    assert named.calls.only_calls
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    formatted = chat_sampling(chat_request(response_format={"type": "json_schema", "json_schema": {
+        "name": "a", "schema": schema}}), HERMES)
+    assert formatted.params.structured == StructuredOutput.json_schema(schema, strict=True)
+
+
+@pytest.mark.parametrize("settings, fields, message", [
+    ({"tool_choice": "required"}, {"tool_choice": "required"}, 'tool_choice "required" needs tools'),
+    ({"tools": [WEATHER, WEATHER]}, {"tools": [WEATHER, WEATHER]}, "two functions have the same name"),
+    ({"tools": [WEATHER], "tool_choice": "required", "json_mode": True},
+     {"tools": [WEATHER], "tool_choice": "required", "response_format": {"type": "json_object"}},
+     "and a required tool call cannot both shape the reply"),
+    ({"temperature": 0.001}, {"temperature": 0.001}, "temperature must be 0 (greedy) or at least"),
+])
+def test_settings_that_cannot_work_are_refused_alike(settings, fields, message):
+    with pytest.raises(ValueError) as from_settings:
+        reply_sampling(SamplingSettings(**settings), 1)
+    with pytest.raises(ValueError) as from_request:
+        chat_sampling(chat_request(**msgspec.to_builtins(fields)), HERMES)
+    assert message in str(from_settings.value) and message in str(from_request.value)
+    if "json_mode" in settings:  # each names the field it was sent in
+        assert "json_mode" in str(from_settings.value) and "response_format" in str(from_request.value)
+
+
+def test_a_remote_server_is_sent_the_same_settings_back():
+    params = reply_sampling(SamplingSettings(**SETTINGS), 2).params
+    assert openai_fields(params) == {"n": 2, **SETTINGS}
+    plain = openai_fields(reply_sampling(SamplingSettings(), 1).params)
+    assert plain == {"n": 1, "max_tokens": 512, "temperature": 0.7, "top_p": 0.95, "presence_penalty": 0.0,
+                     "frequency_penalty": 0.0}  # the extensions only where they change something
