@@ -161,8 +161,6 @@ class LimitsController(Controller):
         return engine_limits()
 
 
-
-
 class Throughput:
     """Generated tokens per second between scrapes of /metrics (over the last 30 s at most)."""
 

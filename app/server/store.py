@@ -211,15 +211,8 @@ class Store:
         finally:
             self.db.execute("PRAGMA foreign_keys = ON")
 
-    @property
-    def schema_version(self) -> int:
-        return self.db.execute("PRAGMA user_version").fetchone()[0]
-
     def close(self) -> None:
         self.db.close()
-
-    def integrity_check(self) -> str:
-        return self.db.execute("PRAGMA integrity_check").fetchone()[0]
 
     # --- conversations ---
 

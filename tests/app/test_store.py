@@ -21,11 +21,15 @@ def store(tmp_path):
     store.close()
 
 
+def pragma(store: Store, name: str):
+    return store.db.execute(f"PRAGMA {name}").fetchone()[0]
+
+
 def test_a_new_store_has_the_latest_schema_in_wal_mode_with_foreign_keys(store):
-    assert store.schema_version == SCHEMA_VERSION == len(MIGRATIONS)
+    assert pragma(store, "user_version") == SCHEMA_VERSION == len(MIGRATIONS)
     assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert store.db.execute("PRAGMA foreign_keys").fetchone()[0] == 1
-    assert store.integrity_check() == "ok"
+    assert pragma(store, "integrity_check") == "ok"
 
 
 def test_an_old_database_is_migrated_and_keeps_its_messages(tmp_path):
@@ -40,12 +44,12 @@ def test_an_old_database_is_migrated_and_keeps_its_messages(tmp_path):
     db.commit()
     db.close()
     store = Store(path)
-    assert store.schema_version == SCHEMA_VERSION
+    assert pragma(store, "user_version") == SCHEMA_VERSION
     assert [hit.message_id for hit in store.search("penguins")] == ["m_1"]  # the search index was built
     assert [hit.message_id for hit in store.search("walruses")] == ["m_2"]  # and follows the rebuilt table
     # the messages table was rebuilt (for role 'tool'): a reply under a parent survived, keys and index intact
     assert [(m.id, m.token_ids) for m in store.path("c_1", "m_2")] == [("m_1", [1, 2]), ("m_2", [3])]
-    assert store.integrity_check() == "ok" and store.db.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert pragma(store, "integrity_check") == "ok" and pragma(store, "foreign_keys") == 1
     store.delete_conversation("c_1")  # cascades as before
     assert store.db.execute("SELECT count(*) FROM messages").fetchone()[0] == 0
     store.close()
