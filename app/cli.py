@@ -162,8 +162,10 @@ async def _metrics() -> dict[str, float]:
 
 
 def _kv_cache_line(metrics: dict[str, float]) -> str:
-    memory = (f"KV cache: {metrics.get('kv_blocks_used', 0):.0f} blocks in use, "
-              f"{metrics.get('kv_blocks_cached', 0):.0f} cached, of {metrics.get('kv_blocks_total', 0):.0f}")
+    """The KV cache's size (the memory it takes once every block has been used), its blocks, and its disk tier."""
+    size = f"{metrics['kv_cache_bytes'] / 2**30:.2f} GiB in " if "kv_cache_bytes" in metrics else ""
+    memory = (f"KV cache: {size}{metrics.get('kv_blocks_total', 0):.0f} blocks, "
+              f"{metrics.get('kv_blocks_used', 0):.0f} in use, {metrics.get('kv_blocks_cached', 0):.0f} cached")
     if "kv_disk_bytes" not in metrics:
         return f"{memory}; no disk tier"
     if not metrics["kv_disk_enabled"]:

@@ -1,9 +1,13 @@
 """Memory of a GGUF model against its file's size: the peak resident memory (VmHWM) of the first load (packing the
-file into the cache), of a later load (reading the cache), and of `localchat serve` after a few replies, each in a
-fresh process with the default configuration. Beside each: the same process's memory with the libraries
-imported and no model (the Python, torch and transformers runtime), and what is above it.
+file into the cache), of a later load (reading the cache), and of `localchat serve` after a few replies (its peak,
+and its resident memory then: steady), each in a fresh process with the default configuration. Beside each: the
+same process's memory with the libraries imported and no model (the Python, torch and transformers runtime), what is
+above it, the KV cache's size (sized from the machine, touched only as blocks are used) and its blocks in use.
 
-    python benchmarks/memory.py [MODEL.gguf ...]      (default: the embedded model)
+    python benchmarks/memory.py [MODEL ...]      (default: embedded gemma3-270m)
+
+MODEL: a GGUF file, "embedded", or "gemma3-270m": synthetic_gguf.py's Gemma 3 270M Q4_K_M shape, built here (a
+real file of that shape is 253 MB, its tied embedding 262,144 x 640). The 1B Llama shape:
     python benchmarks/synthetic_gguf.py /tmp/synthetic-1b.gguf && python benchmarks/memory.py /tmp/synthetic-1b.gguf
 """
 
@@ -40,8 +44,8 @@ def run(code: str, *args: str, env: dict) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def serve_peak(model: str, home: Path) -> tuple[float, float]:
-    """`localchat serve` after three replies: (peak resident MB, KV cache MB in use by then)."""
+def serve_memory(model: str, home: Path) -> dict:
+    """`localchat serve` after three replies: its peak and resident MB, the KV cache's MB and those in use."""
     server = Server(home, 8795, [] if model == "embedded" else ["--model", model])
     try:
         with server.client() as client:
@@ -51,33 +55,49 @@ def serve_peak(model: str, home: Path) -> tuple[float, float]:
         metrics = server.metrics()
         block_bytes = metrics["localchat_kv_cache_bytes"] / metrics["localchat_kv_blocks_total"]
         touched = metrics["localchat_kv_blocks_cached"] + metrics["localchat_kv_blocks_used"]
-        return round(server.rss_mb("VmHWM"), 1), round(touched * block_bytes / 2**20, 1)
+        return {"peak_mb": round(server.rss_mb("VmHWM"), 1), "steady_mb": round(server.rss_mb(), 1),
+                "kv_cache_mb": round(metrics["localchat_kv_cache_bytes"] / 2**20),
+                "kv_in_use_mb": round(touched * block_bytes / 2**20, 1)}
     finally:
         server.stop()
 
 
+def model_file(model: str, folder: Path) -> tuple[str, Path]:
+    """The argument to load `model` by, and its file (gemma3-270m built in `folder`)."""
+    from localchat.engine.model_catalog import embedded_gguf_path
+
+    if model == "embedded":
+        return model, embedded_gguf_path()
+    if model == "gemma3-270m":
+        path = folder / "gemma-3-270m-synthetic-Q4_K_M.gguf"
+        subprocess.run([sys.executable, str(Path(__file__).with_name("synthetic_gguf.py")), str(path), "--shape",
+                        model], check=True, capture_output=True)
+        return str(path), path
+    return model, Path(model)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("models", nargs="*", default=["embedded"])
+    parser.add_argument("models", nargs="*", default=["embedded", "gemma3-270m"])
     args = parser.parse_args()
     rows = []
     for model in args.models:
-        from localchat.engine.model_catalog import embedded_gguf_path
-
-        path = embedded_gguf_path() if model == "embedded" else Path(model)
-        file_mb = path.stat().st_size / 2**20
         with tempfile.TemporaryDirectory(prefix="localchat-memory-") as home:
+            model, path = model_file(model, Path(home))
+            file_mb = path.stat().st_size / 2**20
             env = {**os.environ, "LOCALCHAT_HOME": home, "OMP_WAIT_POLICY": "PASSIVE"}
             runtime = run(RUNTIME, env=env)["peak_mb"]
             first = run(LOAD, model, env=env)
             later = run(LOAD, model, env=env)
-            serving, kv_mb = serve_peak(model, Path(home))
+            serving = serve_memory(model, Path(home))
         rows.append({"model": path.name, "file_mb": round(file_mb, 1), "runtime_mb": runtime,
                      "first_load_s": first["seconds"], "first_load_peak_mb": first["peak_mb"],
                      "later_load_s": later["seconds"], "later_load_peak_mb": later["peak_mb"],
-                     "serve_peak_mb": serving, "serve_kv_in_use_mb": kv_mb,
+                     "serve_peak_mb": serving["peak_mb"], "serve_steady_mb": serving["steady_mb"],
+                     "serve_kv_cache_mb": serving["kv_cache_mb"], "serve_kv_in_use_mb": serving["kv_in_use_mb"],
                      "model_above_runtime_x_file": round((later["peak_mb"] - runtime) / file_mb, 2),
-                     "serve_above_runtime_x_file": round((serving - runtime - kv_mb) / file_mb, 2),
+                     "serve_above_runtime_x_file": round(
+                         (serving["peak_mb"] - runtime - serving["kv_in_use_mb"]) / file_mb, 2),
                      "packed": first["packed"]})
     report("memory", rows, {"bar": "at most 1.3x the file plus the KV cache"})
 

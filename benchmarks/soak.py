@@ -3,9 +3,14 @@
 The mix: sends, forks (n=3), regenerations, edits, stops mid-reply, clients that disconnect mid-reply,
 deletes (some while a reply streams), /v1 chat completions streamed and whole, and bad input. Reported:
 the server's RSS at the start (after a warm-up) and at the end, sampled along the way; KV blocks used at
-the end (0); errors (5xx answers or broken streams: 0); hung streams (0).
+the end (0); errors (5xx answers or broken streams: 0); hung streams (0). Beside each RSS sample, the KV blocks that
+hold a prefix (in use or cached): the cache's blocks become resident as they are first used, so RSS grows while they
+do and levels off once every block has been used (its growth over the second half of the run: near 0). --kv-blocks
+makes a smaller cache that fills sooner (default: the engine's, sized from the machine's memory), and
+--max-model-len keeps a few of the longest chats within it (a chat that outgrows it is refused: a 4xx, not an
+error).
 
-    python benchmarks/soak.py [--requests 2000] [--clients 8]
+    python benchmarks/soak.py [--requests 2000] [--clients 8] [--kv-blocks N --max-model-len TOKENS]
 """
 
 import argparse
@@ -22,6 +27,7 @@ import httpx
 
 from common import Server, report
 
+TRACEBACK_CHARS = 3000  # of the server log's first traceback, kept in the report
 QUESTIONS = ["Hi!", "What is a cat?", "Tell me a story about a river.", "Why is the sky blue?", "Name a color.",
              "Write a haiku.", "How do I sort a list in Python?", "Thanks!"]
 
@@ -157,16 +163,29 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--port", type=int, default=8790)
+    parser.add_argument("--kv-blocks", type=int, default=None)
+    parser.add_argument("--max-model-len", type=int, default=None)
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="localchat-soak-"))
-    server = Server(home, args.port)
+    limits = {"--kv-blocks": args.kv_blocks, "--max-model-len": args.max_model_len}
+    server = Server(home, args.port, [str(x) for flag, value in limits.items() if value is not None
+                                      for x in (flag, value)])
     tally, conversations, lock = Tally(), [], threading.Lock()
     rss, done = [], [0]
+
+    def sample(requests: int) -> None:
+        metrics = server.metrics()
+        rss.append({"requests": requests, "rss_mb": round(server.rss_mb(), 1), "kv_blocks_holding_a_prefix": int(
+            metrics["localchat_kv_blocks_used"] + metrics["localchat_kv_blocks_cached"])})
+
     try:
         with server.client() as api:  # warm-up: a few requests before the first measurement
             for _ in range(10):
                 one_request(api, random.Random(0), conversations, lock, Tally())
-        rss.append({"requests": 0, "rss_mb": round(server.rss_mb(), 1)})
+        metrics = server.metrics()
+        kv_cache = {"kv_blocks_total": int(metrics["localchat_kv_blocks_total"]),
+                    "kv_cache_mb": round(metrics["localchat_kv_cache_bytes"] / 2**20)}
+        sample(0)
         started = time.monotonic()
 
         def client(seed: int) -> None:
@@ -178,7 +197,7 @@ def main() -> None:
                             return
                         done[0] += 1
                         if done[0] % 100 == 0:
-                            rss.append({"requests": done[0], "rss_mb": round(server.rss_mb(), 1)})
+                            sample(done[0])
                     try:
                         one_request(api, rng, conversations, lock, tally)
                     except httpx.HTTPError as error:
@@ -196,18 +215,23 @@ def main() -> None:
         still_generating = httpx.post(f"{server.url}/v1/chat/completions", timeout=60, headers={
             "Authorization": f"Bearer {server.token}"}, json={"messages": [{"role": "user", "content": "Hi"}],
                                                               "max_tokens": 4}).status_code == 200
-        rss.append({"requests": args.requests, "rss_mb": round(server.rss_mb(), 1)})
+        sample(args.requests)
     finally:
         server.stop()
         log = (home / "serve.log").read_text(errors="replace")
         shutil.rmtree(home, ignore_errors=True)
+    halfway = next(row for row in rss if row["requests"] >= args.requests // 2)
     summary = {
-        "requests": args.requests, "clients": args.clients, "seconds": round(seconds, 1),
+        "requests": args.requests, "clients": args.clients, "seconds": round(seconds, 1), **kv_cache,
+        "max_model_len": args.max_model_len,
         "rss_start_mb": rss[0]["rss_mb"], "rss_end_mb": rss[-1]["rss_mb"],
         "rss_growth_mb": round(rss[-1]["rss_mb"] - rss[0]["rss_mb"], 1),
+        "rss_growth_second_half_mb": round(rss[-1]["rss_mb"] - halfway["rss_mb"], 1),
         "kv_blocks_used_at_end": metrics["localchat_kv_blocks_used"], "errors": len(tally.errors),
         "hung_streams": tally.hung, "still_generating": still_generating,
-        "tracebacks_in_log": log.count("Traceback"), "mix": dict(sorted(tally.counts.items())),
+        "tracebacks_in_log": log.count("Traceback"),
+        "first_traceback": log[log.index("Traceback"):][:TRACEBACK_CHARS] if "Traceback" in log else None,
+        "mix": dict(sorted(tally.counts.items())),
         "first_errors": tally.errors[:10],
     }
     report("soak", rss, summary)

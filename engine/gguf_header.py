@@ -5,7 +5,8 @@ architecture or tensor type before any conversion, and to list a file's quantiza
 (gguf's own GGUFReader parses every array element, the whole vocabulary included: seconds on a large file.)
 Layout (GGUF v2/v3, little-endian): magic "GGUF", version u32, tensor count u64, metadata count u64; then each
 metadata pair (key string, value type u32, value), then each tensor's info (name string, dimension count u32,
-dimensions u64 each, type u32, data offset u64). A string is a u64 length and its bytes.
+dimensions u64 each, type u32, data offset u64). A string is a u64 length and its bytes. The tensors' data follows,
+from the next multiple of general.alignment (default 32); each offset counts from there.
 """
 
 import mmap
@@ -31,6 +32,7 @@ def held_as_head(representation: str) -> str:
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
+DEFAULT_ALIGNMENT = 32  # of the data section, when general.alignment does not say
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class TensorInfo:
     name: str
     type_name: str  # GGML's name: "Q4_K", "F32", ...
     shape: tuple[int, ...]  # GGUF order: the fastest-varying dimension first
+    offset: int = 0  # where its data starts, from the start of the data section
 
     @property
     def num_elements(self) -> int:
@@ -51,6 +54,7 @@ class TensorInfo:
 class GGUFHeader:
     metadata: dict[str, object]  # scalars and strings; an array is its item count
     tensors: list[TensorInfo]
+    data_start: int = 0  # where the tensors' data section starts in the file
 
     @property
     def architecture(self) -> str | None:
@@ -109,13 +113,14 @@ def read_header(path: Path | str) -> GGUFHeader:
             name = reader.string()
             shape = tuple(reader.scalar("<Q") for _ in range(reader.scalar("<I")))
             type_id = reader.scalar("<I")
-            reader.scalar("<Q")  # the data's offset
+            offset = reader.scalar("<Q")
             try:
                 type_name = GGMLQuantizationType(type_id).name
             except ValueError:
                 type_name = f"type {type_id}"
-            tensors.append(TensorInfo(name, type_name, shape))
-    return GGUFHeader(metadata, tensors)
+            tensors.append(TensorInfo(name, type_name, shape, offset))
+        alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    return GGUFHeader(metadata, tensors, -(-reader.at // alignment) * alignment)
 
 
 class _Reader:

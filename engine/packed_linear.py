@@ -298,12 +298,17 @@ def _q4_k_scales(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _pack_int8(run: list[GGUFMatrix]) -> dict[str, torch.Tensor]:
-    weights, scales = [], []
+    """Written chunk by chunk into the result (no list of chunks to concatenate: a second copy of a tied head)."""
+    rows = sum(matrix.out_features for matrix in run)
+    weights = torch.empty(rows, run[0].shape[1], dtype=torch.int8)
+    scales = torch.empty(rows, dtype=torch.bfloat16)
+    start = 0
     for chunk in _dequantized_chunks(run):
-        scale = (chunk.abs().amax(dim=1) / 127).clamp(min=2**-100).bfloat16()  # the rounded scale quantizes
-        weights.append((chunk / scale.float()[:, None]).round().clamp(-127, 127).to(torch.int8))
-        scales.append(scale)
-    return {"int8": torch.cat(weights), "scales": torch.cat(scales)}
+        stop = start + len(chunk)
+        scales[start:stop] = (chunk.abs().amax(dim=1) / 127).clamp(min=2**-100)  # the rounded scale quantizes
+        weights[start:stop] = (chunk / scales[start:stop].float()[:, None]).round().clamp(-127, 127)
+        start = stop
+    return {"int8": weights, "scales": scales}
 
 
 def _pack_bf16(run: list[GGUFMatrix]) -> dict[str, torch.Tensor]:

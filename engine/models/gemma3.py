@@ -83,7 +83,7 @@ class Gemma3ForCausalLM(LlamaForCausalLM):
     def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
         x = x * torch.tensor(self.config.hidden_size**0.5).to(x.dtype).item()  # the scale in the model's dtype
-        ropes = {kind: rotary(meta.positions, x.dtype) for kind, rotary in self.rotary.items()}
+        ropes = {kind: rotary(meta, x.dtype) for kind, rotary in self.rotary.items()}
         for layer, kind in zip(self.layers, self.config.layer_types):
             x = layer(ropes[kind], x, meta)
         return self.norm(x)

@@ -15,6 +15,10 @@ from localchat.engine.attention import AttentionMetadata
 from localchat.engine.packed_linear import GGUFEmbedding, HeadRowsEmbedding, PackedLinear
 
 ACTIVATIONS = {"silu": nn.functional.silu, "gelu_pytorch_tanh": lambda x: nn.functional.gelu(x, approximate="tanh")}
+# positions of a rotary table computed at once, when a step first reaches them: with heads up to 256 wide, under
+# torch's 32,768 elements per thread, so one thread computes each and the table's values depend neither on the
+# thread count nor on the order in which steps reach them
+ROPE_POSITIONS_AT_ONCE = 64
 
 
 def head_dim(config: PretrainedConfig) -> int:
@@ -51,7 +55,8 @@ class RotaryEmbedding(nn.Module):
                  layer_type: str | None = None):
         """The cos and sin tables of positions [0, max_positions) for heads of size dim, from the config's rope
         parameters (those of layer_type's layers where they differ by layer, as in Gemma 3). Only the first
-        partial_rotary_factor of each head rotates."""
+        partial_rotary_factor of each head rotates. The tables are computed as far as steps reach, like the KV
+        cache they serve: a whole context's take memory (134 MB for Gemma 3's two of 32,768 x 256 in float32)."""
         super().__init__()
         rope = getattr(config, "rope_parameters", None) or {}
         rope = dict(rope[layer_type] if layer_type is not None else rope)
@@ -69,14 +74,28 @@ class RotaryEmbedding(nn.Module):
                     # vLLM does; transformers switches by the length of the sequence at hand, which a cache cannot)
                     kwargs["seq_len"] = max_positions
                 inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, device, **kwargs)
-            freqs = torch.arange(max_positions, dtype=torch.float)[:, None] * inv_freq[None, :]
-            emb = torch.cat((freqs, freqs), dim=-1)
-        self.register_buffer("cos", emb.cos() * scaling, persistent=False)
-        self.register_buffer("sin", emb.sin() * scaling, persistent=False)
+            self.register_buffer("inv_freq", inv_freq, persistent=False)
+            self.register_buffer("cos", torch.empty(max_positions, 2 * len(inv_freq)), persistent=False)
+            self.register_buffer("sin", torch.empty_like(self.cos), persistent=False)
+        self.scaling = scaling
+        self.computed = 0  # the tables hold positions [0, computed)
 
-    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, meta: AttentionMetadata, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin [tokens, 1, rotary_dim] of a step's positions, computed once for every layer."""
+        self._compute(max(meta.seq_lens))
+        positions = meta.positions
         return self.cos[positions].to(dtype)[:, None, :], self.sin[positions].to(dtype)[:, None, :]
+
+    def _compute(self, end: int) -> None:
+        """Fill the tables up to position `end`, ROPE_POSITIONS_AT_ONCE at a time."""
+        while self.computed < min(end, len(self.cos)):
+            start, stop = self.computed, min(self.computed + ROPE_POSITIONS_AT_ONCE, len(self.cos))
+            positions = torch.arange(start, stop, dtype=torch.float, device=self.inv_freq.device)
+            freqs = positions[:, None] * self.inv_freq[None, :]
+            emb = torch.cat((freqs, freqs), dim=-1)
+            self.cos[start:stop] = emb.cos() * self.scaling
+            self.sin[start:stop] = emb.sin() * self.scaling
+            self.computed = stop
 
 
 def rotate(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -196,7 +215,7 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """Hidden states [num_tokens, hidden] of one flat batch of new tokens."""
         x = self.embed_tokens(input_ids)
-        rope = self.rotary(meta.positions, x.dtype)
+        rope = self.rotary(meta, x.dtype)
         for layer in self.layers:
             x = layer(rope, x, meta)
         return self.norm(x)

@@ -1,7 +1,8 @@
-"""The `localchat` command: its help, `models`, and `chat` answered by a running engine or in-process."""
+"""The `localchat` command: its help, `models`, `status`, and `chat` answered by a running engine or in-process."""
 
 import pytest
 
+from localchat.app.cli import _kv_cache_line
 from support import Server, make_home
 
 pytestmark = pytest.mark.slow  # real `localchat` processes: left out of `./dev test --fast`
@@ -27,6 +28,21 @@ def test_models_lists_the_embedded_model(tmp_path):
     assert (name, architecture, weights, file_mb, found_in) == ("SmolLM2-135M-Instruct", "llama", "Q4_1", "98",
                                                                  "embedded")
     assert 0.8 * 98 < int(memory_mb) < 1.3 * 98  # held packed, not as a float copy (about 540 MB)
+
+
+def test_status_reports_the_kv_cache_size(server):
+    result = server.run_cli("status")
+    assert result.returncode == 0, result.stderr
+    metrics = server.metrics()
+    size, blocks = metrics["localchat_kv_cache_bytes"] / 2**30, metrics["localchat_kv_blocks_total"]
+    assert f"KV cache: {size:.2f} GiB in {blocks:.0f} blocks, " in result.stdout
+
+
+def test_the_kv_cache_line_says_its_size_where_the_engine_reports_one():
+    metrics = {"kv_blocks_total": 4096, "kv_blocks_used": 3, "kv_blocks_cached": 40}
+    assert _kv_cache_line({**metrics, "kv_cache_bytes": 3 * 2**29}) == (
+        "KV cache: 1.50 GiB in 4096 blocks, 3 in use, 40 cached; no disk tier")
+    assert _kv_cache_line(metrics) == "KV cache: 4096 blocks, 3 in use, 40 cached; no disk tier"  # a remote engine
 
 
 def test_chat_through_the_engine_process_and_in_process_agree(server, api, tmp_path):
