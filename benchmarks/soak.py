@@ -152,7 +152,7 @@ def one_request(api: httpx.Client, rng: random.Random, conversations: list[str],
     else:
         bad = rng.choice([{"messages": []}, {"messages": [{"role": "user", "content": "x"}], "seed": 2**70},
                           {"messages": [{"role": "user", "content": "x"}], "temperature": -1},
-                          {"messages": "x"}, {"messages": [{"role": "user", "content": "x"}], "tools": []}])
+                          {"messages": "x"}, {"messages": [{"role": "user", "content": "x"}], "top_p": 0}])
         response = api.post("/v1/chat/completions", json=bad)
         if response.status_code != 400:
             tally.error(f"bad input answered {response.status_code}")

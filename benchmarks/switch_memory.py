@@ -1,7 +1,7 @@
 """What switching models leaves behind in `localchat serve`: its resident memory after each of --switches switches
 between the embedded model and a tiny second one (tests/support.py's tiny-llama: 2 layers, random weights), each
-switch waited for until the new model is ready. Without gc and malloc_trim after an unload (backends.release_memory)
-the process grew by most of a model's memory per round trip.
+switch waited for until the new model is ready. Without gc and malloc_trim after an unload
+(engine/memory.release_freed_memory) the process grew by most of a model's memory per round trip.
 
     python benchmarks/switch_memory.py [--switches 8]
 """

@@ -1,8 +1,6 @@
 """The engine loop: requests in, one batched step at a time, reply deltas out."""
 
-import ctypes
 import dataclasses
-import gc
 import itertools
 import json
 import os
@@ -19,6 +17,7 @@ from localchat.engine.dirs import user_dir
 from localchat.engine.kv_cache_manager import KVCacheManager
 from localchat.engine.kv_disk_tier import FORMAT_VERSION, KVDiskTier
 from localchat.engine.loader import count_weights, load_packed, load_weights, model_identity, resolve_model
+from localchat.engine.memory import release_freed_memory
 from localchat.engine.model_runner import ModelRunner
 from localchat.engine.models.llama import head_dim
 from localchat.engine.output_processor import OutputProcessor, RequestState
@@ -235,16 +234,6 @@ class LLMEngine:
 
     def _generator(self, seed: int | None) -> torch.Generator | None:
         return None if seed is None else torch.Generator(self.device).manual_seed(seed)
-
-
-def release_freed_memory() -> None:
-    """Give the memory freed so far back to the system: glibc keeps the pages of small blocks freed among live ones
-    until malloc_trim (100-350 MB after loading a large vocabulary's tokenizer). Nothing where libc is not glibc."""
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _eos_token_ids(source, model_config) -> set[int]:

@@ -13,6 +13,7 @@ conversion.
 """
 
 import hashlib
+import json
 import mmap
 import shutil
 import tempfile
@@ -27,18 +28,19 @@ from huggingface_hub import snapshot_download
 from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from safetensors import safe_open
 from safetensors.torch import save_file
-from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from .dirs import user_dir, write_atomically
-from .gguf_header import HELD_AS, GGUFHeader, read_header
+from .dirs import private_folder, user_dir, write_atomically
+from .gguf_header import HELD_AS, GGUFHeader, TensorInfo, read_header
 from .model_catalog import EMBEDDED_NAME, SUPPORTED_ARCHITECTURES, embedded_gguf_path
 from .packed_linear import KERNEL_LAYOUT, GGUFMatrix, HeadRowsEmbedding, PackedLinear, pack
 from .tensor_file import TensorFileWriter, read_tensors
 
-CACHE_FORMAT = 3  # bump when the cache folder's contents change
+CACHE_FORMAT = 4  # bump when the cache folder's contents change
 DENSE_FILE = "model.safetensors"
 PACKED_FILE = f"packed-{hashlib.sha256(KERNEL_LAYOUT.encode()).hexdigest()[:12]}.safetensors"
 EMBEDDING_TYPE_KEY = "model.embed_tokens.ggml_type"  # the embedding's GGML type id, beside its raw rows
+VALUE_DTYPES = {"F32": np.float32, "F16": np.float16}  # the GGUF types GGUFReader gives as values, not as bytes
 
 # GGUF tensor names -> Hugging Face names; block tensors are `blk.N.<part>.<weight|bias>`.
 _TOP_LEVEL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
@@ -184,10 +186,12 @@ def _from_gguf(path: Path, name: str) -> ModelSource:
     if not (cache / "config.json").is_file():
         header = read_header(path)
         check_gguf(header, name)  # before the slow part
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}-", dir=cache.parent))
+        private_folder(cache.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}-", dir=cache.parent))  # 0700
         try:
             _write_config_and_tokenizer(path, header, tmp)
+            for written in tmp.iterdir():  # transformers writes them with the umask's mode
+                written.chmod(0o600)
             try:
                 tmp.rename(cache)
             except OSError:
@@ -195,7 +199,14 @@ def _from_gguf(path: Path, name: str) -> ModelSource:
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return ModelSource(name, AutoConfig.from_pretrained(cache), AutoTokenizer.from_pretrained(cache), cache, path)
+    return ModelSource(name, AutoConfig.from_pretrained(cache), _cached_tokenizer(cache), cache, path)
+
+
+def _cached_tokenizer(cache: Path) -> PreTrainedTokenizerBase:
+    """The tokenizer written to the cache, its tokenizer.json read by the tokenizers library alone. The class
+    transformers names there for a Gemma file (GemmaTokenizer) would rebuild it from Python copies of the vocabulary
+    and merges that it then keeps: 250 MB more for Gemma 3's 262,144 tokens, for the same encoding and decoding."""
+    return PreTrainedTokenizerFast.from_pretrained(cache)
 
 
 def _gguf_cache_dir(path: Path) -> Path:
@@ -211,27 +222,59 @@ def _write_config_and_tokenizer(path: Path, header: GGUFHeader, out: Path) -> No
     config.tie_word_embeddings = not any(t.name == "output.weight" for t in header.tensors)
     _gguf_config_fixes(config, path)
     config.save_pretrained(out)
-    AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(out)
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    tokenizer.save_pretrained(out)
+    _record_added_tokens(tokenizer, out)
 
 
-def _gguf_tensors(reader: gguf.GGUFReader, config: PretrainedConfig) -> dict[str, "GGUFMatrix"]:
-    """Every tensor of the file by its Hugging Face name, with the row order that undoes llama.cpp's permutation
-    of q and k (it permutes them for "llama" models' rotary layout; other architectures keep HF's)."""
+def _record_added_tokens(tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
+    """Write the tokenizer's added tokens into its tokenizer_config.json, as transformers 4 did: without them there,
+    loading parses the whole tokenizer.json in Python to find them (1.3 s and 160 MB at the peak for 262,144 tokens)."""
+    path = folder / "tokenizer_config.json"
+    config = json.loads(path.read_text())
+    config["added_tokens_decoder"] = {
+        str(token_id): {"content": token.content, "single_word": token.single_word, "lstrip": token.lstrip,
+                        "rstrip": token.rstrip, "normalized": token.normalized, "special": token.special}
+        for token_id, token in tokenizer.added_tokens_decoder.items()}
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False))
+
+
+def _map_tensors(path: Path, header: GGUFHeader) -> tuple[np.memmap, list[tuple[TensorInfo, np.ndarray]]]:
+    """The file mapped, and each tensor with its data there as gguf's GGUFReader gives it (F32 and F16 values, the
+    bytes of other types' rows), located from the header alone: GGUFReader makes numpy objects of every item of every
+    metadata array (620 MB and 14 s for a 262,144-token vocabulary)."""
+    mapped = np.memmap(path, mode="r")
+    tensors = []
+    for tensor in header.tensors:
+        dims, dtype = tuple(reversed(tensor.shape)), VALUE_DTYPES.get(tensor.type_name)
+        if dtype is None:  # rows of blocks, as bytes
+            kind = gguf.GGMLQuantizationType[tensor.type_name]
+            dtype, dims = np.uint8, gguf.quants.quant_shape_to_byte_shape(dims, kind)
+        start = header.data_start + tensor.offset
+        size = int(np.prod(dims)) * np.dtype(dtype).itemsize
+        tensors.append((tensor, mapped[start : start + size].view(dtype).reshape(dims)))
+    return mapped, tensors
+
+
+def _gguf_tensors(tensors: list[tuple[TensorInfo, np.ndarray]], config: PretrainedConfig) -> dict[str, "GGUFMatrix"]:
+    """Every tensor of the file (as _map_tensors gives them) by its Hugging Face name, with the row order that undoes
+    llama.cpp's permutation of q and k (it permutes them for "llama" models' rotary layout; other architectures keep
+    HF's)."""
     permuted = config.model_type == "llama"
-    tensors = {}
-    for tensor in reader.tensors:
+    matrices = {}
+    for tensor, data in tensors:
         if tensor.name in _CONFIG_TENSORS:
             continue
         hf_name = _hf_name(tensor.name, config.model_type)
-        shape = (tensor.data.shape[0], int(tensor.shape[0])) if len(tensor.shape) == 2 else (int(tensor.shape[0]),)
+        shape = (data.shape[0], tensor.shape[0]) if len(tensor.shape) == 2 else (tensor.shape[0],)
         heads = None
         if permuted and ".self_attn.q_proj." in hf_name:
             heads = config.num_attention_heads
         elif permuted and ".self_attn.k_proj." in hf_name:
             heads = config.num_key_value_heads
         rows = _unpermute(np.arange(shape[0]), heads) if heads else None
-        tensors[hf_name] = GGUFMatrix(tensor.data, tensor.tensor_type, shape, rows)
-    return tensors
+        matrices[hf_name] = GGUFMatrix(data, gguf.GGMLQuantizationType[tensor.type_name], shape, rows)
+    return matrices
 
 
 def _dequantized(matrix: GGUFMatrix) -> torch.Tensor:
@@ -250,7 +293,7 @@ def _small_tensors(matrices: dict[str, GGUFMatrix], config: PretrainedConfig) ->
 
 def _write_dense(path: Path, config: PretrainedConfig, out: Path) -> None:
     """Every weight dequantized to float32, with Hugging Face names."""
-    tensors = _small_tensors(_gguf_tensors(gguf.GGUFReader(path), config), config)
+    tensors = _small_tensors(_gguf_tensors(_map_tensors(path, read_header(path))[1], config), config)
     save_file(tensors, out, metadata={"format": "pt"})
 
 
@@ -262,8 +305,8 @@ def _write_packed(path: Path, config: PretrainedConfig, out: Path) -> None:
 
     Written a layer at a time (TensorFileWriter), and the file's pages read so far dropped from this process after
     each layer: packing holds about one layer, not the model (measured by benchmarks/memory.py)."""
-    reader = gguf.GGUFReader(path)
-    matrices = _gguf_tensors(reader, config)
+    mapped, tensors = _map_tensors(path, read_header(path))
+    matrices = _gguf_tensors(tensors, config)
     writer = TensorFileWriter(out)
 
     def add_linear(module: str, sources: list[str]) -> None:
@@ -281,7 +324,7 @@ def _write_packed(path: Path, config: PretrainedConfig, out: Path) -> None:
                 add_linear(f"{prefix}.{fused}", [f"{prefix}.{p}" for p in ((fused,) if fused_in_file else parts)])
             for plain in PLAIN_LINEARS:
                 add_linear(f"{prefix}.{plain}", [f"{prefix}.{plain}"])
-            _drop_pages(reader)
+            _drop_pages(mapped)
         embedding = matrices.pop("model.embed_tokens.weight")
         head = matrices.pop("lm_head.weight", embedding)
         packed_head = pack([head], head=True)
@@ -298,10 +341,10 @@ def _write_packed(path: Path, config: PretrainedConfig, out: Path) -> None:
     writer.close({"format": "pt"})
 
 
-def _drop_pages(reader: gguf.GGUFReader) -> None:
+def _drop_pages(mapped: np.memmap) -> None:
     """Let go of the file's pages this process has read through its memory map (they stay in the page cache):
     otherwise every page read counts in the process's resident memory until the end."""
-    mapping = getattr(reader.data, "_mmap", None)  # numpy.memmap's mmap.mmap
+    mapping = getattr(mapped, "_mmap", None)  # numpy.memmap's mmap.mmap
     if mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
         mapping.madvise(mmap.MADV_DONTNEED)
 
@@ -327,12 +370,10 @@ def _gguf_config_fixes(config: PretrainedConfig, path: Path) -> None:
     the file is not parsed again for them."""
     if config.model_type not in ("phi3", "gemma3_text"):
         return
-    reader = gguf.GGUFReader(path)
-    arch = reader.fields["general.architecture"].contents()
+    header = read_header(path)
 
     def value(key: str):
-        field = reader.fields.get(key.format(arch=arch))
-        return None if field is None else field.contents()
+        return header.metadata.get(key.format(arch=header.architecture))
 
     if config.model_type == "phi3":
         window = value(gguf.Keys.Attention.SLIDING_WINDOW)
@@ -342,7 +383,7 @@ def _gguf_config_fixes(config: PretrainedConfig, path: Path) -> None:
         rotary_dims = value(gguf.Keys.Rope.DIMENSION_COUNT)
         if rotary_dims:
             rope["partial_rotary_factor"] = rotary_dims / (config.hidden_size // config.num_attention_heads)
-        factors = {t.name: np.asarray(t.data, dtype=np.float32).tolist() for t in reader.tensors
+        factors = {t.name: np.asarray(data, dtype=np.float32).tolist() for t, data in _map_tensors(path, header)[1]
                    if t.name in _CONFIG_TENSORS}
         if factors:
             original = value(gguf.Keys.Rope.SCALING_ORIG_CTX_LEN) or config.max_position_embeddings

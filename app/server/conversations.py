@@ -30,7 +30,7 @@ from localchat.app.server.active_requests import ActiveRequest, ActiveRequests
 from localchat.app.server.backends import Backend, Update, failure_message
 from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.sampling import Sampling, reply_sampling
-from localchat.app.server.store import Store, new_id
+from localchat.app.server.store import Store, StoreError, new_id
 from localchat.app.server.tool_calls import finish_reason, template_chat, template_tools
 from localchat.engine.outputs import CompletionOutput
 
@@ -178,7 +178,12 @@ class Conversations:
         replies = Replies(self, conversation, path, parent, sampling, uuid.uuid4().hex)
         replies.stream = await self.backend.open(prompt, sampling.params, replies.request_id)
         self.active.add(replies.request_id, conversation.id, replies.message_ids)
-        replies.store_started()
+        try:
+            replies.store_started()
+        except StoreError:  # the conversation was deleted meanwhile: its 404, and nothing left running
+            self.active.remove(replies.request_id)
+            await self.backend.abort(replies.request_id)
+            raise
         self.store.set_active_leaf(conversation.id, replies.message_ids[0])  # the newest branch is shown
         return replies
 

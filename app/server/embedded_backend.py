@@ -2,8 +2,6 @@
 switched for another one on this machine."""
 
 import asyncio
-import ctypes
-import gc
 import threading
 from collections.abc import AsyncIterator
 
@@ -11,6 +9,7 @@ from localchat.app.server.backends import BackendNotReady, BackendRequestError, 
 from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.config import MAX_CHARS_PER_TOKEN
 from localchat.app.server.tool_calls import IN_SYSTEM_PROMPT, ToolSyntax
+from localchat.engine.memory import release_freed_memory
 from localchat.engine.model_catalog import EMBEDDED_NAME
 from localchat.engine.outputs import RequestFailed
 from localchat.engine.sampling_params import SamplingParams
@@ -69,7 +68,7 @@ class EmbeddedBackend:
         if old is not None:
             await asyncio.to_thread(old.shutdown)
             del old
-            await asyncio.to_thread(release_memory)
+            await asyncio.to_thread(release_freed_memory)  # without it every switch of models grows RSS
         self.start()
 
     @property
@@ -176,16 +175,6 @@ class EmbeddedBackend:
         self.stopping = True
         if self.llm is not None:
             await asyncio.to_thread(self.llm.shutdown)
-
-
-def release_memory() -> None:
-    """Free an unloaded model's memory now: its cycles collected, and glibc's freed pages given back to the
-    system (without malloc_trim the process keeps them, and every switch of models grows it)."""
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
 
 
 async def _warm_up(llm) -> None:

@@ -265,15 +265,21 @@ class Store:
     # --- messages ---
 
     def add_message(self, message: Message, token_ids: list[int]) -> Message:
-        """Write a complete message (and the conversation's last activity) in one transaction."""
-        with self._transaction():
-            self.db.execute(f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            (message.id, message.conversation_id, message.parent_id, message.role, message.content,
-                             pack_tokens(token_ids), message.finish_reason, int(message.stopped), message.model,
-                             _json(message.stats), message.created_at, _json(message.tool_calls),
-                             message.tool_call_id))
-            self.db.execute("UPDATE conversations SET updated_at = max(updated_at, ?) WHERE id = ?",
-                            (message.created_at, message.conversation_id))
+        """Write a complete message (and the conversation's last activity) in one transaction. A StoreError if its
+        conversation or parent is gone (deleted while the message was on its way)."""
+        try:
+            with self._transaction():
+                self.db.execute(f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES "
+                                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                (message.id, message.conversation_id, message.parent_id, message.role,
+                                 message.content, pack_tokens(token_ids), message.finish_reason, int(message.stopped),
+                                 message.model, _json(message.stats), message.created_at, _json(message.tool_calls),
+                                 message.tool_call_id))
+                self.db.execute("UPDATE conversations SET updated_at = max(updated_at, ?) WHERE id = ?",
+                                (message.created_at, message.conversation_id))
+        except sqlite3.IntegrityError:  # a foreign key: nothing else in the row can fail
+            raise StoreError(f"no conversation {quoted(message.conversation_id)} (or no message "
+                             f"{quoted(message.parent_id or '')} in it): it was deleted") from None
         message.num_tokens = len(token_ids)
         return message
 

@@ -100,6 +100,21 @@ def test_a_delete_during_a_reply_stops_it_and_ends_the_stream_cleanly(api, serve
     assert "IntegrityError" not in server.log.read_text() and "Traceback" not in server.log.read_text()
 
 
+def test_a_send_that_races_a_delete_is_a_404_never_a_500(api, server):
+    """The soak found a reply stored into a conversation deleted at that moment: a foreign-key error, a 500."""
+    statuses = []
+    for _ in range(12):
+        cid = api.post("/api/conversations", json={}).json()["id"]
+        sender = threading.Thread(target=lambda cid=cid: statuses.append(api.post(
+            f"/api/conversations/{cid}/messages", json={"content": "Hi", "settings": {"max_tokens": 2}}).status_code))
+        sender.start()
+        api.delete(f"/api/conversations/{cid}")
+        sender.join(timeout=60)
+    assert set(statuses) <= {200, 404}, statuses
+    assert server.wait_idle()["localchat_kv_blocks_used"] == 0
+    assert "IntegrityError" not in server.log.read_text()
+
+
 def health_latency_while(server, request) -> tuple[httpx.Response, float]:
     """Send `request` (a function) on a thread and time /health meanwhile; (its response, the slowest /health)."""
     result = {}

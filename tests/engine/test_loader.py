@@ -1,5 +1,6 @@
 """Tests for engine/loader.py: GGUF conversion against transformers' own GGUF loading, the cache, and folders."""
 
+import json
 import os
 from pathlib import Path
 
@@ -10,12 +11,14 @@ import pytest
 import torch
 from safetensors.torch import save_file
 from transformers import (
+    AutoTokenizer,
     Gemma3TextConfig,
     GPT2Config,
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
     Phi3Config,
+    PreTrainedTokenizerFast,
     Qwen3Config,
     Qwen3ForCausalLM,
 )
@@ -98,11 +101,76 @@ def test_second_resolve_reads_only_the_cache(embedded, monkeypatch):
         raise AssertionError("the GGUF file was read again")
 
     monkeypatch.setattr(gguf, "GGUFReader", no_gguf)
+    monkeypatch.setattr(loader, "_map_tensors", no_gguf)
     again = resolve_model(None)
     assert again.dense_files() == converted
     assert again.dense_files()[0].parent.parent == user_dir("cache") / "models"
     assert again.config.to_dict() == embedded.config.to_dict()
     assert next(load_weights(again, torch.bfloat16))[1].dtype == torch.bfloat16
+
+
+def test_mapped_tensors_are_what_gguf_reads():
+    """The loader's own map of a file's tensors (from gguf_header, without GGUFReader's objects for every vocabulary
+    entry) gives GGUFReader's arrays: the same names, types, shapes, dtypes and bytes."""
+    path = loader.embedded_gguf_path()
+    _, mapped = loader._map_tensors(path, loader.read_header(path))
+    reference = gguf.GGUFReader(path).tensors
+    assert [info.name for info, _ in mapped] == [tensor.name for tensor in reference]
+    for (info, data), tensor in zip(mapped, reference):
+        assert info.type_name == tensor.tensor_type.name
+        assert data.shape == tensor.data.shape and data.dtype == tensor.data.dtype, info.name
+        assert np.array_equal(data.view(np.uint8), tensor.data.view(np.uint8)), info.name
+
+
+GEMMA_SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
+
+
+def _gemma3_gguf(path: Path) -> Path:
+    """A Gemma 3 GGUF without weights, with a small sentencepiece vocabulary and no merges as Gemma's files have:
+    special tokens, byte fallbacks, then words and letters, best first."""
+    words = ["\u2581the", "\u2581a", "\u2581hello", "\u2581world", "he", "ll", "llo", "or", "ld", "\u2581w", "\u2581h"]
+    letters = sorted(set("abcdefghijklmnopqrstuvwxyz") | {"\u2581"})
+    tokens = [*GEMMA_SPECIAL_TOKENS, *(f"<0x{byte:02X}>" for byte in range(256)), *words, *letters]
+    writer = gguf.GGUFWriter(path, "gemma3")
+    for add, value in ((writer.add_context_length, 128), (writer.add_embedding_length, 64),
+                       (writer.add_block_count, 1), (writer.add_feed_forward_length, 128),
+                       (writer.add_head_count, 4), (writer.add_head_count_kv, 1), (writer.add_key_length, 16),
+                       (writer.add_value_length, 16), (writer.add_sliding_window, 32),
+                       (writer.add_layer_norm_rms_eps, 1e-6), (writer.add_vocab_size, len(tokens))):
+        add(value)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores([-float(i) for i in range(len(tokens))])
+    writer.add_token_types([3, 3, 3, 2, 3, *[6] * 256, *[1] * (len(words) + len(letters))])
+    for add, token in ((writer.add_pad_token_id, "<pad>"), (writer.add_eos_token_id, "<eos>"),
+                       (writer.add_bos_token_id, "<bos>"), (writer.add_unk_token_id, "<unk>")):
+        add(tokens.index(token))
+    for write in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file):
+        write()
+    writer.close()
+    return path
+
+
+def test_a_gemma_tokenizer_is_read_without_a_python_copy_of_its_vocabulary(tmp_path, monkeypatch):
+    """A GGUF's cached tokenizer is tokenizers' own (PreTrainedTokenizerFast over its tokenizer.json, not
+    GemmaTokenizer, which keeps the vocabulary and merges as Python objects: 250 MB for Gemma 3's 262,144 tokens),
+    and encodes and decodes as transformers' tokenizer for the file does; its added tokens are in tokenizer_config.json
+    (so loading does not parse tokenizer.json in Python)."""
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path / "home"))
+    path = _gemma3_gguf(tmp_path / "gemma3.gguf")
+    source = resolve_model(str(path))
+    ours, theirs = source.tokenizer, AutoTokenizer.from_pretrained(tmp_path, gguf_file=path.name)
+    assert type(ours) is PreTrainedTokenizerFast and type(theirs).__name__ == "GemmaTokenizer"
+    for text in ("hello world", " the  a\nworld!", "Ünïcödé ✓ 日本語", "<bos>hello<eos>", ""):
+        for special in (False, True):
+            ids = theirs.encode(text, add_special_tokens=special)
+            assert ours.encode(text, add_special_tokens=special) == ids, text
+            assert ours.decode(ids) == theirs.decode(ids) and ours.decode(ids, skip_special_tokens=True) == \
+                theirs.decode(ids, skip_special_tokens=True)
+    assert (ours.bos_token, ours.eos_token, ours.pad_token, ours.unk_token) == (
+        theirs.bos_token, theirs.eos_token, theirs.pad_token, theirs.unk_token)
+    added = json.loads((source.folder / "tokenizer_config.json").read_text())["added_tokens_decoder"]
+    assert {token["content"] for token in added.values()} >= {"<pad>", "<eos>", "<bos>", "<mask>"}
 
 
 def test_cache_key_follows_the_gguf_file(tmp_path):
