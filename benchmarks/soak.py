@@ -54,16 +54,10 @@ def read_stream(api: httpx.Client, path: str, body: dict, tally: Tally, cut_afte
     events = []
     try:
         with api.stream("POST", path, json=body) as response:
-            if response.status_code >= 500:
-                tally.error(f"{path}: {response.status_code} {response.read()[:200]!r}")
-                return events
             if response.status_code >= 400:
-                tally.count("refused")
+                refused(tally, path, response)
                 return events
-            for line in response.iter_lines():
-                if not line.startswith("data:") or line[5:].strip() == "[DONE]":
-                    continue
-                event = json.loads(line[5:])
+            for event in data_events(response):
                 events.append(event)
                 if event.get("type") == "error":
                     tally.error(f"{path}: error event {event}")
@@ -81,81 +75,132 @@ def read_stream(api: httpx.Client, path: str, body: dict, tally: Tally, cut_afte
     return events
 
 
-def one_request(api: httpx.Client, rng: random.Random, conversations: list[str], lock: threading.Lock,
-                tally: Tally) -> None:
-    kind = rng.choices(["send", "fork", "regenerate", "edit", "stop", "disconnect", "delete", "v1", "v1-stream",
-                        "bad"], weights=[30, 8, 10, 6, 10, 10, 6, 8, 7, 5])[0]
-    tally.count(kind)
-    settings = {"max_tokens": rng.randint(4, 24), "temperature": rng.choice([0.0, 0.7, 1.0])}
-    with lock:
-        cid = rng.choice(conversations) if conversations and rng.random() < 0.8 else None
-    if cid is None:
-        created = api.post("/api/conversations", json={"system_prompt": rng.choice(["", "Be brief."])})
-        if created.status_code >= 500:
-            tally.error(f"create: {created.status_code}")
+def refused(tally: Tally, path: str, response: httpx.Response) -> None:
+    """A 4xx is counted, a 5xx is an error."""
+    if response.status_code >= 500:
+        tally.error(f"{path}: {response.status_code} {response.read()[:200]!r}")
+    else:
+        tally.count("refused")
+
+
+def data_events(response: httpx.Response):
+    """Each server-sent event's data, decoded, up to `[DONE]`."""
+    for line in response.iter_lines():
+        if line.startswith("data:") and line[5:].strip() != "[DONE]":
+            yield json.loads(line[5:])
+
+
+class Client:
+    """One client's requests of every kind against one conversation at a time (created or picked)."""
+
+    def __init__(self, api: httpx.Client, rng: random.Random, conversations: list[str], lock: threading.Lock,
+                 tally: Tally):
+        self.api, self.rng, self.conversations, self.lock, self.tally = api, rng, conversations, lock, tally
+
+    def one_request(self) -> None:
+        rng = self.rng
+        kind = rng.choices(list(KINDS), weights=list(KINDS.values()))[0]
+        self.tally.count(kind)
+        cid = self.conversation()
+        if cid is None:
             return
-        cid = created.json()["id"]
-        with lock:
-            conversations.append(cid)
-    base = f"/api/conversations/{cid}"
-    tree = api.get(base)
-    if tree.status_code == 404:  # deleted by another client meanwhile
-        return
-    messages = tree.json()["messages"]
-    replies = [m for m in messages if m["role"] == "assistant" and m.get("finish_reason")]
-    users = [m for m in messages if m["role"] == "user"]
-    question = rng.choice(QUESTIONS)
-    if kind in ("send", "fork", "stop", "disconnect") or (kind in ("regenerate", "edit") and not users):
-        parent = rng.choice(replies)["id"] if replies and rng.random() < 0.7 else None
-        body = {"content": question, "parent_id": parent, "n": 3 if kind == "fork" else 1, "settings": settings}
-        if kind == "stop":
-            body["settings"] = {**settings, "max_tokens": 300}
-            stop = threading.Timer(rng.uniform(0.0, 0.5), lambda: api.post(f"{base}/stop", json={}))
-            stop.start()
-            read_stream(api, f"{base}/messages", body, tally)
-            stop.join()
-        else:
-            read_stream(api, f"{base}/messages", body, tally, cut_after_delta=kind == "disconnect")
-    elif kind == "regenerate":
-        target = rng.choice(replies or users)["id"]
-        read_stream(api, f"{base}/messages/{target}/regenerate", {"n": rng.choice([1, 2]), "settings": settings},
-                    tally)
-    elif kind == "edit":
-        read_stream(api, f"{base}/messages/{rng.choice(users)['id']}/edit", {"content": question,
-                                                                             "settings": settings}, tally)
-    elif kind == "delete":
-        if rng.random() < 0.5:  # while a reply streams
-            done = threading.Event()
-            body = {"content": question, "settings": {**settings, "max_tokens": 300}}
-            reader = threading.Thread(target=read_stream, args=(api, f"{base}/messages", body, tally),
-                                      kwargs={"on_delta": done.set})
+        tree = self.api.get(f"/api/conversations/{cid}")
+        if tree.status_code == 404:  # deleted by another client meanwhile
+            return
+        messages = tree.json()["messages"]
+        self.base, self.question = f"/api/conversations/{cid}", rng.choice(QUESTIONS)
+        self.replies = [m for m in messages if m["role"] == "assistant" and m.get("finish_reason")]
+        self.users = [m for m in messages if m["role"] == "user"]
+        self.settings = {"max_tokens": rng.randint(4, 24), "temperature": rng.choice([0.0, 0.7, 1.0])}
+        if kind in ("regenerate", "edit") and not self.users:
+            kind = "send"
+        getattr(self, kind.replace("-", "_"))(cid)
+
+    def conversation(self) -> str | None:
+        """One of the conversations, or (now and then) a new one; None if it could not be made."""
+        with self.lock:
+            cid = self.rng.choice(self.conversations) if self.conversations and self.rng.random() < 0.8 else None
+        if cid is not None:
+            return cid
+        created = self.api.post("/api/conversations", json={"system_prompt": self.rng.choice(["", "Be brief."])})
+        if created.status_code >= 500:
+            self.tally.error(f"create: {created.status_code}")
+            return None
+        with self.lock:
+            self.conversations.append(created.json()["id"])
+        return created.json()["id"]
+
+    def message(self, n: int = 1, max_tokens: int | None = None) -> dict:
+        parent = self.rng.choice(self.replies)["id"] if self.replies and self.rng.random() < 0.7 else None
+        return {"content": self.question, "parent_id": parent, "n": n,
+                "settings": {**self.settings, **({"max_tokens": max_tokens} if max_tokens else {})}}
+
+    def send(self, cid: str) -> None:
+        read_stream(self.api, f"{self.base}/messages", self.message(), self.tally)
+
+    def fork(self, cid: str) -> None:
+        read_stream(self.api, f"{self.base}/messages", self.message(n=3), self.tally)
+
+    def disconnect(self, cid: str) -> None:
+        read_stream(self.api, f"{self.base}/messages", self.message(), self.tally, cut_after_delta=True)
+
+    def stop(self, cid: str) -> None:
+        stop = threading.Timer(self.rng.uniform(0.0, 0.5), lambda: self.api.post(f"{self.base}/stop", json={}))
+        stop.start()
+        read_stream(self.api, f"{self.base}/messages", self.message(max_tokens=300), self.tally)
+        stop.join()
+
+    def regenerate(self, cid: str) -> None:
+        target = self.rng.choice(self.replies or self.users)["id"]
+        read_stream(self.api, f"{self.base}/messages/{target}/regenerate",
+                    {"n": self.rng.choice([1, 2]), "settings": self.settings}, self.tally)
+
+    def edit(self, cid: str) -> None:
+        read_stream(self.api, f"{self.base}/messages/{self.rng.choice(self.users)['id']}/edit",
+                    {"content": self.question, "settings": self.settings}, self.tally)
+
+    def delete(self, cid: str) -> None:
+        if self.rng.random() < 0.5:  # while a reply streams
+            writing = threading.Event()
+            body = {"content": self.question, "settings": {**self.settings, "max_tokens": 300}}
+            reader = threading.Thread(target=read_stream, args=(self.api, f"{self.base}/messages", body, self.tally),
+                                      kwargs={"on_delta": writing.set})
             reader.start()
-            done.wait(30)
-            deleted = api.delete(base)
+            writing.wait(30)
+            deleted = self.api.delete(self.base)
             reader.join()
         else:
-            deleted = api.delete(base)
+            deleted = self.api.delete(self.base)
         if deleted.status_code >= 500:
-            tally.error(f"delete: {deleted.status_code}")
-        with lock:
-            if cid in conversations:
-                conversations.remove(cid)
-    elif kind in ("v1", "v1-stream"):
-        body = {"messages": [{"role": "user", "content": question}], "n": rng.choice([1, 1, 2]), **settings,
-                "stream": kind == "v1-stream"}
-        if kind == "v1-stream":
-            read_stream(api, "/v1/chat/completions", body, tally)
-        else:
-            response = api.post("/v1/chat/completions", json=body)
-            if response.status_code >= 500:
-                tally.error(f"v1: {response.status_code}")
-    else:
-        bad = rng.choice([{"messages": []}, {"messages": [{"role": "user", "content": "x"}], "seed": 2**70},
-                          {"messages": [{"role": "user", "content": "x"}], "temperature": -1},
-                          {"messages": "x"}, {"messages": [{"role": "user", "content": "x"}], "top_p": 0}])
-        response = api.post("/v1/chat/completions", json=bad)
+            self.tally.error(f"delete: {deleted.status_code}")
+        with self.lock:
+            if cid in self.conversations:
+                self.conversations.remove(cid)
+
+    def v1(self, cid: str, stream: bool = False) -> None:
+        body = {"messages": [{"role": "user", "content": self.question}], "n": self.rng.choice([1, 1, 2]),
+                **self.settings, "stream": stream}
+        if stream:
+            read_stream(self.api, "/v1/chat/completions", body, self.tally)
+            return
+        response = self.api.post("/v1/chat/completions", json=body)
+        if response.status_code >= 500:
+            self.tally.error(f"v1: {response.status_code}")
+
+    def v1_stream(self, cid: str) -> None:
+        self.v1(cid, stream=True)
+
+    def bad(self, cid: str) -> None:
+        response = self.api.post("/v1/chat/completions", json=self.rng.choice(BAD_REQUESTS))
         if response.status_code != 400:
-            tally.error(f"bad input answered {response.status_code}")
+            self.tally.error(f"bad input answered {response.status_code}")
+
+
+KINDS = {"send": 30, "fork": 8, "regenerate": 10, "edit": 6, "stop": 10, "disconnect": 10, "delete": 6, "v1": 8,
+         "v1-stream": 7, "bad": 5}  # each kind's weight in the mix
+BAD_REQUESTS = [{"messages": []}, {"messages": [{"role": "user", "content": "x"}], "seed": 2**70},
+                {"messages": [{"role": "user", "content": "x"}], "temperature": -1}, {"messages": "x"},
+                {"messages": [{"role": "user", "content": "x"}], "top_p": 0}]
 
 
 def main() -> None:
@@ -170,52 +215,19 @@ def main() -> None:
     limits = {"--kv-blocks": args.kv_blocks, "--max-model-len": args.max_model_len}
     server = Server(home, args.port, [str(x) for flag, value in limits.items() if value is not None
                                       for x in (flag, value)])
-    tally, conversations, lock = Tally(), [], threading.Lock()
-    rss, done = [], [0]
-
-    def sample(requests: int) -> None:
-        metrics = server.metrics()
-        rss.append({"requests": requests, "rss_mb": round(server.rss_mb(), 1), "kv_blocks_holding_a_prefix": int(
-            metrics["localchat_kv_blocks_used"] + metrics["localchat_kv_blocks_cached"])})
-
+    tally, rss = Tally(), []
     try:
+        run = Run(server, args.requests, tally, rss)
         with server.client() as api:  # warm-up: a few requests before the first measurement
             for _ in range(10):
-                one_request(api, random.Random(0), conversations, lock, Tally())
+                Client(api, random.Random(0), run.conversations, run.lock, Tally()).one_request()
         metrics = server.metrics()
         kv_cache = {"kv_blocks_total": int(metrics["localchat_kv_blocks_total"]),
                     "kv_cache_mb": round(metrics["localchat_kv_cache_bytes"] / 2**20)}
-        sample(0)
-        started = time.monotonic()
-
-        def client(seed: int) -> None:
-            rng = random.Random(seed)
-            with server.client() as api:
-                while True:
-                    with lock:
-                        if done[0] >= args.requests:
-                            return
-                        done[0] += 1
-                        if done[0] % 100 == 0:
-                            sample(done[0])
-                    try:
-                        one_request(api, rng, conversations, lock, tally)
-                    except httpx.HTTPError as error:
-                        tally.error(f"{type(error).__name__}: {error}")
-
-        threads = [threading.Thread(target=client, args=(seed,)) for seed in range(args.clients)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        seconds = time.monotonic() - started
-        deadline = time.monotonic() + 60
-        while (metrics := server.metrics())["localchat_kv_blocks_used"] and time.monotonic() < deadline:
-            time.sleep(0.5)
-        still_generating = httpx.post(f"{server.url}/v1/chat/completions", timeout=60, headers={
-            "Authorization": f"Bearer {server.token}"}, json={"messages": [{"role": "user", "content": "Hi"}],
-                                                              "max_tokens": 4}).status_code == 200
-        sample(args.requests)
+        run.sample(0)
+        seconds = run.clients(args.clients)
+        metrics, still_generating = settled(server)
+        run.sample(args.requests)
     finally:
         server.stop()
         log = (home / "serve.log").read_text(errors="replace")
@@ -237,6 +249,62 @@ def main() -> None:
     report("soak", rss, summary)
     if tally.errors or tally.hung or metrics["localchat_kv_blocks_used"] or not still_generating:
         sys.exit(1)
+
+
+class Run:
+    """The soak's requests shared out among client threads, with the server's RSS sampled every 100."""
+
+    def __init__(self, server: Server, requests: int, tally: Tally, rss: list[dict]):
+        self.server, self.requests, self.tally, self.rss = server, requests, tally, rss
+        self.conversations: list[str] = []
+        self.lock = threading.Lock()
+        self.done = 0
+
+    def sample(self, requests: int) -> None:
+        metrics = self.server.metrics()
+        self.rss.append({"requests": requests, "rss_mb": round(self.server.rss_mb(), 1),
+                         "kv_blocks_holding_a_prefix": int(metrics["localchat_kv_blocks_used"]
+                                                           + metrics["localchat_kv_blocks_cached"])})
+
+    def clients(self, count: int) -> float:
+        """Run every request from `count` threads; the seconds it took."""
+        started = time.monotonic()
+        threads = [threading.Thread(target=self.client, args=(seed,)) for seed in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return time.monotonic() - started
+
+    def client(self, seed: int) -> None:
+        with self.server.client() as api:
+            client = Client(api, random.Random(seed), self.conversations, self.lock, self.tally)
+            while self.take_one():
+                try:
+                    client.one_request()
+                except httpx.HTTPError as error:
+                    self.tally.error(f"{type(error).__name__}: {error}")
+
+    def take_one(self) -> bool:
+        """Whether a request is left to send (sampling RSS at every hundredth)."""
+        with self.lock:
+            if self.done >= self.requests:
+                return False
+            self.done += 1
+            if self.done % 100 == 0:
+                self.sample(self.done)
+        return True
+
+
+def settled(server: Server) -> tuple[dict, bool]:
+    """The metrics once no KV block is held (a minute at most), and whether a reply is still generated then."""
+    deadline = time.monotonic() + 60
+    while (metrics := server.metrics())["localchat_kv_blocks_used"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    reply = httpx.post(f"{server.url}/v1/chat/completions", timeout=60, headers={
+        "Authorization": f"Bearer {server.token}"}, json={"messages": [{"role": "user", "content": "Hi"}],
+                                                          "max_tokens": 4})
+    return metrics, reply.status_code == 200
 
 
 if __name__ == "__main__":
