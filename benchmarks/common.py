@@ -34,6 +34,7 @@ def hf_model(dtype: torch.dtype = torch.float32):
     from localchat.engine.loader import resolve_model
 
     source = resolve_model(None)
+    source.ensure_converted(packed=False)
     model = AutoModelForCausalLM.from_pretrained(source.dense_files()[0].parent, dtype=dtype).eval()
     return model, source.tokenizer
 

@@ -13,21 +13,33 @@ import mmap
 import struct
 from collections import Counter
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
-# How the engine holds each GGUF tensor type (packed_linear.py explains why) and the bytes a weight then takes
-HELD_AS = {"Q4_0": "int4", "Q4_1": "int4", "Q4_K": "int4", "Q8_0": "int4 x2", "Q5_0": "int8", "Q5_1": "int8",
-           "Q5_K": "int8", "Q6_K": "int8", "F16": "bf16", "BF16": "bf16", "F32": "bf16"}
-BYTES_PER_WEIGHT = {"int4": 0.625, "int4 x2": 1.25, "int8": 1.0, "bf16": 2.0}
+
+class WeightForm(StrEnum):
+    """How the engine holds a GGUF matrix (packed_linear.py explains each, and why)."""
+
+    INT4 = "int4"  # one int4 matrix, a bfloat16 scale and zero per 32 weights of a row
+    INT4_X2 = "int4 x2"  # two int4 matrices whose products add up to the int8 codes' (Q8_0)
+    INT8 = "int8"  # int8 rows, a bfloat16 scale per row
+    BF16 = "bf16"  # a dense bfloat16 matrix
+
+
+# How the engine holds each GGUF tensor type, and the bytes a weight then takes
+HELD_AS = {"Q4_0": WeightForm.INT4, "Q4_1": WeightForm.INT4, "Q4_K": WeightForm.INT4, "Q8_0": WeightForm.INT4_X2,
+           "Q5_0": WeightForm.INT8, "Q5_1": WeightForm.INT8, "Q5_K": WeightForm.INT8, "Q6_K": WeightForm.INT8,
+           "F16": WeightForm.BF16, "BF16": WeightForm.BF16, "F32": WeightForm.BF16}
+BYTES_PER_WEIGHT = {WeightForm.INT4: 0.625, WeightForm.INT4_X2: 1.25, WeightForm.INT8: 1.0, WeightForm.BF16: 2.0}
 # what a GGUF type takes in the file, per weight (block bytes / block weights)
 FILE_BYTES_PER_WEIGHT = {"Q4_0": 18 / 32, "Q4_1": 20 / 32, "Q4_K": 144 / 256, "Q8_0": 34 / 32, "Q5_0": 22 / 32,
                          "Q5_1": 24 / 32, "Q5_K": 176 / 256, "Q6_K": 210 / 256, "F16": 2, "BF16": 2, "F32": 4}
 
 
-def held_as_head(representation: str) -> str:
-    """How the logits head holds a matrix that other layers would hold as `representation`: one product per
-    decoded token on the largest matrix of a small model, so per-row int8 instead of two int4 planes (Q8_0)."""
-    return "int8" if representation == "int4 x2" else representation
+def held_as_head(form: WeightForm) -> WeightForm:
+    """How the logits head holds a matrix that other layers would hold as `form`: one product per decoded token on
+    the largest matrix of a small model, so per-row int8 instead of two int4 planes (Q8_0)."""
+    return WeightForm.INT8 if form is WeightForm.INT4_X2 else form
 
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
@@ -60,6 +72,10 @@ class GGUFHeader:
     def architecture(self) -> str | None:
         return self.metadata.get("general.architecture")
 
+    def value(self, key: str):
+        """A metadata value by its gguf.Keys name, "{arch}" read as the file's architecture; None if absent."""
+        return self.metadata.get(key.format(arch=self.architecture))
+
     def type_counts(self) -> Counter:
         """Weights per tensor type, by GGML type name."""
         counts: Counter = Counter()
@@ -78,11 +94,11 @@ class GGUFHeader:
                 total += 4 * tensor.num_elements
             elif tensor.name == "token_embd.weight":
                 raw = FILE_BYTES_PER_WEIGHT.get(tensor.type_name, 4)
-                head = held_as_head(HELD_AS.get(tensor.type_name, "bf16"))
-                per_weight = raw if not tied else BYTES_PER_WEIGHT[head] + (0 if head == "int8" else raw)
+                head = held_as_head(HELD_AS.get(tensor.type_name, WeightForm.BF16))
+                per_weight = raw if not tied else BYTES_PER_WEIGHT[head] + (0 if head is WeightForm.INT8 else raw)
                 total += tensor.num_elements * per_weight
             else:
-                total += tensor.num_elements * BYTES_PER_WEIGHT[HELD_AS.get(tensor.type_name, "bf16")]
+                total += tensor.num_elements * BYTES_PER_WEIGHT[HELD_AS.get(tensor.type_name, WeightForm.BF16)]
         return int(total)
 
     @property

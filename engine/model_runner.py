@@ -6,19 +6,8 @@ import torch
 from transformers import PretrainedConfig
 
 from localchat.engine.attention import AttentionMetadata, get_backend
-from localchat.engine.models.gemma3 import Gemma3ForCausalLM
-from localchat.engine.models.llama import LlamaForCausalLM
+from localchat.engine.models.families import family_for
 from localchat.engine.scheduler import ScheduledBatch
-
-# the model class of each architecture (the config's model_type; a multimodal config's text part)
-MODEL_CLASSES = {
-    "llama": LlamaForCausalLM,
-    "mistral": LlamaForCausalLM,
-    "qwen2": LlamaForCausalLM,
-    "qwen3": LlamaForCausalLM,
-    "phi3": LlamaForCausalLM,
-    "gemma3_text": Gemma3ForCausalLM,
-}
 
 
 class ModelRunner:
@@ -28,10 +17,9 @@ class ModelRunner:
         """config: the text model's (PretrainedConfig.get_text_config()); weights: dense (name, tensor) pairs with
         Hugging Face names, or (packed) a GGUF's packed weights as loader.load_packed gives them."""
         self.device, self.dtype, self.block_size = device, dtype, block_size
-        if config.model_type not in MODEL_CLASSES:
-            raise ValueError(f"no model class for architecture {config.model_type!r}")
+        model_class = family_for(config.model_type).model_class()
         with torch.device("meta"):  # no memory and no random init for weights about to be replaced
-            self.model = MODEL_CLASSES[config.model_type](config, max_model_len, rope_device=device)
+            self.model = model_class(config, max_model_len, rope_device=device)
         if packed:
             self.model.load_packed(weights, dtype, device)
         else:

@@ -2,7 +2,8 @@
 
 A GGUF file stores a matrix row by row (one row per output feature), each row as blocks of integer codes along
 the input features with float16 scales (and minimums) per block. Dequantizing it to float32 costs 4-7x the
-file's memory; here each type is held in a form one of torch's kernels multiplies directly:
+file's memory; here each type is held in a form (gguf_header's WeightForm, as HELD_AS says) that one of torch's
+kernels multiplies directly:
 
 - **int4** (Q4_0, Q4_1, Q4_K): `aten._weight_int4pack_mm_for_cpu` computes w = (q - 8) * s + z for codes q in
   0..15 with a bfloat16 scale s and zero z per group of 32 weights of a row. Q4_0 (w = d (q - 8)): s = d, z = 0.
@@ -11,7 +12,7 @@ file's memory; here each type is held in a form one of torch's kernels multiplie
   s and z.
 - **int4 x2** (Q8_0): the int8 code splits as q = 16 h + l (h in -8..7, l in 0..15) into two int4 matrices, h + 8
   with s = 16 d, z = 0 and l with s = d, z = 8 d, whose products add up to the block's. Exact up to bfloat16 as
-  above, at twice the int4 time. Per-row int8 (set this table entry to "int8") would hold 1.0 byte a weight and
+  above, at twice the int4 time. Per-row int8 (WeightForm.INT8 for Q8_0 in HELD_AS) would hold 1.0 byte a weight and
   decode 1.7-2.8x faster, but with 4x the error (1.2-1.3% against 0.3% on SmolLM2's Q8_0 embedding): twice Q8_0's
   own quantization error, the very thing a Q8_0 download is chosen to avoid.
 - **int8** (Q5_0, Q5_1, Q5_K, Q6_K): dequantized, then requantized to symmetric int8 with one bfloat16 scale per
@@ -59,14 +60,14 @@ import torch
 from gguf import GGMLQuantizationType as Q
 from torch import nn
 
-from localchat.engine.gguf_header import HELD_AS, held_as_head
+from localchat.engine.gguf_header import HELD_AS, WeightForm, held_as_head
 
 GROUP = 32  # weights per int4 scale and zero
 CHUNK_ROWS = 4096  # rows converted at once; a multiple of every layout's row block, so chunks pack independently
 KERNEL_LAYOUT = f"torch-{torch.__version__}-{torch.backends.cpu.get_cpu_capability()}"
 
 REPRESENTATIONS = {Q[name]: representation for name, representation in HELD_AS.items()}
-MAX_RELATIVE_ERROR = {qtype: 0.02 if representation == "int8" else 0.01
+MAX_RELATIVE_ERROR = {qtype: 0.02 if representation is WeightForm.INT8 else 0.01
                       for qtype, representation in REPRESENTATIONS.items()}
 
 
@@ -74,7 +75,7 @@ MAX_RELATIVE_ERROR = {qtype: 0.02 if representation == "int8" else 0.01
 class GGUFMatrix:
     """One matrix of a GGUF file: `data` and `tensor_type` as `GGUFReader` gives them, its logical shape
     [out_features, in_features], and `rows`: which of its rows, in which order, make the output (None: all, as
-    stored). `rows` undoes llama.cpp's q/k permutation: the loader's `_unpermute(np.arange(out_features), heads)`."""
+    stored). `rows` undoes llama.cpp's q/k permutation: `gguf_conversion.unpermute(np.arange(out_features), heads)`."""
 
     data: np.ndarray
     tensor_type: Q
@@ -94,7 +95,7 @@ def pack(matrices: Sequence[GGUFMatrix], head: bool = False) -> dict[str, torch.
     if len({m.shape[1] for m in matrices}) != 1:
         raise ValueError(f"stacked matrices must share in_features: {[m.shape for m in matrices]}")
 
-    def held_as(matrix: GGUFMatrix) -> str:
+    def held_as(matrix: GGUFMatrix) -> WeightForm:
         chosen = _representation(matrix)
         return held_as_head(chosen) if head else chosen
 
@@ -226,12 +227,12 @@ _PART_KINDS = {frozenset({"packed", "scales_and_zeros"}): _Int4Planes, frozenset
                frozenset({"weight"}): _Dense}
 
 
-def _representation(matrix: GGUFMatrix) -> str:
+def _representation(matrix: GGUFMatrix) -> WeightForm:
     if matrix.tensor_type not in REPRESENTATIONS:
         raise ValueError(f"unsupported GGUF tensor type {matrix.tensor_type.name}")
     representation = REPRESENTATIONS[matrix.tensor_type]
-    if representation.startswith("int4") and matrix.out_features % 16:
-        return "int8"
+    if representation in (WeightForm.INT4, WeightForm.INT4_X2) and matrix.out_features % 16:
+        return WeightForm.INT8
     return representation
 
 
@@ -324,4 +325,5 @@ def _dequantized_chunks(run: list[GGUFMatrix]):
                                             dtype=np.float32))
 
 
-_PACKERS = {"int4": _pack_int4, "int4 x2": _pack_int4, "int8": _pack_int8, "bf16": _pack_bf16}
+_PACKERS = {WeightForm.INT4: _pack_int4, WeightForm.INT4_X2: _pack_int4, WeightForm.INT8: _pack_int8,
+            WeightForm.BF16: _pack_bf16}

@@ -16,7 +16,8 @@ from torch import nn
 from transformers import PretrainedConfig
 
 from localchat.engine.attention import AttentionMetadata
-from localchat.engine.models.llama import MLP, Attention, LlamaForCausalLM, RotaryEmbedding, head_dim
+from localchat.engine.models import head_dim
+from localchat.engine.models.llama import MLP, Attention, LlamaForCausalLM, RotaryEmbedding
 
 # weights of a multimodal checkpoint that the text model does not use
 VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")

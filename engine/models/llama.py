@@ -12,6 +12,8 @@ from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from localchat.engine.attention import AttentionMetadata
+from localchat.engine.models import head_dim
+from localchat.engine.models.families import family_for
 from localchat.engine.packed_linear import GGUFEmbedding, HeadRowsEmbedding, PackedLinear
 
 ACTIVATIONS = {"silu": nn.functional.silu, "gelu_pytorch_tanh": lambda x: nn.functional.gelu(x, approximate="tanh")}
@@ -19,11 +21,6 @@ ACTIVATIONS = {"silu": nn.functional.silu, "gelu_pytorch_tanh": lambda x: nn.fun
 # torch's 32,768 elements per thread, so one thread computes each and the table's values depend neither on the
 # thread count nor on the order in which steps reach them
 ROPE_POSITIONS_AT_ONCE = 64
-
-
-def head_dim(config: PretrainedConfig) -> int:
-    """Attention head size: the config's own, else hidden_size / heads."""
-    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
 def layer_windows(config: PretrainedConfig) -> list[int | None]:
@@ -116,12 +113,13 @@ class Attention(nn.Module):
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = head_dim(config)
         self.scale = self.head_dim**-0.5
+        family = family_for(config.model_type)
         attention_bias = getattr(config, "attention_bias", False)
-        qkv_bias = attention_bias or config.model_type == "qwen2"
         self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=qkv_bias)
+        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size,
+                                  bias=attention_bias or family.qkv_bias)
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=attention_bias)
-        if config.model_type == "qwen3":
+        if family.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
         else:
@@ -176,13 +174,6 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-# HF parameter name piece -> (our fused parameter piece, shard index)
-FUSED = {
-    "q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
-    "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
-}
-
-
 class LlamaForCausalLM(nn.Module):
     """A decoder over the paged cache; another family subclasses it with its own layer_class and norm_class (and
     whatever of build_rotary, forward and checkpoint_name differs)."""
@@ -194,16 +185,13 @@ class LlamaForCausalLM(nn.Module):
         """Build under torch.device("meta") and call load_weights: the rotary tables go to rope_device."""
         super().__init__()
         self.config = config
+        self.family = family_for(config.model_type)
         self.rotary = self.build_rotary(max_positions, rope_device)
         # an explicit weight skips Embedding's normal_ init, which on the meta device imports torch._dynamo (~1 s)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size,
                                          _weight=torch.empty(config.vocab_size, config.hidden_size))
-        windows = layer_windows(config)
-        self.layers = nn.ModuleList(self.layer_class(config, window) for window in windows)
+        self.layers = nn.ModuleList(self.layer_class(config, window) for window in layer_windows(config))
         self.norm = self.norm_class(config.hidden_size, config.rms_norm_eps)
-        # the window that every layer attends within (None if a layer sees its whole context): the KV blocks
-        # before it are out of every layer's reach
-        self.sliding_window = None if None in windows else max(windows)
         self.final_logit_softcapping = getattr(config, "final_logit_softcapping", None)
         self.tie_word_embeddings = getattr(config, "tie_word_embeddings", False)
         self.lm_head = (None if self.tie_word_embeddings
@@ -233,18 +221,20 @@ class LlamaForCausalLM(nn.Module):
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype,
                      device: torch.device) -> None:
-        """Replace every parameter with the checkpoint's tensor (HF names), fusing q/k/v and gate/up."""
+        """Replace every parameter with the checkpoint's tensor (HF names), stacking the family's fused layers
+        (q/k/v and gate/up)."""
         params = dict(self.named_parameters())
+        fused_parts = self.family.fused_parts
         shards: dict[str, dict[int, torch.Tensor]] = {}
         for name, tensor in weights:
             name = self.checkpoint_name(name)
             if name is None or (name == "lm_head.weight" and self.lm_head is None):
                 continue
-            piece = next((p for p in FUSED if f".{p}." in name), None)
+            part = next((p for p in fused_parts if f".{p}." in name), None)
             shard = 0
-            if piece is not None:
-                fused, shard = FUSED[piece]
-                name = name.replace(piece, fused)
+            if part is not None:
+                fused, shard = fused_parts[part]
+                name = name.replace(part, fused)
             if name not in params:
                 raise ValueError(f"the checkpoint has a weight this model does not: {name}")
             shards.setdefault(name, {})[shard] = tensor

@@ -1,4 +1,5 @@
-"""Tests for engine/loader.py: GGUF conversion against transformers' own GGUF loading, the cache, and folders."""
+"""Tests for engine/loader.py and engine/gguf_conversion.py: GGUF conversion against transformers' own GGUF loading,
+the cache, and folders."""
 
 import json
 import os
@@ -23,11 +24,11 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from localchat.engine import loader, model_catalog
+from localchat.engine import gguf_conversion, loader, model_catalog
 from localchat.engine.dirs import user_dir
+from localchat.engine.gguf_header import read_header
 from localchat.engine.loader import SUPPORTED_ARCHITECTURES, ModelSource, load_weights, resolve_model
-from localchat.engine.model_runner import MODEL_CLASSES
-from localchat.engine.models.llama import FUSED
+from localchat.engine.models.families import family_for
 from localchat.engine.packed_linear import GGUFMatrix
 
 MESSAGES = [
@@ -40,12 +41,13 @@ MESSAGES = [
 
 @pytest.fixture(scope="module")
 def embedded() -> ModelSource:
-    """The embedded model, converted into the (per-test-run) cache on first use."""
+    """The embedded model's config and tokenizer (its weights are converted by the tests that read them)."""
     return resolve_model(None)
 
 
 @pytest.mark.slow  # transformers' own GGUF loading of the embedded model
 def test_gguf_weights_equal_transformers(embedded, hf_smollm2):
+    embedded.ensure_converted(packed=False)  # the first use converts (or a kept test cache already holds it)
     ours = dict(load_weights(embedded, torch.float32))
     reference = hf_smollm2[0].state_dict()
     assert embedded.config.tie_word_embeddings
@@ -95,14 +97,16 @@ def test_gguf_tokenizer_matches_transformers(embedded, hf_smollm2):
 
 
 def test_second_resolve_reads_only_the_cache(embedded, monkeypatch):
-    converted = embedded.dense_files()  # the first use converts (or a kept test cache already holds it)
+    embedded.ensure_converted(packed=False)  # the first use converts (or a kept test cache already holds it)
+    converted = embedded.dense_files()
 
     def no_gguf(*args, **kwargs):
         raise AssertionError("the GGUF file was read again")
 
     monkeypatch.setattr(gguf, "GGUFReader", no_gguf)
-    monkeypatch.setattr(loader, "_map_tensors", no_gguf)
+    monkeypatch.setattr(gguf_conversion, "map_tensors", no_gguf)
     again = resolve_model(None)
+    again.ensure_converted(packed=False)  # converted already: nothing to do
     assert again.dense_files() == converted
     assert again.dense_files()[0].parent.parent == user_dir("cache") / "models"
     assert again.config.to_dict() == embedded.config.to_dict()
@@ -113,7 +117,7 @@ def test_mapped_tensors_are_what_gguf_reads():
     """The loader's own map of a file's tensors (from gguf_header, without GGUFReader's objects for every vocabulary
     entry) gives GGUFReader's arrays: the same names, types, shapes, dtypes and bytes."""
     path = loader.embedded_gguf_path()
-    _, mapped = loader._map_tensors(path, loader.read_header(path))
+    _, mapped = gguf_conversion.map_tensors(path, read_header(path))
     reference = gguf.GGUFReader(path).tensors
     assert [info.name for info, _ in mapped] == [tensor.name for tensor in reference]
     for (info, data), tensor in zip(mapped, reference):
@@ -192,20 +196,23 @@ def test_failed_conversion_leaves_no_half_written_weights(tmp_path, monkeypatch)
         raise RuntimeError("crash while converting")
 
     source = resolve_model(str(link))  # config and tokenizer only
-    monkeypatch.setattr(loader, "_write_dense", write_half_then_crash)
-    monkeypatch.setattr(loader, "_write_packed", write_half_then_crash)
-    for convert in (source.dense_files, source.packed_file):
+    monkeypatch.setattr(loader, "write_dense", write_half_then_crash)
+    monkeypatch.setattr(loader, "write_packed", write_half_then_crash)
+    for packed in (False, True):
         with pytest.raises(RuntimeError, match="crash while converting"):
-            convert()
+            source.ensure_converted(packed)
     assert sorted(p.name for p in source.folder.iterdir() if p.suffix == ".safetensors" or p.name.startswith(".")
                   ) == []
+    for read in (source.dense_files, source.packed_file):  # a reader never converts
+        with pytest.raises(RuntimeError, match="not converted yet"):
+            read()
 
 
 def test_unpermute_inverts_llama_cpp_permutation():
     n_head, head_dim, width = 3, 8, 5
     weight = torch.randn(n_head * head_dim, width).numpy()
     permuted = weight.reshape(n_head, 2, head_dim // 2, width).swapaxes(1, 2).reshape(weight.shape)
-    assert (loader._unpermute(permuted, n_head) == weight).all()
+    assert (gguf_conversion.unpermute(permuted, n_head) == weight).all()
 
 
 TINY = dict(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -219,17 +226,19 @@ TINY = dict(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_lay
 def test_gguf_tensor_names_cover_the_model(arch, config):
     """Every tensor llama.cpp writes for the architecture names a weight of the engine's model (the fused ones
     included), and together they name them all."""
+    family = family_for(config.model_type)
     with torch.device("meta"):
-        model = MODEL_CLASSES[config.model_type](config, 16, torch.device("meta"))
+        model = family.model_class()(config, 16, torch.device("meta"))
     params = set(dict(model.named_parameters()))
     gguf_names = [gguf.TENSOR_NAMES[t].format(bid=layer) + ".weight" for t in gguf.MODEL_TENSORS[arch]
                   for layer in range(config.num_hidden_layers)]
     covered = set()
     for gguf_name in dict.fromkeys(gguf_names):
-        if gguf_name in loader._CONFIG_TENSORS or (gguf_name == "output.weight" and model.lm_head is None):
+        if gguf_name in family.gguf_config_tensors or (gguf_name == "output.weight" and model.lm_head is None):
             continue
-        name = model.checkpoint_name(loader._hf_name(gguf_name, config.model_type))
-        name = next((name.replace(piece, fused) for piece, (fused, _) in FUSED.items() if f".{piece}." in name), name)
+        name = model.checkpoint_name(family.hf_name(gguf_name))
+        stacked = [name.replace(part, fused) for part, (fused, _) in family.fused_parts.items() if f".{part}." in name]
+        name = stacked[0] if stacked else name
         assert name in params, (gguf_name, name)
         covered.add(name)
     assert covered == params
@@ -240,8 +249,8 @@ def test_llama_cpp_gemma_norms_are_shifted_back():
     matrix = GGUFMatrix(weight, gguf.GGMLQuantizationType.F32, (2,))
     names = ["model.layers.0.input_layernorm.weight", "model.layers.3.post_feedforward_layernorm.weight",
              "model.layers.1.self_attn.q_norm.weight", "model.norm.weight", "model.layers.0.mlp.down_proj.bias"]
-    gemma = loader._small_tensors(dict.fromkeys(names, matrix), Gemma3TextConfig(**TINY, head_dim=16))
-    llama = loader._small_tensors(dict.fromkeys(names, matrix), LlamaConfig(**TINY))
+    gemma = gguf_conversion.small_tensors(dict.fromkeys(names, matrix), family_for("gemma3_text"))
+    llama = gguf_conversion.small_tensors(dict.fromkeys(names, matrix), family_for("llama"))
     for name in names:
         shifted = name.endswith("norm.weight")
         assert gemma[name].tolist() == (weight - 1 if shifted else weight).tolist(), name
@@ -261,6 +270,10 @@ def _gguf_metadata(path: Path, arch: str, fields: dict, tensors: dict) -> Path:
     return path
 
 
+def _fix_gguf_config(config, path: Path) -> None:
+    loader._fix_gguf_config(config, path, read_header(path))
+
+
 def test_gguf_config_fixes_for_phi3(tmp_path):
     """A Phi-3 128k-style file: its window, partial rotary width and LongRoPE factors reach the config."""
     long, short = np.linspace(1, 4, 4, dtype=np.float32), np.linspace(1, 1.5, 4, dtype=np.float32)
@@ -270,7 +283,7 @@ def test_gguf_config_fixes_for_phi3(tmp_path):
     }, {"rope_factors_long.weight": long, "rope_factors_short.weight": short})
     config = Phi3Config(**{**TINY, "max_position_embeddings": 131072}, pad_token_id=0, bos_token_id=1,
                         eos_token_id=2)
-    loader._gguf_config_fixes(config, path)
+    _fix_gguf_config(config, path)
     assert config.sliding_window == 2047
     rope = config.rope_parameters
     assert rope["rope_type"] == "longrope" and rope["partial_rotary_factor"] == 0.5
@@ -280,7 +293,7 @@ def test_gguf_config_fixes_for_phi3(tmp_path):
     config.validate_rope()
 
     phi4 = Phi3Config(**TINY, pad_token_id=0, bos_token_id=1, eos_token_id=2, sliding_window=7)
-    loader._gguf_config_fixes(phi4, _gguf_metadata(tmp_path / "phi4.gguf", "phi3", {
+    _fix_gguf_config(phi4, _gguf_metadata(tmp_path / "phi4.gguf", "phi3", {
         gguf.Keys.Attention.SLIDING_WINDOW: 0}, {}))  # llama.cpp writes 0 for no window
     assert phi4.sliding_window is None and phi4.rope_parameters["rope_type"] == "default"
 
@@ -290,14 +303,14 @@ def test_gguf_config_fixes_for_gemma3(tmp_path):
     path = _gguf_metadata(tmp_path / "gemma3.gguf", "gemma3", {
         gguf.Keys.Rope.SCALING_TYPE: "linear", gguf.Keys.Rope.SCALING_FACTOR: 8.0}, {})
     config = Gemma3TextConfig(**TINY, head_dim=16)
-    loader._gguf_config_fixes(config, path)
+    _fix_gguf_config(config, path)
     assert config.rope_parameters["full_attention"]["rope_type"] == "linear"
     assert config.rope_parameters["full_attention"]["factor"] == 8.0
     assert config.rope_parameters["sliding_attention"]["rope_type"] == "default"
     assert config.query_pre_attn_scalar == 256
     big = Gemma3TextConfig(**{**TINY, "num_hidden_layers": 62, "hidden_size": 5376, "num_attention_heads": 32},
                            head_dim=128)
-    loader._gguf_config_fixes(big, _gguf_metadata(tmp_path / "gemma3-27b.gguf", "gemma3", {}, {}))
+    _fix_gguf_config(big, _gguf_metadata(tmp_path / "gemma3-27b.gguf", "gemma3", {}, {}))
     assert big.query_pre_attn_scalar == 168
 
 

@@ -24,9 +24,10 @@ from transformers import (
     Qwen3Config,
 )
 
-from localchat.engine import LLM, SamplingParams, llm_engine, loader
+from localchat.engine import LLM, SamplingParams, llm_engine
 from localchat.engine.gguf_header import read_header
 from localchat.engine.loader import ModelSource, resolve_model
+from localchat.engine.models.families import family_for
 
 COMMON = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
               max_position_embeddings=256, initializer_range=0.1, rms_norm_eps=1e-6)
@@ -177,12 +178,13 @@ def as_gguf(reference: torch.nn.Module, arch: str, path: Path) -> None:
     also embeds with), and make `reference` hold the dequantized weights, so that it is the float32 model of
     exactly what the file holds."""
     config = reference.config
+    family = family_for(config.model_type)
     hf_to_gguf = {}
     for tensor in gguf.MODEL_TENSORS[GGUF_ARCH[arch]]:
         for layer in range(config.num_hidden_layers):
             name = gguf.TENSOR_NAMES[tensor].format(bid=layer) + ".weight"
             with contextlib.suppress(ValueError):
-                hf_to_gguf[loader._hf_name(name, config.model_type)] = name
+                hf_to_gguf[family.hf_name(name)] = name
     writer = gguf.GGUFWriter(path, GGUF_ARCH[arch].name.lower())
     state = reference.state_dict()
     with torch.no_grad():
@@ -207,7 +209,7 @@ def as_gguf(reference: torch.nn.Module, arch: str, path: Path) -> None:
 
 
 def permute(weight, heads: int):
-    """llama.cpp's rotary layout of a q or k projection (what loader._unpermute undoes)."""
+    """llama.cpp's rotary layout of a q or k projection (what gguf_conversion.unpermute undoes)."""
     return weight.reshape(heads, 2, weight.shape[0] // heads // 2, -1).swapaxes(1, 2).reshape(weight.shape)
 
 

@@ -10,7 +10,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from localchat.engine import packed_linear
-from localchat.engine.loader import _unpermute, embedded_gguf_path
+from localchat.engine.gguf_conversion import unpermute
+from localchat.engine.model_catalog import embedded_gguf_path
 from localchat.engine.packed_linear import (
     MAX_RELATIVE_ERROR,
     REPRESENTATIONS,
@@ -131,10 +132,10 @@ def test_the_embedded_models_own_qkv_with_llamas_rows_restored(gguf_tensors):
     for name, n_head in heads.items():
         tensor = gguf_tensors[f"blk.0.{name}.weight"]
         shape = (tensor.data.shape[0], int(tensor.shape[0]))
-        rows = _unpermute(np.arange(shape[0]), n_head) if n_head else None
+        rows = unpermute(np.arange(shape[0]), n_head) if n_head else None
         matrices.append(GGUFMatrix(tensor.data, tensor.tensor_type, shape, rows=rows))
         weight = dequantized(tensor.data, tensor.tensor_type)
-        weights.append(torch.from_numpy(_unpermute(weight.numpy(), n_head)) if n_head else weight)
+        weights.append(torch.from_numpy(unpermute(weight.numpy(), n_head)) if n_head else weight)
     x = torch.randn(3, 576, generator=torch.Generator().manual_seed(3))
     expected = x @ torch.cat(weights).T
     assert relative_error(PackedLinear(pack(matrices))(x), expected) < MAX_RELATIVE_ERROR[Q.Q4_1]
