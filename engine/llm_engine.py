@@ -39,11 +39,14 @@ KV_CACHE_SHARE_OF_AVAILABLE_MEMORY = 0.25
 KV_CACHE_BYTES_CPU_MIN = 256 * 1024**2
 KV_CACHE_BYTES_CPU_MAX = 4 * 1024**3
 KV_CACHE_SHARE_OF_FREE_GPU_MEMORY = 0.6
+# and at most this many tokens whatever the memory: more than any set of chats needs, and a small model's blocks are
+# so small that its share of the memory would make millions of them, each an object of the pool (seconds to build)
+KV_CACHE_MAX_TOKENS = 2**20
 
 
 class LLMEngine:
-    """step() reads: schedule, run the model, fork the replies whose prompt is done, sample, append and
-    emit. Requests come in through add_request and leave through their last delta (or abort)."""
+    """step() reads: schedule, run, start the other replies of prompts just computed, sample, update and
+    emit (see step). Requests come in through add_request and leave through their last delta (or abort)."""
 
     def __init__(self, config: EngineConfig | None = None,
                  on_progress: Callable[[str, float | None], None] | None = None):
@@ -288,7 +291,8 @@ def _dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype
 
 
 def default_num_blocks(config, block_size: int, dtype: torch.dtype, device: torch.device) -> int:
-    """The blocks of cpu_kv_cache_bytes() on the CPU, of a share of the free memory on a GPU."""
+    """The blocks of cpu_kv_cache_bytes() on the CPU, of a share of the free memory on a GPU; KV_CACHE_MAX_TOKENS at
+    most."""
     block_bytes = (2 * config.num_hidden_layers * block_size * config.num_key_value_heads * head_dim(config)
                    * torch.empty(0, dtype=dtype).element_size())
     if device.type == "cuda":
@@ -296,7 +300,7 @@ def default_num_blocks(config, block_size: int, dtype: torch.dtype, device: torc
         budget = int(free * KV_CACHE_SHARE_OF_FREE_GPU_MEMORY)
     else:
         budget = cpu_kv_cache_bytes(available_memory())
-    return max(1, budget // block_bytes)
+    return max(1, min(budget // block_bytes, KV_CACHE_MAX_TOKENS // block_size))
 
 
 def cpu_kv_cache_bytes(available: int | None) -> int:

@@ -47,6 +47,9 @@ def plant(path, kind: str) -> None:
 
 
 def test_things_in_the_disk_tier_never_stop_the_engine(tmp_path):
+    """A folder, a FIFO and an unreadable file in place of a chat's block files: the restarted engine serves the same
+    reply (the first block, unreadable, fails its check when read: the chat is computed, and its blocks written
+    again), the start removes the folders and the FIFOs, and the tier stays on. Each kind mid-run: tests/engine/test_kv_disk_tier.py."""
     home = make_home(tmp_path / "home")
     server = Server(home, args=["--kv-blocks", "256"])
     try:
@@ -54,22 +57,21 @@ def test_things_in_the_disk_tier_never_stop_the_engine(tmp_path):
             expected = api.post(CHAT, json=QUESTION).json()["choices"][0]["message"]["content"]
             assert server.wait_idle()
         server.stop()  # the tier's last writes are done
-        assert len(block_files(home)) >= 8
-        for kind in ("folder", "fifo", "unreadable"):
-            files = block_files(home)
-            for path in files[: len(files) // 2]:  # the first half of the chat's blocks: the rest are read back
-                plant(path, kind)
-            with start(server).client() as api:
-                reply = api.post(CHAT, json=QUESTION)
-                assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] == expected
-                health = api.get("/health").json()
-                metrics = server.metrics()
-            assert health["status"] == "ready" and metrics["localchat_kv_disk_enabled"] == 1, kind
-            server.stop()
-        start(server).stop()  # a start removes what is not a block file (those read were removed when read)
+        files = sorted(block_files(home), key=lambda p: p.stat().st_mtime_ns)  # written in the chat's order
+        assert len(files) >= 8
+        for path, kind in zip(files, ["unreadable", "folder", "fifo", "folder", "fifo"]):
+            plant(path, kind)
+        with start(server).client() as api:
+            reply = api.post(CHAT, json=QUESTION)
+            assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] == expected
+            assert api.get("/health").json()["status"] == "ready"
+            assert server.metrics()["localchat_kv_disk_enabled"] == 1
+        server.stop()
         tier = home / "cache" / "kv"
         assert not [p for p in tier.rglob("*") if p.parent != tier and not stat.S_ISREG(p.lstat().st_mode)]
-        assert "Traceback" not in server.log.read_text()
+        assert stat.S_IMODE(files[0].stat().st_mode) == 0o600  # read, failed, removed, and written again whole
+        log = server.log.read_text()
+        assert "not block files" in log and "Traceback" not in log
     finally:
         server.stop()
 
