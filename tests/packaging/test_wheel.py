@@ -16,5 +16,6 @@ def test_the_wheel_installs_into_a_fresh_venv_and_works():
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.rstrip().endswith("packaging check passed")
     for check in ("localchat --version: localchat ", "localchat chat 'Say hello'", "localchat serve answers /health",
-                  "the wheel holds only the localchat package", "licence in the metadata: MIT"):
+                  "the wheel holds only the localchat package", "licence in the metadata: MIT",
+                  "what the wheel requires is installed", "the installed packages import from the new venv"):
         assert f"ok   {check}" in result.stdout, check
