@@ -1,7 +1,9 @@
 """Paged attention in PyTorch: the engine's CPU path and the reference for the GPU kernels.
 
-The cache of one layer is two tensors [num_blocks, block_size, num_kv_heads, head_dim]. A step's tokens
-come as one flat batch; each sequence's keys and values are read through its block table."""
+The cache of one layer is two tensors [num_blocks, block_size, num_kv_heads, head_dim], in the cache's own dtype
+(bfloat16 under packed weights), read back as the queries' dtype (exactly: bfloat16 widens to float32 without
+rounding). A step's tokens come as one flat batch; each sequence's keys and values are read through its block
+table."""
 
 import functools
 from dataclasses import dataclass, field
@@ -22,13 +24,13 @@ class KeySpan:
     first_position: int
     num_keys: int
 
-    def read(self, cache: torch.Tensor) -> torch.Tensor:
-        """[kv_heads, num_keys, head_dim] of cache [num_blocks, block_size, kv_heads, head_dim]; the same layout
-        in place or gathered."""
+    def read(self, cache: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """[kv_heads, num_keys, head_dim] of cache [num_blocks, block_size, kv_heads, head_dim], as `dtype`; the
+        same layout in place or gathered."""
         kv_heads, head_dim = cache.shape[2:]
         # index_select, not cache[blocks]: advanced indexing into the big cache is ~1000x slower on CPU
         chunk = cache[self.blocks] if isinstance(self.blocks, slice) else cache.index_select(0, self.blocks)
-        return chunk.view(-1, kv_heads, head_dim)[: self.num_keys].transpose(0, 1)
+        return chunk.view(-1, kv_heads, head_dim)[: self.num_keys].transpose(0, 1).to(dtype)
 
 
 @dataclass
@@ -65,7 +67,7 @@ class DecodeGroup:
 
         def gather(cache: torch.Tensor) -> torch.Tensor:  # [seqs * kv_heads, num_keys, head_dim], contiguous
             keys = cache.index_select(0, self.blocks).view(seqs, num_keys, kv_heads, head_dim)
-            return keys.transpose(1, 2).reshape(seqs * kv_heads, num_keys, head_dim)
+            return keys.transpose(1, 2).reshape(seqs * kv_heads, num_keys, head_dim).to(query.dtype)
 
         result = _tile_attention(self.bias, q, gather(k_cache), gather(v_cache), scale)[:, :group]
         out.index_copy_(0, self.rows, result.reshape(seqs, kv_heads * group, head_dim))
@@ -291,8 +293,8 @@ class TorchPagedAttention:
     @staticmethod
     def store(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
               slot_mapping: torch.Tensor) -> None:
-        k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, key)
-        v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, value)
+        k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, key.to(k_cache.dtype))
+        v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, value.to(v_cache.dtype))
 
     @staticmethod
     def attend(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
@@ -317,7 +319,7 @@ class TorchPagedAttention:
             decode_group.attend(query, k_cache, v_cache, out, scale)
         spans = meta.view(window)
         for i in alone:
-            keys, values = spans[i].read(k_cache), spans[i].read(v_cache)
+            keys, values = spans[i].read(k_cache, query.dtype), spans[i].read(v_cache, query.dtype)
             for t in tile_sets[i]:
                 q = query[t.start : t.start + t.n].view(t.n, kv_heads, group, head_dim).transpose(0, 1)
                 q = _padded(q.reshape(kv_heads, t.n * group, head_dim), t.bias.shape[0])

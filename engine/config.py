@@ -13,6 +13,10 @@ class EngineConfig:
 
     model: str | None = None  # None: the embedded SmolLM2; else a GGUF file, a safetensors folder or a cached HF id
     dtype: str | torch.dtype | None = None  # None: bfloat16 on CUDA, float32 on CPU
+    # what the KV cache holds: None is bfloat16 when the weights run packed (half the bytes a decoded token reads
+    # and twice the tokens the cache holds of float32; read back as the model's dtype, exactly), else the model's
+    # dtype (dense weights: the exact comparison with transformers)
+    kv_cache_dtype: str | torch.dtype | None = None
     device: str | None = None  # None: CUDA when there is one
     block_size: int = 16  # tokens per KV block
     num_kv_blocks: int | None = None  # None: a share of the memory (see llm_engine.default_num_blocks)

@@ -66,20 +66,23 @@ class LLMEngine:
         if config.max_model_len is not None and not 1 < config.max_model_len <= limit:
             raise ValueError(f"max_model_len must be in [2, {limit}] for {source.name}, got {config.max_model_len}")
         block_size = config.block_size
-        num_kv_blocks = config.num_kv_blocks or default_num_blocks(model_config, block_size, self.dtype, self.device)
-        self.max_model_len = min(config.max_model_len or limit, num_kv_blocks * block_size)
         self.packed = _runs_packed(source, config.quantization, self.device)
+        self.kv_dtype = (_dtype(config.kv_cache_dtype, self.device) if config.kv_cache_dtype is not None
+                         else torch.bfloat16 if self.packed else self.dtype)
+        num_kv_blocks = config.num_kv_blocks or default_num_blocks(model_config, block_size, self.kv_dtype,
+                                                                   self.device)
+        self.max_model_len = min(config.max_model_len or limit, num_kv_blocks * block_size)
         if source.needs_conversion(self.packed):
             progress(f"converting {source.gguf_file.name} for this machine (its first start only)", None)
         source.ensure_converted(self.packed)
         total = count_weights(source, self.packed)
         weights = _reporting(load_packed(source) if self.packed else load_weights(source, self.dtype), total, progress)
-        self.runner = ModelRunner(model_config, weights, self.packed, self.dtype, self.device,
+        self.runner = ModelRunner(model_config, weights, self.packed, self.dtype, self.kv_dtype, self.device,
                                   block_size, num_kv_blocks, self.max_model_len, config.attention_backend)
         # what a block's K and V depend on besides its tokens: no block is shared across a change of any of these
         fingerprint = "/".join(map(str, ("localchat-kv", FORMAT_VERSION, model_identity(source), self.dtype,
-                                         "packed" if self.packed else "dense", block_size, self.device.type,
-                                         self.runner.backend.__name__)))
+                                         self.kv_dtype, "packed" if self.packed else "dense", block_size,
+                                         self.device.type, self.runner.backend.__name__)))
         self.disk = _disk_tier(config, fingerprint, self.runner)
         self.kv = KVCacheManager(num_kv_blocks, block_size, config.enable_prefix_caching, fingerprint, self.disk,
                                  self.runner.read_block, self.runner.block_view)
@@ -259,7 +262,7 @@ def _disk_tier(config: EngineConfig, fingerprint: str, runner: ModelRunner) -> K
     if not (config.kv_disk_bytes and config.enable_prefix_caching) or runner.device.type != "cpu":
         return None
     root = Path(config.kv_disk_dir) if config.kv_disk_dir else user_dir("cache") / "kv"
-    return KVDiskTier(root, root_hash(fingerprint).hex(), config.kv_disk_bytes, runner.block_shape, runner.dtype)
+    return KVDiskTier(root, root_hash(fingerprint).hex(), config.kv_disk_bytes, runner.block_shape, runner.kv_dtype)
 
 
 def _runs_packed(source, quantization: str, device: torch.device) -> bool:

@@ -12,11 +12,12 @@ from localchat.engine.scheduler import ScheduledBatch
 
 class ModelRunner:
     def __init__(self, config: PretrainedConfig, weights: Iterable[tuple[str, torch.Tensor]],
-                 packed: bool, dtype: torch.dtype, device: torch.device, block_size: int, num_blocks: int,
+                 packed: bool, dtype: torch.dtype, kv_dtype: torch.dtype, device: torch.device, block_size: int,
+                 num_blocks: int,
                  max_model_len: int, attention_backend: str | None = None):
         """config: the text model's (PretrainedConfig.get_text_config()); weights: dense (name, tensor) pairs with
         Hugging Face names, or (packed) a GGUF's packed weights as loader.load_packed gives them."""
-        self.device, self.dtype, self.block_size = device, dtype, block_size
+        self.device, self.dtype, self.kv_dtype, self.block_size = device, dtype, kv_dtype, block_size
         model_class = family_for(config.model_type).model_class()
         with torch.device("meta"):  # no memory and no random init for weights about to be replaced
             self.model = model_class(config, max_model_len, rope_device=device)
@@ -30,7 +31,7 @@ class ModelRunner:
         # one tensor for the whole cache, so a block copy or clear covers every layer at once; allocated
         # uninitialized (fast start) and cleared block by block on first use
         shape = (len(self.model.layers), 2, num_blocks, block_size, attn.num_kv_heads, attn.head_dim)
-        self.kv_cache = torch.empty(shape, dtype=dtype, device=device)
+        self.kv_cache = torch.empty(shape, dtype=kv_dtype, device=device)
         self.block_shape = (shape[0], shape[1], *shape[3:])  # one block's K and V in every layer
         for layer, layer_cache in zip(self.model.layers, self.kv_cache):
             layer.self_attn.k_cache, layer.self_attn.v_cache = layer_cache[0], layer_cache[1]

@@ -230,7 +230,8 @@ def test_a_damaged_block_on_disk_is_recomputed(warm_dir, tmp_path):
 
 @pytest.mark.slow
 def test_a_workload_larger_than_the_limit_keeps_the_tier_within_it(tmp_path):
-    llm = LLM(kv_disk_bytes=20 * 737_300, kv_disk_dir=str(tmp_path))  # about 20 blocks of the embedded model
+    # about 20 blocks of the embedded model: 30 layers x K and V x 16 tokens x 3 heads x 64 x 2 bytes (bfloat16)
+    llm = LLM(kv_disk_bytes=20 * 368_700, kv_disk_dir=str(tmp_path))
     prompts = [llm.engine.tokenize(f"Question {i}: " + "tell me more about caches " * 12) for i in range(6)]
     llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16))
     llm.close()

@@ -24,6 +24,14 @@ QUESTIONS = [
     "What is the capital of Japan?", "Give me three tips for sleeping better.", "Translate 'good morning' to German.",
     "What does a paged KV cache do?", "Tell me a joke about cats.",
 ]
+# the top-1 agreement's sample: about 1,000 positions, where 200 left a 97% bar at the mercy of two or three tokens
+FIDELITY_QUESTIONS = QUESTIONS + [
+    "Describe a sunset over the mountains.", "What is 17 times 23?", "Summarize the plot of Romeo and Juliet.",
+    "How does a bicycle stay upright?", "Write a haiku about autumn.", "List the planets of the solar system.",
+    "Why do cats purr?", "Give me a recipe for pancakes.", "What is photosynthesis?", "Explain recursion to a child.",
+    "Name three famous painters.", "How do vaccines work?", "What is the speed of light?",
+    "Write a limerick about a dog.", "What causes the seasons?", "How do I boil an egg?",
+]
 
 
 @pytest.fixture(scope="module")
@@ -51,15 +59,15 @@ def test_top1_agreement_with_float32_transformers(llm, hf_smollm2):
     sample = llm.engine.sampler
     seen = record_logits(llm)
     try:
-        outputs = llm.chat([[{"role": "user", "content": q}] for q in QUESTIONS],
-                           SamplingParams(temperature=0, max_tokens=32))
+        outputs = llm.chat([[{"role": "user", "content": q}] for q in FIDELITY_QUESTIONS],
+                           SamplingParams(temperature=0, max_tokens=48))
     finally:
         llm.engine.sampler = sample
     # the float32 reference on the dequantized weights, fed each reply's tokens once
     agree = sum(int(ours.argmax() == expected.argmax()) for ours, expected in
                 reference_rows(hf_smollm2[0], seen, outputs))
     print(f"packed default: top-1 agreement with float32 transformers {agree}/{len(seen)}")
-    assert len(seen) >= 200 and agree / len(seen) >= 0.97, f"{agree}/{len(seen)}"
+    assert len(seen) >= 900 and agree / len(seen) >= 0.97, f"{agree}/{len(seen)}"
 
 
 def test_a_seeded_request_gives_the_same_tokens_cold_cached_alone_and_batched(llm):
