@@ -8,7 +8,6 @@ Gemma 3) gets them in a system message that asks for Hermes' syntax, and the cal
 text in that syntax."""
 
 import json
-import re
 import uuid
 from dataclasses import dataclass
 
@@ -115,24 +114,63 @@ def call_grammar(tools: list[Tool], syntax: ToolSyntax, only: str | None, parall
 
 def parse_tool_calls(text: str, syntax: ToolSyntax, names: set[str]) -> tuple[str | None, list[ToolCall]]:
     """(the reply's text without its calls, or None if nothing else is left; the calls). A call is a JSON object in
-    the syntax that names one of the tools; anything else stays text."""
+    the syntax that names one of the tools; anything else stays text. Objects are read by a JSON decoder, so a
+    string argument holding "}", the closing tag or the separator does not end the call early."""
     calls, spans = [], []
     if syntax.prefix:
-        pattern = re.escape(syntax.prefix.strip()) + r"\s*(\{.*?\})\s*(?:" + re.escape(syntax.suffix.strip()) + "|$)"
-        for match in re.finditer(pattern, text, re.DOTALL):
-            if (call := _call(match[1], syntax, names)) is not None:
-                calls.append(call)
-                spans.append(match.span())
+        opening, closing = syntax.prefix.strip(), syntax.suffix.strip()
+        at = text.find(opening)
+        while at != -1:
+            found = _object_at(text, at + len(opening), syntax, names)
+            end = found and _after(text, found[1], closing)
+            if found and end is not None:
+                calls.append(found[0])
+                spans.append((at, end))
+            at = text.find(opening, end if found and end is not None else at + len(opening))
     else:  # Llama 3: the whole reply is the call objects (after <|python_tag|>), separated by ";"
-        body = text.strip().removeprefix("<|python_tag|>").strip()
-        parts = [part.strip() for part in body.split(syntax.separator.strip())] if body.startswith("{") else []
-        parsed = [_call(part, syntax, names) for part in parts]
-        if parsed and all(parsed):
-            calls, spans = parsed, [(0, len(text))]
+        body = text.strip().removeprefix("<|python_tag|>")
+        position, separator = 0, syntax.separator.strip()
+        while (found := _object_at(body, position, syntax, names)) is not None:
+            calls.append(found[0])
+            position = _skip_space(body, found[1])
+            if not body.startswith(separator, position):
+                break
+            position += len(separator)
+        if calls and body[position:].strip():
+            calls = []  # something other than calls follows: the reply is text
+        spans = [(0, len(text))] if calls else []
     rest = text
     for start, end in reversed(spans):
         rest = rest[:start] + rest[end:]
     return ((rest.strip() or None) if calls else text), calls
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _object_at(text: str, position: int, syntax: ToolSyntax, names: set[str]) -> tuple[ToolCall, int] | None:
+    """The call whose JSON object starts at `position` (after any whitespace) and where that object ends."""
+    try:
+        obj, end = _DECODER.raw_decode(text, _skip_space(text, position))
+    except ValueError:
+        return None
+    call = _call(obj, syntax, names)
+    return (call, end) if call is not None else None
+
+
+def _after(text: str, position: int, closing: str) -> int | None:
+    """Where a call that ended at `position` is over: past its closing tag, or at the end of a reply that was cut
+    before it; None if something else follows."""
+    position = _skip_space(text, position)
+    if text.startswith(closing, position):
+        return position + len(closing)
+    return position if position == len(text) else None
+
+
+def _skip_space(text: str, position: int) -> int:
+    while position < len(text) and text[position].isspace():
+        position += 1
+    return position
 
 
 class CallReader:
@@ -197,11 +235,7 @@ def finish_reason(reason: str | None, calls: list[ToolCall]) -> str | None:
     return "tool_calls" if calls and reason == "stop" else reason
 
 
-def _call(obj_text: str, syntax: ToolSyntax, names: set[str]) -> ToolCall | None:
-    try:
-        obj = json.loads(obj_text)
-    except ValueError:
-        return None
+def _call(obj, syntax: ToolSyntax, names: set[str]) -> ToolCall | None:
     if not isinstance(obj, dict) or obj.get("name") not in names:
         return None
     arguments = obj.get(syntax.arguments_key, obj.get("arguments", {}))

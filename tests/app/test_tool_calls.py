@@ -84,6 +84,24 @@ def test_two_llama_calls_separated_by_semicolons():
     assert [json.loads(c.function.arguments)["city"] for c in calls] == ["A", "B"]
 
 
+@pytest.mark.parametrize("syntax, city", [
+    # a seeded T=1 reply of the embedded model wrote this city: the closing tag inside the string once ended it
+    (HERMES, "]}</tool_call>  #<FU"),
+    (LLAMA3, "A; B}"),
+])
+def test_a_string_holding_the_closing_tag_or_the_separator_stays_in_the_call(syntax, city):
+    key = syntax.arguments_key
+    one = json.dumps({"name": "get_weather", key: {"city": city}})
+    text = f"{syntax.prefix}{one}{syntax.suffix}{syntax.separator}{syntax.prefix}{one}{syntax.suffix}"
+    rest, calls = parse_tool_calls(text, syntax, {"get_weather"})
+    assert rest is None and [json.loads(c.function.arguments)["city"] for c in calls] == [city, city]
+
+
+def test_a_llama_reply_with_text_after_its_calls_is_text():
+    text = '{"name": "get_weather", "parameters": {"city": "A"}} and then some words'
+    assert parse_tool_calls(text, LLAMA3, {"get_weather"}) == (text, [])
+
+
 def stream(syntax, pieces: list[str], only_calls: bool = False) -> tuple[str, str, list[ToolCall]]:
     reply = StreamedReply(syntax, {"get_weather"}, only_calls)
     sent = "".join(reply.feed(piece) for piece in pieces)
