@@ -21,7 +21,7 @@ from transformers import PretrainedConfig
 
 from .gguf_header import GGUFHeader, TensorInfo, read_header
 from .models.families import family_for
-from .models.family import ModelFamily
+from .models.family import DECODER_PRECISE_INPUT_LINEARS, ModelFamily
 from .packed_linear import GGUFMatrix, HeadRowsEmbedding, PackedLinear, pack
 from .tensor_file import TensorFileWriter
 
@@ -96,7 +96,8 @@ def _add_layer(writer: TensorFileWriter, matrices: dict[str, GGUFMatrix], prefix
 
 
 def _add_linear(writer: TensorFileWriter, matrices: dict[str, GGUFMatrix], module: str, sources: list[str]) -> None:
-    for key, tensor in pack([matrices.pop(f"{source}.weight") for source in sources]).items():
+    precise = any(module.endswith(f".{name}") for name in DECODER_PRECISE_INPUT_LINEARS)
+    for key, tensor in pack([matrices.pop(f"{source}.weight") for source in sources], precise_input=precise).items():
         writer.add(f"{module}.{key}", tensor)
     biases = [matrices.pop(f"{s}.bias") for s in sources if f"{s}.bias" in matrices]
     if biases:

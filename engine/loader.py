@@ -31,12 +31,16 @@ from .gguf_conversion import config_tensors, write_dense, write_packed
 from .gguf_header import HELD_AS, GGUFHeader, read_header
 from .model_catalog import EMBEDDED_NAME, embedded_gguf_path
 from .models.families import SUPPORTED_ARCHITECTURES, family_for
-from .packed_linear import KERNEL_LAYOUT
+from .packed_linear import kernel_layout
 from .tensor_file import read_tensors
 
 CACHE_FORMAT = 4  # bump when the cache folder's contents change
 DENSE_FILE = "model.safetensors"
-PACKED_FILE = f"packed-{hashlib.sha256(KERNEL_LAYOUT.encode()).hexdigest()[:12]}.safetensors"
+
+
+def packed_file_name() -> str:
+    """The packed weights' file, named by the layout they have on this machine (packed_linear.kernel_layout)."""
+    return f"packed-{hashlib.sha256(kernel_layout().encode()).hexdigest()[:12]}.safetensors"
 
 
 @dataclass
@@ -51,7 +55,7 @@ class ModelSource:
         """Whether loading (packed or dense weights) first converts the GGUF file: its first use on this machine."""
         if self.gguf_file is None:
             return False
-        return not (self.folder / (PACKED_FILE if packed else DENSE_FILE)).is_file()
+        return not (self.folder / (packed_file_name() if packed else DENSE_FILE)).is_file()
 
     def ensure_converted(self, packed: bool) -> None:
         """Convert a GGUF file's weights into its cache folder, packed or dense, unless they are there already (the
@@ -59,7 +63,7 @@ class ModelSource:
         if self.needs_conversion(packed):
             convert = write_packed if packed else write_dense
             config = self.config.get_text_config()
-            write_atomically(self.folder / (PACKED_FILE if packed else DENSE_FILE),
+            write_atomically(self.folder / (packed_file_name() if packed else DENSE_FILE),
                              lambda tmp: convert(self.gguf_file, config, tmp))
 
     def dense_files(self) -> list[Path]:
@@ -70,7 +74,7 @@ class ModelSource:
     def packed_file(self) -> Path:
         """A GGUF's packed weights (once converted)."""
         self._check_converted(packed=True)
-        return self.folder / PACKED_FILE
+        return self.folder / packed_file_name()
 
     def _check_converted(self, packed: bool) -> None:
         if self.needs_conversion(packed):

@@ -60,11 +60,11 @@ import torch
 from gguf import GGMLQuantizationType as Q
 from torch import nn
 
+from localchat.engine import native_kernels
 from localchat.engine.gguf_header import HELD_AS, WeightForm, held_as_head
 
 GROUP = 32  # weights per int4 scale and zero
 CHUNK_ROWS = 4096  # rows converted at once; a multiple of every layout's row block, so chunks pack independently
-KERNEL_LAYOUT = f"torch-{torch.__version__}-{torch.backends.cpu.get_cpu_capability()}"
 
 REPRESENTATIONS = {Q[name]: representation for name, representation in HELD_AS.items()}
 MAX_RELATIVE_ERROR = {qtype: 0.02 if representation is WeightForm.INT8 else 0.01
@@ -87,21 +87,35 @@ class GGUFMatrix:
         return self.shape[0] if self.rows is None else len(self.rows)
 
 
-def pack(matrices: Sequence[GGUFMatrix], head: bool = False) -> dict[str, torch.Tensor]:
+def kernel_layout() -> str:
+    """What `pack` lays weights out for on this machine (a cache of packed tensors is keyed by it)."""
+    return native_kernels.layout()
+
+
+def pack(matrices: Sequence[GGUFMatrix], head: bool = False, precise_input: bool = False) -> dict[str, torch.Tensor]:
     """The packed tensors of `matrices` stacked along output rows (q, k, v into one qkv projection), for
     `PackedLinear` and for a safetensors file. Neighbours held alike are packed as one part; the keys are
-    `<part>.<name>`. head=True: the logits head, held as held_as_head says (per-row int8 where the table says
-    int4 x2: 1.7-2.8x faster, 1.2% error)."""
+    `<part>.<name>`. Where the integer kernels run (native_kernels), the quantized types are held as their panels
+    (Q8_0 exactly): head=True multiplies them by float activations, precise_input=True by int8 codes with a
+    second int8 pass for their rounding (see _Panels). Elsewhere head=True holds the logits head as held_as_head
+    says (per-row int8 where the table says int4 x2: 1.7-2.8x faster, 1.2% error)."""
     if len({m.shape[1] for m in matrices}) != 1:
         raise ValueError(f"stacked matrices must share in_features: {[m.shape for m in matrices]}")
+    native = native_kernels.load() is not None
 
-    def held_as(matrix: GGUFMatrix) -> WeightForm:
+    def held_as(matrix: GGUFMatrix) -> WeightForm | int:
         chosen = _representation(matrix)
+        if native and chosen is not WeightForm.BF16 and not matrix.out_features % native_kernels.PANEL:
+            return 4 if chosen is WeightForm.INT4 else 8  # bits of the panels' codes
         return held_as_head(chosen) if head else chosen
 
     tensors = {}
     for part, (representation, run) in enumerate(itertools.groupby(matrices, held_as)):
-        tensors |= {f"{part}.{name}": tensor for name, tensor in _PACKERS[representation](list(run)).items()}
+        if isinstance(representation, WeightForm):
+            packed = _PACKERS[representation](list(run))
+        else:
+            packed = _pack_panels(list(run)) | {"passes": torch.tensor(0 if head else 2 if precise_input else 1)}
+        tensors |= {f"{part}.{name}": tensor for name, tensor in packed.items()}
     return tensors
 
 
@@ -126,8 +140,8 @@ class PackedLinear(nn.Module):
         self.out_features = sum(part.out_features for part in self.parts)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x16 = x.to(torch.bfloat16).contiguous()
-        outputs = [part(x16).to(x.dtype) for part in self.parts]
+        inputs = _Inputs(x)
+        outputs = [part(inputs).to(x.dtype) for part in self.parts]
         y = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
         return y if self.bias is None else y + self.bias.to(x.dtype)
 
@@ -156,12 +170,12 @@ class HeadRowsEmbedding(nn.Module):
         self.dtype = dtype
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        codes, scales = self.rows.int8[input_ids], self.rows.scales[input_ids]
-        return (codes.float() * scales.float()[..., None]).to(self.dtype)
+        return self.rows.rows(input_ids).to(self.dtype)
 
     @staticmethod
     def fits(head: PackedLinear) -> bool:
-        return len(head.parts) == 1 and isinstance(head.parts[0], _Int8Rows)
+        (part, *others) = head.parts
+        return not others and (isinstance(part, _Int8Rows) or isinstance(part, _Panels) and part.code_bits == 8)
 
 
 @dataclass
@@ -175,7 +189,8 @@ class _Int4Planes:
         # each plane's tensors, split once (iterating a tensor in every call costs a decode step ~0.3 ms)
         self.planes = list(zip(self.packed.unbind(), self.scales_and_zeros.unbind(), strict=True))
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, inputs: "_Inputs") -> torch.Tensor:
+        x = inputs.bfloat16
         mm = torch.ops.aten._weight_int4pack_mm_for_cpu
         if len(self.planes) == 1:
             return mm(x, self.planes[0][0], GROUP, self.planes[0][1])
@@ -195,8 +210,12 @@ class _Int8Rows:
     int8: torch.Tensor  # [out_features, in_features]
     scales: torch.Tensor  # bfloat16 [out_features]
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.aten._weight_int8pack_mm(x, self.int8, self.scales)
+    def __call__(self, inputs: "_Inputs") -> torch.Tensor:
+        return torch.ops.aten._weight_int8pack_mm(inputs.bfloat16, self.int8, self.scales)
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows `ids` (any shape) of the weight, float32 [*ids.shape, in_features]."""
+        return self.int8[ids].float() * self.scales[ids].float()[..., None]
 
     @property
     def in_features(self) -> int:
@@ -211,8 +230,8 @@ class _Int8Rows:
 class _Dense:
     weight: torch.Tensor  # bfloat16 [out_features, in_features]
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return nn.functional.linear(x, self.weight)
+    def __call__(self, inputs: "_Inputs") -> torch.Tensor:
+        return nn.functional.linear(inputs.bfloat16, self.weight)
 
     @property
     def in_features(self) -> int:
@@ -223,8 +242,79 @@ class _Dense:
         return self.weight.shape[0]
 
 
+@dataclass
+class _Panels:
+    """Unsigned 4- or 8-bit codes with a float16 scale and zero per 16 rows by 32 features, for the integer
+    kernels (native_kernels). `passes` says how the activations meet them: 1, as int8 codes per 32 features; 2,
+    as those codes and then the codes of what their rounding left (x - t a), which leaves float32's error, for
+    the projection whose input has the widest outlier channels; 0, as float32 (the logits head: int8 codes would
+    move near-tied logits). Measured on SmolLM2 against float32 transformers, mean relative error of the logits:
+    2.1% with torch's bfloat16 kernels, 3.7% with one int8 pass everywhere, about 2.7% with two passes for the
+    attention's input projection. `bits` and `passes` are tensors so that a safetensors file holds them."""
+
+    panels: torch.Tensor  # uint8 [out_features / 16, in_features / 32, group bytes]
+    bits: torch.Tensor  # int64 [] (4 or 8)
+    passes: torch.Tensor  # int64 [] (0, 1 or 2)
+
+    def __post_init__(self) -> None:
+        self.kernels, self.code_bits, self.code_passes = native_kernels.load(), int(self.bits), int(self.passes)
+        if self.kernels is None:
+            raise RuntimeError("these weights were packed for the integer kernels, which cannot run here")
+
+    def __call__(self, inputs: "_Inputs") -> torch.Tensor:
+        if not self.code_passes:
+            return self.kernels.matmul_float(inputs.x, self.panels, self.code_bits, self.out_features)
+        products = [self.kernels.matmul(codes, self.panels, self.code_bits, self.out_features)
+                    for codes in inputs.int8(self.kernels, self.code_passes)]
+        return products[0] if len(products) == 1 else products[0] + products[1]
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows `ids` (any shape) of an 8-bit weight, float32 [*ids.shape, in_features]: s q + z, as the kernels
+        compute them."""
+        lanes, panel = native_kernels.PANEL, self.panels[ids // native_kernels.PANEL]  # [..., groups, 576]
+        lane = (ids % lanes)[..., None, None, None]
+        by_lane = panel[..., :512].unflatten(-1, (8, lanes, 4))  # [..., groups, 8, lane, 4]
+        codes = by_lane.gather(-2, lane[..., None].expand(*by_lane.shape[:-2], 1, 4)).flatten(-3)  # [..., groups, 32]
+        halves = panel[..., 512:].contiguous().view(torch.float16).unflatten(-1, (2, lanes)).float()
+        scale, zero = halves.gather(-1, lane.expand(*halves.shape[:-1], 1)).unbind(-2)  # each [..., groups, 1]
+        return (codes.float() * scale + zero).flatten(-2)
+
+    @property
+    def in_features(self) -> int:
+        return self.panels.shape[1] * native_kernels.GROUP
+
+    @property
+    def out_features(self) -> int:
+        return self.panels.shape[0] * native_kernels.PANEL
+
+
+class _Inputs:
+    """One call's activations [M, in_features] in the form each part takes: bfloat16 for torch's kernels, int8 codes
+    with their scales for the integer kernels; each made once per call, when a part first asks."""
+
+    def __init__(self, x: torch.Tensor):
+        self.x = x
+        self._bfloat16, self._int8 = None, []
+
+    @property
+    def bfloat16(self) -> torch.Tensor:
+        if self._bfloat16 is None:
+            self._bfloat16 = self.x.to(torch.bfloat16).contiguous()
+        return self._bfloat16
+
+    def int8(self, kernels: native_kernels.Kernels, passes: int) -> list[tuple[torch.Tensor, ...]]:
+        """The codes of x, and with passes=2 those of its rounding's remainder too."""
+        if not self._int8:
+            self._int8.append(kernels.quantize(self.x))
+        if passes == 2 and len(self._int8) == 1:
+            codes, scales, _ = self._int8[0]
+            rounded = (codes.float().unflatten(-1, (-1, native_kernels.GROUP)) * scales[..., None]).flatten(-2)
+            self._int8.append(kernels.quantize(self.x.float() - rounded))
+        return self._int8[:passes]
+
+
 _PART_KINDS = {frozenset({"packed", "scales_and_zeros"}): _Int4Planes, frozenset({"int8", "scales"}): _Int8Rows,
-               frozenset({"weight"}): _Dense}
+               frozenset({"weight"}): _Dense, frozenset({"panels", "bits", "passes"}): _Panels}
 
 
 def _representation(matrix: GGUFMatrix) -> WeightForm:
@@ -310,6 +400,46 @@ def _pack_int8(run: list[GGUFMatrix]) -> dict[str, torch.Tensor]:
         weights[start:stop] = (chunk / scales[start:stop].float()[:, None]).round().clamp(-127, 127)
         start = stop
     return {"int8": weights, "scales": scales}
+
+
+def _pack_panels(run: list[GGUFMatrix]) -> dict[str, torch.Tensor]:
+    """The panels of native_kernels: 4-bit codes from the Q4 types as stored (w = s q + z, z = zero - 8 s of
+    _int4_planes); 8-bit codes q + 128 from Q8_0 as stored (s = d, z = -128 d); the other types dequantized and
+    requantized to symmetric int8 per 32 weights (s = max|w| / 127), far finer than their own codes."""
+    bits, panels = 4 if _representation(run[0]) is WeightForm.INT4 else 8, []
+    for matrix in run:
+        if _representation(matrix) is WeightForm.INT4:
+            codes, scales, zeros = (plane[0] for plane in _int4_planes(matrix))
+            panels.append(_panel_bytes(codes, scales, zeros - 8 * scales, 4))
+        elif matrix.tensor_type == Q.Q8_0:
+            blocks = _raw_rows(matrix).reshape(matrix.out_features, -1, 34)
+            d = _float16(blocks[..., 0:2])
+            codes = (blocks[..., 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8)
+            panels.append(_panel_bytes(codes.reshape(matrix.out_features, -1), d, -128 * d, 8))
+        else:
+            for chunk in _dequantized_chunks([matrix]):
+                groups = chunk.numpy().reshape(len(chunk), -1, GROUP)
+                scales = (np.abs(groups).max(axis=-1) / 127).astype(np.float16).astype(np.float32)
+                codes = np.rint(groups / np.where(scales > 0, scales, 1)[..., None]).clip(-127, 127) + 128
+                panels.append(_panel_bytes(codes.astype(np.uint8).reshape(len(chunk), -1), scales, -128 * scales, 8))
+    return {"panels": torch.from_numpy(np.concatenate(panels)), "bits": torch.tensor(bits)}
+
+
+def _panel_bytes(codes: np.ndarray, scales: np.ndarray, zeros: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 [rows / 16, cols / 32, group bytes] from codes [rows, cols] and scales and zeros [rows, cols / 32]
+    (native/int8_matmul.c describes the layout)."""
+    rows, cols = codes.shape
+    panels, groups = rows // native_kernels.PANEL, cols // GROUP
+    by_panel = codes.reshape(panels, native_kernels.PANEL, groups, GROUP)
+    if bits == 4:  # chunk c of 64 bytes: lane n holds features 8c..8c+3 (low nibbles) and 8c+4..8c+7 (high)
+        lanes = by_panel.reshape(panels, native_kernels.PANEL, groups, 4, 2, 4).transpose(0, 2, 3, 1, 4, 5)
+        code_bytes = (lanes[..., 0, :] | lanes[..., 1, :] << 4).reshape(panels, groups, -1)
+    else:  # 64 bytes i: lane n holds features 4i..4i+3
+        code_bytes = by_panel.reshape(panels, native_kernels.PANEL, groups, 8, 4).transpose(0, 2, 3, 1, 4)
+        code_bytes = code_bytes.reshape(panels, groups, -1)
+    halves = [np.ascontiguousarray(values.astype(np.float16).reshape(panels, native_kernels.PANEL, groups)
+                                   .transpose(0, 2, 1)).view(np.uint8) for values in (scales, zeros)]
+    return np.concatenate([code_bytes.astype(np.uint8), *halves], axis=-1)
 
 
 def _pack_bf16(run: list[GGUFMatrix]) -> dict[str, torch.Tensor]:

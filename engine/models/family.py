@@ -33,6 +33,9 @@ GGUF_BLOCK_NAMES = {
 DECODER_FUSED_LINEARS = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
                          "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj")}
 DECODER_PLAIN_LINEARS = ("self_attn.o_proj", "mlp.down_proj")
+# the linear layer whose input (the attention norm's output) has the widest outlier channels: under int8
+# activations it gets a second pass for their rounding (packed_linear._Panels)
+DECODER_PRECISE_INPUT_LINEARS = ("self_attn.qkv_proj",)
 
 # (config, the file's header, the file's gguf_config_tensors by name as float lists) -> None; changes config
 GGUFConfigFix = Callable[["PretrainedConfig", "GGUFHeader", dict[str, list[float]]], None]

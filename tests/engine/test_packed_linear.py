@@ -1,5 +1,6 @@
 """Packed GGUF weights: every type's product is float32's on gguf's dequantized weights within the stated bound, a
-row's product is bit-identical whatever batch it is in, and packs stack, reorder rows and survive safetensors."""
+row's product is bit-identical whatever batch it is in, and packs stack, reorder rows and survive safetensors; each
+on both paths, the integer kernels (native_kernels) and torch's weight-only kernels they fall back to."""
 
 from contextlib import contextmanager
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from localchat.engine import packed_linear
+from localchat.engine import native_kernels, packed_linear
 from localchat.engine.gguf_conversion import unpermute
 from localchat.engine.model_catalog import embedded_gguf_path
 from localchat.engine.packed_linear import (
@@ -26,6 +27,15 @@ K_TYPES = (Q.Q4_K, Q.Q5_K, Q.Q6_K)  # gguf's Python package dequantizes these bu
 ALL_TYPES = pytest.mark.parametrize("qtype", list(REPRESENTATIONS), ids=lambda qtype: qtype.name)
 ROWS, COLS = 64, 512
 BATCH_SIZES = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 32, 33, 64, 100, 255, 512)
+
+
+@pytest.fixture(autouse=True, params=["integer kernels", "torch kernels"])
+def kernels(request, monkeypatch) -> str:
+    if request.param == "torch kernels":
+        monkeypatch.setattr(native_kernels, "load", lambda: None)
+    elif native_kernels.load() is None:
+        pytest.skip("the integer kernels cannot run on this machine (the log says why)")
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -187,3 +197,26 @@ def test_a_tied_embedding_reads_the_int8_heads_rows_or_keeps_its_own(qtype, weig
     expected = dequantized(data, qtype)[ids]
     assert rows.shape == (2, 3, COLS) and relative_error(rows, expected) < MAX_RELATIVE_ERROR[qtype]
     assert torch.equal(rows[0, 1], rows[0, 2])
+
+
+@ALL_TYPES
+def test_the_quantized_types_run_the_integer_kernels_where_they_can(qtype, weight, kernels):
+    tensors = pack([GGUFMatrix(gguf_data(qtype, weight), qtype, weight.shape)])
+    uses_panels = "0.panels" in tensors
+    assert uses_panels == (kernels == "integer kernels" and REPRESENTATIONS[qtype] is not packed_linear.WeightForm.BF16)
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q8_0, Q.Q6_K])
+def test_a_second_int8_pass_leaves_float32s_error(qtype, weight, kernels):
+    """precise_input: x's int8 codes and those of their rounding's remainder; the product is then the float32
+    product on the weights as held (the logits head's float path), far closer than one pass, and batch-invariant."""
+    if kernels != "integer kernels":
+        pytest.skip("a choice of the integer kernels")
+    data = gguf_data(qtype, weight)
+    one, two, head = (PackedLinear(pack([GGUFMatrix(data, qtype, weight.shape)], **how))
+                      for how in ({}, {"precise_input": True}, {"head": True}))
+    x = random_rows(33, seed=4)
+    on_floats = head(x)
+    assert relative_error(two(x), on_floats) < relative_error(one(x), on_floats) / 50
+    assert relative_error(two(x), on_floats) < 1e-4
+    assert torch.equal(two(x[5:6]), two(x)[5:6]) and torch.equal(head(x[7:9]), head(x)[7:9])

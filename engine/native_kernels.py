@@ -1,0 +1,129 @@
+"""The engine's one native component: integer matmul kernels for GGUF weights (native/int8_matmul.c, AVX-512
+VNNI), compiled on first use by the machine's C compiler into the user's cache folder and loaded with ctypes.
+
+`load()` gives the kernels, or None where they cannot run: not Linux on x86 with AVX-512 VNNI, no C compiler, a
+failed build, or LOCALCHAT_NATIVE=0. The engine then runs torch's weight-only kernels and says why once in the
+log. A build takes about a second and is kept, keyed by the source, the flags and the compiler."""
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from .dirs import user_dir
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).parent / "native" / "int8_matmul.c"
+FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma", "-fopenmp",
+         "-ffp-contract=off", "-shared", "-fPIC"]
+CPU_FLAGS = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c", "fma"}  # as /proc/cpuinfo names them
+GROUP, PANEL = 32, 16  # the kernels' block of input features and of output rows
+CODE_BYTES = {4: 256, 8: 512}  # bytes of codes in one panel-group; its 16 scales and 16 zeros (float16) follow
+VERSION = "int8-vnni-1"  # names the weight layout: part of the packed file's key
+
+
+class Kernels:
+    """quantize(x) -> int8 codes with their per-32 scales; matmul(quantized, weights, bits, N) -> float32 y;
+    matmul_float(x, weights, bits, N): the same weights against float32 x itself (for the logits head)."""
+
+    def __init__(self, library: ctypes.CDLL):
+        self.library = library
+        p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+        library.quantize_rows.argtypes = [p, i64, i64, p, p, p, i32]
+        library.matmul.argtypes = [p, p, p, i64, i64, p, i32, i64, p, i32]
+        library.matmul_float.argtypes = [p, p, i64, i64, p, i32, i64, p, i32]
+        library.quantize_rows.restype = library.matmul.restype = library.matmul_float.restype = None
+
+    def quantize(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """float32 [M, K] (K a multiple of 32) -> (codes int8 [M, K], scales and scaled sums float32 [M, K/32])."""
+        x = x.float().contiguous()
+        rows, features = x.shape
+        codes = torch.empty(rows, features, dtype=torch.int8)
+        scales, sums = torch.empty(2, rows, features // GROUP).unbind()
+        self.library.quantize_rows(x.data_ptr(), rows, features, codes.data_ptr(), scales.data_ptr(),
+                                   sums.data_ptr(), torch.get_num_threads())
+        return codes, scales, sums
+
+    def matmul(self, quantized: tuple[torch.Tensor, torch.Tensor, torch.Tensor], weights: torch.Tensor, bits: int,
+               out_features: int) -> torch.Tensor:
+        codes, scales, sums = quantized
+        rows, features = codes.shape
+        y = torch.empty(rows, out_features)
+        self.library.matmul(codes.data_ptr(), scales.data_ptr(), sums.data_ptr(), rows, features,
+                            weights.data_ptr(), bits, out_features, y.data_ptr(), torch.get_num_threads())
+        return y
+
+
+    def matmul_float(self, x: torch.Tensor, weights: torch.Tensor, bits: int, out_features: int) -> torch.Tensor:
+        x = x.float().contiguous()
+        rows, features = x.shape
+        y, sums = torch.empty(rows, out_features), torch.empty(rows, features // GROUP)
+        self.library.matmul_float(x.data_ptr(), sums.data_ptr(), rows, features, weights.data_ptr(), bits,
+                                  out_features, y.data_ptr(), torch.get_num_threads())
+        return y
+
+
+@functools.cache
+def load() -> Kernels | None:
+    """The kernels, built if need be; None (said once in the log) where they cannot run here."""
+    reason = _unavailable()
+    if reason is None:
+        try:
+            return Kernels(ctypes.CDLL(str(_built())))
+        except subprocess.CalledProcessError as error:
+            reason = f"the build failed: {(error.stderr or str(error)).strip()[:400]}"
+        except (OSError, subprocess.SubprocessError) as error:
+            reason = f"the build failed: {error}"
+    log.warning("integer matmul kernels off (%s): quantized weights run torch's weight-only kernels", reason)
+    return None
+
+
+def layout() -> str:
+    """What packed weights are laid out for: these kernels', or torch's on this CPU."""
+    return VERSION if load() is not None else f"torch-{torch.__version__}-{torch.backends.cpu.get_cpu_capability()}"
+
+
+def _unavailable() -> str | None:
+    if os.environ.get("LOCALCHAT_NATIVE", "1") == "0":
+        return "LOCALCHAT_NATIVE=0"
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return f"{platform.system()} on {platform.machine()}"
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return "/proc/cpuinfo has no CPU flags"
+    if missing := CPU_FLAGS - set(flags.split(":", 1)[1].split()):
+        return f"the CPU lacks {', '.join(sorted(missing))}"
+    if _compiler() is None:
+        return "no C compiler (cc, gcc or clang)"
+    return None
+
+
+def _compiler() -> str | None:
+    names = (os.environ.get("CC"), "cc", "gcc", "clang")
+    return next((path for name in names if name and (path := shutil.which(name))), None)
+
+
+def _built() -> Path:
+    compiler = _compiler()
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), *FLAGS, version]).encode()).hexdigest()[:16]
+    library = user_dir("cache") / "native" / f"int8_matmul-{key}.so"
+    if library.exists():
+        return library
+    library.parent.mkdir(mode=0o700, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
+        built = Path(scratch) / library.name
+        subprocess.run([compiler, *FLAGS, "-o", str(built), str(SOURCE)], capture_output=True, text=True, check=True,
+                       timeout=120)
+        built.replace(library)  # atomic: a concurrent build or a reader never sees half a file
+    return library
