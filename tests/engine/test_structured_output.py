@@ -45,7 +45,9 @@ SCHEMAS = {
 }
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
                                             "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"]}
-STATUS = {"type": "object", "properties": {"ok": {"type": "boolean"}, "code": {"type": "integer"},
+# "code" bounded: at T=1 the 135M model can write an unbounded integer's digits until max_tokens
+STATUS = {"type": "object", "properties": {"ok": {"type": "boolean"},
+                                     "code": {"type": "integer", "minimum": 0, "maximum": 999},
                                      "detail": {"type": "string", "maxLength": 20}},
           "required": ["ok", "code", "detail"]}
 ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
