@@ -32,16 +32,14 @@ VERSION = "int8-vnni-1"  # names the weight layout: part of the packed file's ke
 
 
 class Kernels:
-    """quantize(x) -> int8 codes with their per-32 scales; matmul(quantized, weights, bits, N) -> float32 y;
-    matmul_float(x, weights, bits, N): the same weights against float32 x itself (for the logits head)."""
+    """quantize(x) -> int8 codes with their per-32 scales; matmul(quantized, weights, bits, N) -> float32 y."""
 
     def __init__(self, library: ctypes.CDLL):
         self.library = library
         p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
         library.quantize_rows.argtypes = [p, i64, i64, p, p, p, i32]
         library.matmul.argtypes = [p, p, p, i64, i64, p, i32, i64, p, i32]
-        library.matmul_float.argtypes = [p, p, i64, i64, p, i32, i64, p, i32]
-        library.quantize_rows.restype = library.matmul.restype = library.matmul_float.restype = None
+        library.quantize_rows.restype = library.matmul.restype = None
 
     def quantize(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """float32 [M, K] (K a multiple of 32) -> (codes int8 [M, K], scales and scaled sums float32 [M, K/32])."""
@@ -62,14 +60,6 @@ class Kernels:
                             weights.data_ptr(), bits, out_features, y.data_ptr(), torch.get_num_threads())
         return y
 
-
-    def matmul_float(self, x: torch.Tensor, weights: torch.Tensor, bits: int, out_features: int) -> torch.Tensor:
-        x = x.float().contiguous()
-        rows, features = x.shape
-        y, sums = torch.empty(rows, out_features), torch.empty(rows, features // GROUP)
-        self.library.matmul_float(x.data_ptr(), sums.data_ptr(), rows, features, weights.data_ptr(), bits,
-                                  out_features, y.data_ptr(), torch.get_num_threads())
-        return y
 
 
 @functools.cache
