@@ -1,8 +1,8 @@
 """Speed through the server, side by side with llama.cpp: the shared harness (../shared/bench/peers.py) against
 llama.cpp's `llama-server` and `localchat serve`, one after the other, in one run, on the same GGUF file.
 
-    .venv/bin/python benchmarks/peers.py [--model PATH.gguf] [--cache-dir ~/.cache/localchat] [--busy] [--quick]
-                                         [--only localchat|llama.cpp]
+    .venv/bin/python benchmarks/peers.py [--model PATH.gguf|embedded ...] [--cache-dir ~/.cache/localchat] [--busy]
+                                         [--quick] [--only localchat|llama.cpp]
 
 - llama-server (built by ../shared/bench/build-llama-cpp.sh) runs with the README's flags:
   `-t THREADS -np 32 -kvu -c 32768 --cache-reuse 256 --host 127.0.0.1 --port PORT` (THREADS: the CPU count).
@@ -364,7 +364,9 @@ def tables(runs: dict[str, dict], meta: dict) -> tuple[str, dict]:
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=None, help="a GGUF file for both servers (default: the embedded model's)")
+    p.add_argument("--model", action="append", default=None,
+                   help="a GGUF file for both servers, or `embedded`; repeat it for several files in one run "
+                        "(default: the embedded model's)")
     p.add_argument("--cache-dir", default=None,
                    help="localchat's cache folder to share (default: a fresh one: the model is converted again)")
     p.add_argument("--busy", action="store_true", help="also run both with one core busy with another process")
@@ -383,11 +385,11 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     out = args.out or RESULTS / ("peers-quick.json" if args.quick else "peers.json")
-    gguf = Path(args.model).resolve() if args.model else embedded_gguf()
+    models = args.model or ["embedded"]
     servers = [s for s in ("llama.cpp", "localchat") if args.only in (None, s)]
     meta = {"benchmark": "peers", "command": [sys.executable, *sys.argv], "quick": args.quick, "busy": args.busy,
-            "gguf": str(gguf), "gguf_name": gguf.name, "threads": args.threads, "load_start": load(),
-            "machine": machine_info(), "harness": str(args.harness), "servers": {}}
+            "threads": args.threads, "load_start": load(), "machine": machine_info(), "harness": str(args.harness),
+            "servers": {}}
     log(f"load at the start: {meta['load_start']['proc_loadavg']}")
     if "llama.cpp" in servers:
         args.llama_server = llama_server_path(args.llama_server)
@@ -396,34 +398,46 @@ def main() -> None:
                                         "flags": ["-t", str(args.threads), *LLAMA_FLAGS, "--host", "127.0.0.1"]}
     if "localchat" in servers:
         meta["servers"]["localchat"] = {"command": localchat_command(), "version": localchat_version(),
-                                        "flags": ["serve", "--port", "PORT"] + (["--model", str(gguf)]
-                                                                                if args.model else []),
+                                        "flags": ["serve", "--port", "PORT", "[--model FILE]"],
                                         "cache_dir": args.cache_dir}
-    runs: dict[str, dict] = {}
+    files = []
     with tempfile.TemporaryDirectory(prefix="localchat-peers-") as tmp:
-        work = Path(tmp)
-        for busy in (False, True) if args.busy else (False,):
-            with busy_core(busy) as spinner:
-                for server in servers:
-                    label = server + ("+busy" if busy else "")
-                    if spinner:
-                        log(f"{label}: busy loop pid {spinner}")
-                    try:
-                        if server == "llama.cpp":
-                            runs[label] = run_llama(args, gguf, label, work)
-                        else:
-                            runs[label] = run_localchat(args, gguf if args.model else None, label, work)
-                    except (RuntimeError, TimeoutError, OSError, httpx.HTTPError) as error:
-                        log(f"{label}: {error}")
-                        runs[label] = {"label": label, "error": str(error)}
-                    runs[label]["busy_loop"] = busy
+        for model in models:
+            gguf = embedded_gguf() if model == "embedded" else Path(model).resolve()
+            files.append({"gguf": str(gguf), "gguf_name": gguf.name,
+                          "runs": run_file(args, servers, None if model == "embedded" else gguf, gguf, Path(tmp))})
     meta["load_end"] = load()
     log(f"load at the end: {meta['load_end']['proc_loadavg']}")
-    text, rows = tables(runs, meta)
+    texts = []
+    for file in files:
+        text, file["comparison"] = tables(file["runs"], {**meta, "gguf_name": file["gguf_name"]})
+        texts.append(text)
+        file["runs"] = list(file["runs"].values())
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({**meta, "comparison": rows, "runs": list(runs.values())}, indent=1) + "\n")
-    print(text)
+    out.write_text(json.dumps({**meta, "files": files}, indent=1) + "\n")
+    print("\n\n".join(texts))
     print(f"\n(written to {out})")
+
+
+def run_file(args, servers: list[str], model: Path | None, gguf: Path, work: Path) -> dict[str, dict]:
+    """Every server's runs on one file (model: None for localchat's default, the embedded model)."""
+    runs: dict[str, dict] = {}
+    for busy in (False, True) if args.busy else (False,):
+        with busy_core(busy) as spinner:
+            for server in servers:
+                label = server + ("+busy" if busy else "")
+                if spinner:
+                    log(f"{label}: busy loop pid {spinner}")
+                try:
+                    if server == "llama.cpp":
+                        runs[label] = run_llama(args, gguf, label, work)
+                    else:
+                        runs[label] = run_localchat(args, model, label, work)
+                except (RuntimeError, TimeoutError, OSError, httpx.HTTPError) as error:
+                    log(f"{label}: {error}")
+                    runs[label] = {"label": label, "error": str(error)}
+                runs[label]["busy_loop"] = busy
+    return runs
 
 
 if __name__ == "__main__":
