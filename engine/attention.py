@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from localchat.engine import native_kernels
+
 NO_BLOCK = -1  # a block-table entry whose block was freed: out of every layer's sliding window
 
 
@@ -78,6 +80,7 @@ class AttentionMetadata:
     """Where a step's tokens go in the cache and what each sequence attends to (shared by all layers)."""
 
     positions: torch.Tensor  # [num_tokens] position of each new token in its sequence
+    token_seqs: torch.Tensor  # [num_tokens] the sequence of each new token
     slot_mapping: torch.Tensor  # [num_tokens] cache slot of each new token
     query_lens: list[int]  # [num_seqs] new tokens of each sequence
     query_start_loc: list[int]  # [num_seqs + 1] where each sequence's new tokens start in the batch
@@ -115,6 +118,8 @@ class AttentionMetadata:
         prefills = [i for i, n in enumerate(query_lens) if n > 1]
         return cls(
             positions=torch.tensor(positions, dtype=torch.int64, device=device),
+            token_seqs=torch.tensor([i for i, n in enumerate(query_lens) for _ in range(n)], dtype=torch.int64,
+                                    device=device),
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
             query_lens=list(query_lens),
             query_start_loc=starts,
@@ -338,15 +343,35 @@ class TorchPagedAttention:
         kv_cache[:, :, dst] = kv_cache[:, :, src]
 
 
+class NativePagedAttention(TorchPagedAttention):
+    """The CPU's paged attention in C (native/paged_attention.c): every token and KV head computed alone, its keys
+    and values read in place through the block table, in one fixed order; a token's bits depend only on what it
+    attends, by construction. Float32 queries over a float32 or bfloat16 cache with a head size the kernel
+    takes; anything else goes through TorchPagedAttention."""
+
+    @staticmethod
+    def attend(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+               scale: float, window: int | None = None) -> torch.Tensor:
+        kernels = native_kernels.load()
+        if (kernels is None or not native_kernels.attends(query.dtype, k_cache.dtype, query.shape[-1])
+                or not (k_cache.is_contiguous() and v_cache.is_contiguous())):
+            return TorchPagedAttention.attend(query, k_cache, v_cache, meta, scale, window)
+        return kernels.attend(query, k_cache, v_cache, meta.block_tables, meta.token_seqs, meta.positions, window,
+                              scale)
+
+
 def get_backend(name: str | None, device: torch.device):
-    """The attention backend: "torch" (the CPU path and the reference) or "triton" (paged kernels for
-    NVIDIA GPUs); None picks triton on CUDA and torch elsewhere."""
+    """The attention backend: "native" (the CPU's kernel, where native_kernels load), "torch" (the PyTorch path,
+    the fallback and the reference) or "triton" (paged kernels for NVIDIA GPUs); None picks triton on CUDA, native
+    on a CPU that runs it and torch elsewhere."""
     if name is None:
-        name = "triton" if device.type == "cuda" else "torch"
+        name = "triton" if device.type == "cuda" else "native" if native_kernels.load() is not None else "torch"
     if name == "torch":
         return TorchPagedAttention
+    if name == "native":
+        return NativePagedAttention
     if name == "triton":
         from localchat.engine.triton_attention import TritonPagedAttention
 
         return TritonPagedAttention
-    raise ValueError(f"unknown attention backend {name!r}; use 'torch' or 'triton'")
+    raise ValueError(f"unknown attention backend {name!r}; use 'native', 'torch' or 'triton'")

@@ -27,7 +27,7 @@ class EngineConfig:
     # while replies are being written, a prompt's prefill goes in chunks cut to keep each step about this long, so
     # that their next tokens never wait much longer (see scheduler.StepPace); None: whole max_num_batched_tokens
     decode_step_target_s: float | None = 0.2
-    attention_backend: str | None = None  # "torch" or "triton"; None: triton on CUDA, torch elsewhere
+    attention_backend: str | None = None  # "native", "torch" or "triton"; None: triton on CUDA, else native or torch
     # "auto": a GGUF on the CPU runs its own quantized weights, packed for torch's weight-only kernels (little
     # memory, fast decoding, reproducible for a seed; see packed_linear.py), anything else dense weights;
     # "none": dense float weights (exact, for comparison with transformers); "packed": the GGUF's own or fail

@@ -20,7 +20,7 @@ import threading
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,11 +106,15 @@ class KVDiskTier:
         returns how many of them, from the first, were on disk and intact (the rest hold garbage)."""
         with self._lock:
             self._stats.lookups += len(blocks)
+        reads = [self._readers.submit(self._read_one, *block) for block in blocks]
         found = 0
-        for ok in self._readers.map(lambda block: self._read_one(*block), blocks):
-            if not ok:
+        for read in reads:
+            if not read.result():
                 break
             found += 1
+        for read in reads[found:]:
+            read.cancel()
+        wait(reads)  # no read still writes into the cache's memory once this returns
         with self._lock:
             self._stats.hits += found
         return found

@@ -1,9 +1,11 @@
-"""The engine's one native component: integer matmul kernels for GGUF weights (native/int8_matmul.c, AVX-512
-VNNI), compiled on first use by the machine's C compiler into the user's cache folder and loaded with ctypes.
+"""The engine's one native component, CPU kernels in C: integer matmuls for GGUF weights (native/int8_matmul.c,
+AVX-512 VNNI) and paged attention (native/paged_attention.c), compiled on first use by the machine's C compiler
+into the user's cache folder and loaded with ctypes.
 
 `load()` gives the kernels, or None where they cannot run: not Linux on x86 with AVX-512 VNNI, no C compiler, a
-failed build, or LOCALCHAT_NATIVE=0. The engine then runs torch's weight-only kernels and says why once in the
-log. A build takes about a second and is kept, keyed by the source, the flags and the compiler."""
+failed build, or LOCALCHAT_NATIVE=0. The engine then runs torch's weight-only kernels and its PyTorch attention,
+and says why once in the log. A build takes about two seconds and is kept, keyed by the sources, the flags and
+the compiler."""
 
 import ctypes
 import functools
@@ -22,7 +24,7 @@ from .dirs import user_dir
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).parent / "native" / "int8_matmul.c"
+SOURCES = [Path(__file__).parent / "native" / name for name in ("int8_matmul.c", "paged_attention.c")]
 FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma", "-fopenmp",
          "-ffp-contract=off", "-shared", "-fPIC"]
 CPU_FLAGS = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c", "fma"}  # as /proc/cpuinfo names them
@@ -32,14 +34,17 @@ VERSION = "int8-vnni-1"  # names the weight layout: part of the packed file's ke
 
 
 class Kernels:
-    """quantize(x) -> int8 codes with their per-32 scales; matmul(quantized, weights, bits, N) -> float32 y."""
+    """quantize(x) -> int8 codes with their per-32 scales; matmul(quantized, weights, bits, N) -> float32 y;
+    attend(...): paged attention."""
 
     def __init__(self, library: ctypes.CDLL):
         self.library = library
         p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
         library.quantize_rows.argtypes = [p, i64, i64, p, p, p, i32]
         library.matmul.argtypes = [p, p, p, i64, i64, p, i32, i64, p, i32]
-        library.quantize_rows.restype = library.matmul.restype = None
+        library.paged_attention.argtypes = [p, i64, i64, i64, i64, p, p, i32, i64, p, i64, p, p, i64, ctypes.c_float,
+                                            p, i32]
+        library.quantize_rows.restype = library.matmul.restype = library.paged_attention.restype = None
 
     def quantize(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """float32 [M, K] (K a multiple of 32) -> (codes int8 [M, K], scales and scaled sums float32 [M, K/32])."""
@@ -60,6 +65,28 @@ class Kernels:
                             weights.data_ptr(), bits, out_features, y.data_ptr(), torch.get_num_threads())
         return y
 
+    def attend(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+               token_seqs: torch.Tensor, positions: torch.Tensor, window: int | None, scale: float) -> torch.Tensor:
+        """query float32 [tokens, heads, dim] over caches [num_blocks, block_size, kv_heads, dim] (float32 or
+        bfloat16, contiguous; dim a multiple of 16 up to 256); block_tables int64 [seqs, width]; token_seqs and
+        positions int64 [tokens]: each token's sequence and position. Returns [tokens, heads, dim]."""
+        query = query.contiguous()
+        tokens, heads, dim = query.shape
+        num_blocks, block_size, kv_heads, _ = k_cache.shape
+        out = torch.empty_like(query)
+        self.library.paged_attention(query.data_ptr(), tokens, heads, kv_heads, dim, k_cache.data_ptr(),
+                                     v_cache.data_ptr(), int(k_cache.dtype == torch.bfloat16), block_size,
+                                     block_tables.data_ptr(), block_tables.shape[1], token_seqs.data_ptr(),
+                                     positions.data_ptr(), window or 0, scale, out.data_ptr(),
+                                     torch.get_num_threads())
+        return out
+
+
+
+def attends(query_dtype: torch.dtype, cache_dtype: torch.dtype, head_dim: int) -> bool:
+    """Whether Kernels.attend takes these: float32 queries, a float32 or bfloat16 cache, a head of 16k <= 256."""
+    return (query_dtype == torch.float32 and cache_dtype in (torch.float32, torch.bfloat16)
+            and head_dim % 16 == 0 and head_dim <= 256)
 
 
 @functools.cache
@@ -106,14 +133,16 @@ def _compiler() -> str | None:
 def _built() -> Path:
     compiler = _compiler()
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), *FLAGS, version]).encode()).hexdigest()[:16]
-    library = user_dir("cache") / "native" / f"int8_matmul-{key}.so"
+    sources = [source.read_text() for source in SOURCES]
+    key = hashlib.sha256("\0".join([*sources, *FLAGS, version]).encode()).hexdigest()[:16]
+    library = user_dir("cache") / "native" / f"kernels-{key}.so"
     if library.exists():
         return library
     library.parent.mkdir(mode=0o700, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
         built = Path(scratch) / library.name
-        subprocess.run([compiler, *FLAGS, "-o", str(built), str(SOURCE)], capture_output=True, text=True, check=True,
-                       timeout=120)
+        subprocess.run([compiler, *FLAGS, "-o", str(built), *map(str, SOURCES)], capture_output=True, text=True,
+                       check=True, timeout=120)
+        built.chmod(0o600)  # private like every file the engine writes; loading it needs read access, not exec
         built.replace(library)  # atomic: a concurrent build or a reader never sees half a file
     return library

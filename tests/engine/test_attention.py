@@ -1,25 +1,34 @@
-"""The PyTorch paged-attention path: a decode read in place from consecutive blocks equals the gathered one and
-plain attention over the sequence's keys; with a sliding window, every kind of step equals dense attention under
-transformers' window mask; and a token's result is the same to the bit however its sequence's tokens are split
-into steps and whatever else runs in them (batch invariance)."""
+"""The CPU's paged-attention paths, the native kernel and the PyTorch path it falls back to: a decode read in place
+from consecutive blocks equals the gathered one and plain attention over the sequence's keys; with a sliding
+window, every kind of step equals dense attention under transformers' window mask; and a token's result is the
+same to the bit however its sequence's tokens are split into steps and whatever else runs in them (batch
+invariance)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from localchat.engine.attention import NO_BLOCK, AttentionMetadata, KeySpan, TorchPagedAttention
+from localchat.engine import native_kernels
+from localchat.engine.attention import NO_BLOCK, AttentionMetadata, KeySpan, NativePagedAttention, TorchPagedAttention
 
 BLOCK, KV_HEADS, GROUP, DIM, CONTEXT = 16, 3, 3, 64, 37
 
 
-def decode(table: list[int], keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor,
+@pytest.fixture(params=["native", "torch"])
+def backend(request):
+    if request.param == "native" and native_kernels.load() is None:
+        pytest.skip("the native kernels cannot run here")
+    return NativePagedAttention if request.param == "native" else TorchPagedAttention
+
+
+def decode(backend, table: list[int], keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor,
            window: int | None = None) -> tuple:
     k_cache = torch.full((16, BLOCK, KV_HEADS, DIM), 1e4)  # a key or value past the context would dominate
     v_cache = torch.full_like(k_cache, 1e4)
     meta = AttentionMetadata.build([CONTEXT], [CONTEXT], [table], BLOCK, torch.device("cpu"))
     TorchPagedAttention.store(keys, values, k_cache, v_cache, meta.slot_mapping)
     step = AttentionMetadata.build([1], [CONTEXT], [table], BLOCK, torch.device("cpu"))
-    return step, TorchPagedAttention.attend(query, k_cache, v_cache, step, DIM ** -0.5, window)
+    return step, backend.attend(query, k_cache, v_cache, step, DIM ** -0.5, window)
 
 
 def dense(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor,
@@ -35,12 +44,12 @@ def dense(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positio
 
 
 @pytest.mark.parametrize("window", [None, 5, 16, 20])
-def test_a_decode_over_consecutive_blocks_reads_them_in_place(window):
+def test_a_decode_over_consecutive_blocks_reads_them_in_place(backend, window):
     gen = torch.Generator().manual_seed(0)
     keys, values = (torch.randn(CONTEXT, KV_HEADS, DIM, generator=gen) for _ in range(2))
     query = torch.randn(1, KV_HEADS * GROUP, DIM, generator=gen)
-    in_place_meta, in_place = decode([5, 6, 7], keys, values, query, window)
-    gathered_meta, gathered = decode([9, 2, 11], keys, values, query, window)
+    in_place_meta, in_place = decode(backend, [5, 6, 7], keys, values, query, window)
+    gathered_meta, gathered = decode(backend, [9, 2, 11], keys, values, query, window)
     [in_place_span], [gathered_span] = in_place_meta.view(window), gathered_meta.view(window)
     first = 0 if window is None else max(0, (CONTEXT - 1) // BLOCK * BLOCK - window + 1) // BLOCK
     assert in_place_span == KeySpan(slice(5 + first, 8), first * BLOCK, (3 - first) * BLOCK)  # whole blocks
@@ -54,7 +63,7 @@ def test_a_decode_over_consecutive_blocks_reads_them_in_place(window):
 
 
 @pytest.mark.parametrize("window", [None, 1, 7, 16, 30])
-def test_sliding_window_over_every_kind_of_step(window):
+def test_sliding_window_over_every_kind_of_step(backend, window):
     """Decodes, a whole prompt, and chunks over a cached prefix, in one step: each token sees its last `window`
     positions; blocks wholly outside every window may be freed (NO_BLOCK) and are never looked at."""
     gen = torch.Generator().manual_seed(1)
@@ -76,7 +85,7 @@ def test_sliding_window_over_every_kind_of_step(window):
     v_cache[unused] = 1e4
     meta = AttentionMetadata.build([n for n, _ in seqs], [c for _, c in seqs], tables, block, torch.device("cpu"))
     query = torch.randn(sum(n for n, _ in seqs), KV_HEADS * GROUP, DIM, generator=gen)
-    out = TorchPagedAttention.attend(query, k_cache, v_cache, meta, DIM ** -0.5, window)
+    out = backend.attend(query, k_cache, v_cache, meta, DIM ** -0.5, window)
     assert meta.view(window) is meta.view(window)  # built once per step and window
     for i, ((new, context), table) in enumerate(zip(seqs, tables)):
         slots = torch.tensor([table[p // block] * block + p % block if table[p // block] != NO_BLOCK else 0
@@ -87,7 +96,7 @@ def test_sliding_window_over_every_kind_of_step(window):
         torch.testing.assert_close(out[start : start + new], expected, rtol=1e-5, atol=1e-5)
 
 
-def attend_in_steps(steps: list[list[tuple[int, int]]], tables: list[list[int]], k_new: list[torch.Tensor],
+def attend_in_steps(backend, steps: list[list[tuple[int, int]]], tables: list[list[int]], k_new: list[torch.Tensor],
                     v_new: list[torch.Tensor], queries: list[torch.Tensor], window: int | None, block: int,
                     kv_heads: int) -> list[torch.Tensor]:
     """Run the steps (each a list of (sequence, new tokens)) over a fresh cache; each sequence's outputs in order."""
@@ -104,7 +113,7 @@ def attend_in_steps(steps: list[list[tuple[int, int]]], tables: list[list[int]],
         TorchPagedAttention.store(torch.cat([k_new[s][r] for (s, _), r in zip(step, rows)]),
                                   torch.cat([v_new[s][r] for (s, _), r in zip(step, rows)]), k_cache, v_cache,
                                   meta.slot_mapping)
-        out = TorchPagedAttention.attend(torch.cat([queries[s][r] for (s, _), r in zip(step, rows)]), k_cache, v_cache,
+        out = backend.attend(torch.cat([queries[s][r] for (s, _), r in zip(step, rows)]), k_cache, v_cache,
                                          meta, DIM ** -0.5, window)
         for (s, n), start in zip(step, meta.query_start_loc):
             outs[s].append(out[start : start + n])
@@ -113,7 +122,7 @@ def attend_in_steps(steps: list[list[tuple[int, int]]], tables: list[list[int]],
 
 
 @pytest.mark.parametrize(("window", "group", "kv_heads"), [(None, 3, 3), (None, 1, 4), (11, 4, 2), (None, 8, 1)])
-def test_a_tokens_result_does_not_depend_on_how_its_sequence_is_stepped(window, group, kv_heads):
+def test_a_tokens_result_does_not_depend_on_how_its_sequence_is_stepped(backend, window, group, kv_heads):
     """Whole prefills, chunks that split blocks, one token at a time, and other sequences beside them: the same
     bits for every token (the property behind a seeded request's equal replies cold, cached and batched)."""
     gen = torch.Generator().manual_seed(3)
@@ -124,8 +133,33 @@ def test_a_tokens_result_does_not_depend_on_how_its_sequence_is_stepped(window, 
     whole = [[(0, 70), (1, 33), (2, 5)]]
     chunked = [[(0, 9)], [(0, 21), (1, 1)], [(0, 40), (1, 31)], [(1, 1), (2, 5)]]
     one_by_one = [[(0, 1), (1, 1), (2, 1)]] * 5 + [[(0, 1), (1, 1)]] * 28 + [[(0, 1)]] * 37
-    reference = attend_in_steps(whole, tables, k_new, v_new, queries, window, block, kv_heads)
+    reference = attend_in_steps(backend, whole, tables, k_new, v_new, queries, window, block, kv_heads)
     for steps in (chunked, one_by_one):
-        for expected, got in zip(reference, attend_in_steps(steps, tables, k_new, v_new, queries, window, block,
-                                                            kv_heads)):
+        stepped = attend_in_steps(backend, steps, tables, k_new, v_new, queries, window, block, kv_heads)
+        for expected, got in zip(reference, stepped):
             assert torch.equal(expected, got)
+
+
+@pytest.mark.parametrize("dim", [64, 128, 256])
+def test_the_native_kernel_over_a_bfloat16_cache_matches_the_torch_path_at_any_thread_count(dim):
+    """The cache the engine keeps under packed weights (bfloat16, widened exactly), the head sizes of the families
+    (Gemma 3: 256); the kernel splits its work among threads, never a token's sums."""
+    if native_kernels.load() is None:
+        pytest.skip("the native kernels cannot run here")
+    gen = torch.Generator().manual_seed(5)
+    block, kv_heads, group = 16, 2, 4
+    seqs, tables = [(1, 300), (40, 40), (7, 23)], [list(range(30, 49)), [3, 1, 2], [60, 10]]
+    k_cache, v_cache = (torch.randn(64, block, kv_heads, dim, generator=gen).bfloat16() for _ in range(2))
+    meta = AttentionMetadata.build([n for n, _ in seqs], [c for _, c in seqs], tables, block, torch.device("cpu"))
+    query = torch.randn(sum(n for n, _ in seqs), kv_heads * group, dim, generator=gen)
+    expected = TorchPagedAttention.attend(query, k_cache, v_cache, meta, dim ** -0.5)
+    threads = torch.get_num_threads()
+    try:
+        runs = []
+        for count in (1, 2, 3):
+            torch.set_num_threads(count)
+            runs.append(NativePagedAttention.attend(query, k_cache, v_cache, meta, dim ** -0.5))
+    finally:
+        torch.set_num_threads(threads)
+    torch.testing.assert_close(runs[0], expected, rtol=1e-5, atol=1e-5)
+    assert all(torch.equal(runs[0], run) for run in runs[1:])

@@ -11,7 +11,7 @@ from localchat.tui.app import LocalChatApp
 from localchat.tui.screens.fork_picker import ForkPicker
 from localchat.tui.screens.prompt import PromptScreen
 from localchat.tui.widgets.chat_list import ChatList
-from localchat.tui.widgets.message_view import MessageView
+from localchat.tui.widgets.message_view import ChatMessage, MessageView
 
 pytestmark = pytest.mark.slow  # a real engine process: left out of `./dev test --fast`
 
@@ -168,7 +168,10 @@ async def test_switching_branch_then_continuing_reuses_the_cached_prefix(client,
     async with app_for(client, tmp_path).run_test(size=SIZE) as pilot:
         screen = await chat_screen(pilot, conversation.id)
         assert screen.view.views[-1].message.id == first  # the engine made the first reply the active one
-        await pilot.press("shift+tab", "right" if siblings.index(second) > siblings.index(first) else "left")
+        await wait_until(pilot, lambda: screen.focused is screen.composer, what="the message box focused")
+        await pilot.press("shift+tab")  # to the last message (a key pressed before it has focus would be lost)
+        await wait_until(pilot, lambda: isinstance(screen.focused, ChatMessage), what="the last message focused")
+        await pilot.press("right" if siblings.index(second) > siblings.index(first) else "left")
         await wait_until(pilot, lambda: screen.view.views[-1].message.id == second)
         assert switcher_text(screen.view.views[-1]) == f"‹ {siblings.index(second) + 1}/2 ›"
 

@@ -1,0 +1,153 @@
+/* Paged attention on the CPU (AVX-512): softmax(scale q k^T) v for every new token of a step, its keys and values
+   read in place from the KV cache's blocks through its sequence's block table.
+
+   The cache of a layer is [num_blocks, block_size, kv_heads, dim], float32 or bfloat16 (widened exactly). A token
+   at position p sees the keys at positions lo..p, lo = 0 or, with a sliding window w, max(0, p - w + 1).
+
+   One work item is one token and one KV head (its query heads share the keys' addresses, found once). Every
+   item is computed by one thread in one fixed order: the scores 16 keys at a time from lo (each a dot product in 16
+   lanes, its lanes summed in one fixed tree), their maximum, exp and sum in runs of 16 from lo, then the values
+   weighted, even and odd keys in two sums added at the end. Nothing in that
+   order depends on the other tokens of the step, on whether the token is decoded or prefilled, or on the thread
+   count: a token's bits are a function of its query and the keys and values it sees. */
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define LANES 16
+#define MAX_DIM 256
+
+static inline __m512 load_lanes(const void *p, int bf16) {
+    if (bf16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+    return _mm512_loadu_ps(p);
+}
+
+/* e^x in 16 lanes for x <= 0 (Cephes' expf: x = n ln2 + r, |r| <= ln2/2, a degree-6 polynomial in r, times 2^n) */
+static inline __m512 exp_lanes(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* The lane sums of 16 vectors d[SUM_ORDER[i]] in lane i: every vector's 16 lanes are summed in the same tree
+   (lanes l and l + 8, then l and l + 4, l and l + 2, l and l + 1), whichever slot it is in. */
+static const int SUM_ORDER[LANES] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+
+static inline __m512 sum_lanes(const __m512 d[LANES]) {
+    __m512 r[8], u[4], w[2];
+    for (int i = 0; i < 8; i++)
+        r[i] = _mm512_add_ps(_mm512_shuffle_f32x4(d[2 * i], d[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(d[2 * i], d[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; i++)
+        u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], 0xDD));
+    for (int i = 0; i < 2; i++)
+        w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0x44), _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+}
+
+/* One query head over the keys at byte offsets key_at[0..n) of the K and V caches: scores into s [n], then
+   exp(s - max) in place, and the head's output o [dim = 16 nd]. */
+static inline __attribute__((always_inline)) void attend_head(const float *q, const char *k, const char *v,
+                                                              const int64_t *key_at, int64_t n, float scale,
+                                                              float *s, float *o, const int nd, const int bf16) {
+    const int element = bf16 ? 2 : 4;
+    __m512 query[nd], acc[nd], odd[nd];
+    for (int d = 0; d < nd; d++) query[d] = _mm512_loadu_ps(q + LANES * d);
+    for (int64_t j0 = 0; j0 < n; j0 += LANES) {  /* 16 keys at a time, their sums in one tree */
+        __m512 dots[LANES];
+        for (int i = 0; i < LANES; i++) {
+            int64_t j = j0 + SUM_ORDER[i] < n ? j0 + SUM_ORDER[i] : n - 1;  /* past the end: a score not kept */
+            __m512 dot = _mm512_setzero_ps();
+            for (int d = 0; d < nd; d++)
+                dot = _mm512_fmadd_ps(query[d], load_lanes(k + key_at[j] + LANES * d * element, bf16), dot);
+            dots[i] = dot;
+        }
+        __mmask16 valid = n - j0 >= LANES ? 0xFFFF : (__mmask16)((1u << (n - j0)) - 1);
+        _mm512_mask_storeu_ps(s + j0, valid, _mm512_mul_ps(sum_lanes(dots), _mm512_set1_ps(scale)));
+    }
+    __m512 most = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < n; j += LANES) {
+        __mmask16 valid = n - j >= LANES ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        most = _mm512_mask_max_ps(most, valid, most, _mm512_maskz_loadu_ps(valid, s + j));
+    }
+    __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(most)), total = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j += LANES) {
+        __mmask16 valid = n - j >= LANES ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        __m512 e = exp_lanes(_mm512_sub_ps(_mm512_maskz_loadu_ps(valid, s + j), top));
+        _mm512_mask_storeu_ps(s + j, valid, e);
+        total = _mm512_add_ps(total, _mm512_maskz_mov_ps(valid, e));
+    }
+    __m512 sum = _mm512_set1_ps(_mm512_reduce_add_ps(total));
+    for (int d = 0; d < nd; d++) acc[d] = odd[d] = _mm512_setzero_ps();
+    for (int64_t j = 0; j + 1 < n; j += 2) {  /* even keys into acc, odd ones into odd, added at the end */
+        __m512 w = _mm512_set1_ps(s[j]), x = _mm512_set1_ps(s[j + 1]);
+        for (int d = 0; d < nd; d++) {
+            acc[d] = _mm512_fmadd_ps(w, load_lanes(v + key_at[j] + LANES * d * element, bf16), acc[d]);
+            odd[d] = _mm512_fmadd_ps(x, load_lanes(v + key_at[j + 1] + LANES * d * element, bf16), odd[d]);
+        }
+    }
+    if (n % 2) {
+        __m512 w = _mm512_set1_ps(s[n - 1]);
+        for (int d = 0; d < nd; d++) acc[d] = _mm512_fmadd_ps(w, load_lanes(v + key_at[n - 1] + LANES * d * element, bf16), acc[d]);
+    }
+    for (int d = 0; d < nd; d++) _mm512_storeu_ps(o + LANES * d, _mm512_div_ps(_mm512_add_ps(acc[d], odd[d]), sum));
+}
+
+typedef void (*head_fn)(const float *, const char *, const char *, const int64_t *, int64_t, float, float *, float *);
+#define HEAD(nd, bf16)                                                                                            \
+    static void head_##nd##_##bf16(const float *q, const char *k, const char *v, const int64_t *key_at, int64_t n, \
+                                   float scale, float *s, float *o) {                                           \
+        attend_head(q, k, v, key_at, n, scale, s, o, nd, bf16);                                                   \
+    }
+#define HEADS(nd) HEAD(nd, 0) HEAD(nd, 1)
+HEADS(1) HEADS(2) HEADS(3) HEADS(4) HEADS(5) HEADS(6) HEADS(7) HEADS(8)
+HEADS(9) HEADS(10) HEADS(11) HEADS(12) HEADS(13) HEADS(14) HEADS(15) HEADS(16)
+#define PAIR(nd) {head_##nd##_0, head_##nd##_1}
+static const head_fn HEAD_FNS[MAX_DIM / LANES + 1][2] = {{0, 0}, PAIR(1), PAIR(2), PAIR(3), PAIR(4), PAIR(5),
+    PAIR(6), PAIR(7), PAIR(8), PAIR(9), PAIR(10), PAIR(11), PAIR(12), PAIR(13), PAIR(14), PAIR(15), PAIR(16)};
+
+/* out [tokens, heads, dim] for queries q [tokens, heads, dim] (float32): token t is at position positions[t] of
+   sequence token_seqs[t], whose block table is block_tables[token_seqs[t]] (table_width entries). window 0: none. */
+void paged_attention(const float *q, int64_t tokens, int64_t heads, int64_t kv_heads, int64_t dim,
+                     const void *k_cache, const void *v_cache, int bf16, int64_t block_size,
+                     const int64_t *block_tables, int64_t table_width, const int64_t *token_seqs,
+                     const int64_t *positions, int64_t window, float scale, float *out, int threads) {
+    int64_t group = heads / kv_heads, element = bf16 ? 2 : 4, longest = 1;
+    head_fn head = HEAD_FNS[dim / LANES][bf16];
+    for (int64_t t = 0; t < tokens; t++) longest = positions[t] + 1 > longest ? positions[t] + 1 : longest;
+    if (window > 0 && window < longest) longest = window;
+#pragma omp parallel num_threads(threads) if (tokens * kv_heads > 1)
+    {
+        float *s = malloc(sizeof(float) * longest);
+        int64_t *key_at = malloc(sizeof(int64_t) * longest);
+#pragma omp for schedule(dynamic, 1) collapse(2)
+        for (int64_t t = 0; t < tokens; t++) {
+            for (int64_t g = 0; g < kv_heads; g++) {
+                int64_t p = positions[t], lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0, n = p - lo + 1;
+                const int64_t *table = block_tables + token_seqs[t] * table_width;
+                for (int64_t j = 0, block = lo / block_size, offset = lo % block_size; j < n; j++) {
+                    key_at[j] = ((table[block] * block_size + offset) * kv_heads + g) * dim * element;
+                    if (++offset == block_size) block++, offset = 0;
+                }
+                for (int64_t h = g * group; h < (g + 1) * group; h++)
+                    head(q + (t * heads + h) * dim, k_cache, v_cache, key_at, n, scale, s, out + (t * heads + h) * dim);
+            }
+        }
+        free(s);
+        free(key_at);
+    }
+}
