@@ -276,29 +276,41 @@ def ratio(x, y):
     return x / y if x is not None and y else None
 
 
-def comparison_rows(lc: dict | None, ll: dict | None) -> list[dict]:
-    """One row per workload: localchat's figure, llama.cpp's, their ratio, the target and whether it is met."""
+# issue 27's bars, as ratios localchat / llama.cpp: the embedded model keeps its lead; any other (real-size) file
+# has its own; a workload without a bar for the file shows "-"
+EMBEDDED_BARS = {"a_prefill_tps": 2.0, "a_decode_tps": 1.0, "b_output_tps": 2.0, "b_ttft_p95_s": 0.5,
+                 "c_worst_turn": 0.5, "d_own": 0.20}
+FILE_BARS = {"a_prefill_tps": 1.3, "a_decode_tps": 1.0, "b_output_tps": 1.5, "b_ttft_p95_s": 0.7}
+
+
+def bars_for(gguf: str) -> dict[str, float]:
+    return EMBEDDED_BARS if Path(gguf) == embedded_gguf() else FILE_BARS
+
+
+def comparison_rows(lc: dict | None, ll: dict | None, bars: dict[str, float]) -> list[dict]:
+    """One row per workload: localchat's figure, llama.cpp's, their ratio, the file's bar and whether it is met."""
     s = (lc or {}).get("summary") or {}
     t = (ll or {}).get("summary") or {}
     rows = []
-    for name, key, target, higher in (("prefill tok/s (a, ~1k-token prompt)", "a_prefill_tps", 2.0, True),
-                                      ("decode tok/s (a, one stream)", "a_decode_tps", 1.0, True),
-                                      ("32 chats: output tok/s (b)", "b_output_tps", 2.0, True),
-                                      ("32 chats: p95 TTFT s (b)", "b_ttft_p95_s", 0.5, False)):
-        r = ratio(s.get(key), t.get(key))
-        rows.append({"workload": name, "localchat": s.get(key), "llama.cpp": t.get(key), "ratio": r,
-                     "target": f"{'>=' if higher else '<='} {target:g}x",
-                     "met": None if r is None else (r >= target if higher else r <= target)})
+
+    def row(name: str, bar_key: str, figure, peer, r, higher: bool, target: str, **extra) -> None:
+        bar = bars.get(bar_key)
+        rows.append({"workload": name, "localchat": figure, "llama.cpp": peer, "ratio": r,
+                     "target": "-" if bar is None else target.format(bar=f"{bar:g}", op=">=" if higher else "<="),
+                     "met": None if r is None or bar is None else (r >= bar if higher else r <= bar), **extra})
+
+    for name, key, higher in (("prefill tok/s (a, ~1k-token prompt)", "a_prefill_tps", True),
+                              ("decode tok/s (a, one stream)", "a_decode_tps", True),
+                              ("32 chats: output tok/s (b)", "b_output_tps", True),
+                              ("32 chats: p95 TTFT s (b)", "b_ttft_p95_s", False)):
+        row(name, key, s.get(key), t.get(key), ratio(s.get(key), t.get(key)), higher, "{op} {bar}x")
     turns = per_turn_ratios(lc, ll) if lc and ll else []
     known = [r for r in turns if r is not None]
-    worst = max(known) if known else None
-    rows.append({"workload": "multi-turn TTFT, worst turn (c)", "localchat": None, "llama.cpp": None,
-                 "ratio": worst, "target": "<= 0.5x every turn", "met": None if worst is None else worst <= 0.5,
-                 "per_turn": turns})
-    own = s.get("d_fork_over_sequential_time")
-    rows.append({"workload": f"n={s.get('d_n_used') or 8} / {s.get('d_n_used') or 8} sequential, time (d)",
-                 "localchat": own, "llama.cpp": t.get("d_fork_over_sequential_time"), "ratio": own,
-                 "target": "<= 0.20 (localchat's own)", "met": None if own is None else own <= 0.20})
+    row("multi-turn TTFT, worst turn (c)", "c_worst_turn", None, None, max(known) if known else None, False,
+        "{op} {bar}x every turn", per_turn=turns)
+    own, n = s.get("d_fork_over_sequential_time"), s.get("d_n_used") or 8
+    row(f"n={n} / {n} sequential, time (d)", "d_own", own, t.get("d_fork_over_sequential_time"), own, False,
+        "{op} {bar} (localchat's own)")
     return rows
 
 
@@ -346,7 +358,7 @@ def tables(runs: dict[str, dict], meta: dict) -> tuple[str, dict]:
         lc, ll = runs.get("localchat" + suffix), runs.get("llama.cpp" + suffix)
         if lc is None and ll is None:
             continue
-        rows = comparison_rows(lc, ll)
+        rows = comparison_rows(lc, ll, bars_for(meta["gguf"]))
         data[title] = rows
         out += ["", f"**{title}** (ratio: localchat / llama.cpp)", "", markdown(rows, columns)]
         turns = next(row["per_turn"] for row in rows if "per_turn" in row)
@@ -379,11 +391,16 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--llama-server", default=None, help="the llama-server binary (default: build-llama-cpp.sh's)")
     p.add_argument("--harness", type=Path, default=SHARED_BENCH / "peers.py", help="the shared harness")
     p.add_argument("--out", type=Path, default=None, help="default benchmarks/results/peers[-quick].json")
+    p.add_argument("--table", type=Path, default=None,
+                   help="print the tables of a recorded peers.json (comparisons recomputed) and run nothing")
     return p.parse_args()
 
 
 def main() -> None:
     args = parse_args()
+    if args.table:
+        print_tables(args.table)
+        return
     out = args.out or RESULTS / ("peers-quick.json" if args.quick else "peers.json")
     models = args.model or ["embedded"]
     servers = [s for s in ("llama.cpp", "localchat") if args.only in (None, s)]
@@ -408,15 +425,25 @@ def main() -> None:
                           "runs": run_file(args, servers, None if model == "embedded" else gguf, gguf, Path(tmp))})
     meta["load_end"] = load()
     log(f"load at the end: {meta['load_end']['proc_loadavg']}")
-    texts = []
     for file in files:
-        text, file["comparison"] = tables(file["runs"], {**meta, "gguf_name": file["gguf_name"]})
-        texts.append(text)
         file["runs"] = list(file["runs"].values())
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({**meta, "files": files}, indent=1) + "\n")
+    print_tables(out)
+
+
+def print_tables(path: Path) -> None:
+    """The tables of a peers.json, each file's comparison (re)computed and written back into it."""
+    recorded = json.loads(path.read_text())
+    meta = {k: v for k, v in recorded.items() if k != "files"}
+    texts = []
+    for file in recorded["files"]:
+        runs = {run["label"]: run for run in file["runs"]}
+        text, file["comparison"] = tables(runs, {**meta, "gguf": file["gguf"], "gguf_name": file["gguf_name"]})
+        texts.append(text)
+    path.write_text(json.dumps(recorded, indent=1) + "\n")
     print("\n\n".join(texts))
-    print(f"\n(written to {out})")
+    print(f"\n(written to {path})")
 
 
 def run_file(args, servers: list[str], model: Path | None, gguf: Path, work: Path) -> dict[str, dict]:
