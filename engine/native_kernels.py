@@ -34,35 +34,39 @@ VERSION = "int8-vnni-1"  # names the weight layout: part of the packed file's ke
 
 
 class Kernels:
-    """quantize(x) -> int8 codes with their per-32 scales; matmul(quantized, weights, bits, N) -> float32 y;
-    attend(...): paged attention."""
+    """quantize(x, passes) -> int8 codes with their per-32 scales; matmul(quantized, weights, bits, N, passes) ->
+    float32 y; attend(...): paged attention."""
 
     def __init__(self, library: ctypes.CDLL):
         self.library = library
         p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-        library.quantize_rows.argtypes = [p, i64, i64, p, p, p, i32]
-        library.matmul.argtypes = [p, p, p, i64, i64, p, i32, i64, p, i32]
+        library.quantize_rows.argtypes = [p, i64, i64, p, p, p, i32, i32]
+        library.matmul.argtypes = [p, p, p, i64, i64, p, i32, i64, p, i32, i32]
         library.paged_attention.argtypes = [p, i64, i64, i64, i64, p, p, i32, i64, p, i64, p, p, i64, ctypes.c_float,
                                             p, i32]
         library.quantize_rows.restype = library.matmul.restype = library.paged_attention.restype = None
 
-    def quantize(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """float32 [M, K] (K a multiple of 32) -> (codes int8 [M, K], scales and scaled sums float32 [M, K/32])."""
+    def quantize(self, x: torch.Tensor, passes: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        """float32 [M, K] (K a multiple of 32) -> (codes int8 [M passes, K], scales and scaled sums float32
+        [2, M passes, K/32]); with passes=2 each row is followed by the codes of its rounding's remainder."""
         x = x.float().contiguous()
         rows, features = x.shape
-        codes = torch.empty(rows, features, dtype=torch.int8)
-        scales, sums = torch.empty(2, rows, features // GROUP).unbind()
-        self.library.quantize_rows(x.data_ptr(), rows, features, codes.data_ptr(), scales.data_ptr(),
-                                   sums.data_ptr(), torch.get_num_threads())
-        return codes, scales, sums
+        codes = torch.empty(rows * passes, features, dtype=torch.int8)
+        scales = torch.empty(2, rows * passes, features // GROUP)
+        sums = scales.data_ptr() + scales.stride(0) * scales.element_size()
+        self.library.quantize_rows(x.data_ptr(), rows, features, codes.data_ptr(), scales.data_ptr(), sums, passes,
+                                   torch.get_num_threads())
+        return codes, scales
 
-    def matmul(self, quantized: tuple[torch.Tensor, torch.Tensor, torch.Tensor], weights: torch.Tensor, bits: int,
-               out_features: int) -> torch.Tensor:
-        codes, scales, sums = quantized
+    def matmul(self, quantized: tuple[torch.Tensor, torch.Tensor], weights: torch.Tensor, bits: int,
+               out_features: int, passes: int = 1) -> torch.Tensor:
+        """y float32 [M, out_features] from quantize(x, passes); the two passes' products are summed."""
+        codes, scales = quantized
         rows, features = codes.shape
-        y = torch.empty(rows, out_features)
-        self.library.matmul(codes.data_ptr(), scales.data_ptr(), sums.data_ptr(), rows, features,
-                            weights.data_ptr(), bits, out_features, y.data_ptr(), torch.get_num_threads())
+        y = torch.empty(rows // passes, out_features)
+        sums = scales.data_ptr() + scales.stride(0) * scales.element_size()
+        self.library.matmul(codes.data_ptr(), scales.data_ptr(), sums, rows, features, weights.data_ptr(), bits,
+                            out_features, y.data_ptr(), passes, torch.get_num_threads())
         return y
 
     def attend(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,

@@ -263,9 +263,8 @@ class _Panels:
             raise RuntimeError("these weights were packed for the integer kernels, which cannot run here")
 
     def __call__(self, inputs: "_Inputs") -> torch.Tensor:
-        y = self.kernels.matmul(inputs.int8(self.kernels, self.code_passes), self.panels, self.code_bits,
-                                self.out_features)
-        return y if self.code_passes == 1 else y[0::2] + y[1::2]
+        return self.kernels.matmul(inputs.int8(self.kernels, self.code_passes), self.panels, self.code_bits,
+                                   self.out_features, self.code_passes)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows `ids` (any shape) of an 8-bit weight, float32 [*ids.shape, in_features]: s q + z, as the kernels
@@ -301,15 +300,10 @@ class _Inputs:
             self._bfloat16 = self.x.to(torch.bfloat16).contiguous()
         return self._bfloat16
 
-    def int8(self, kernels: native_kernels.Kernels, passes: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def int8(self, kernels: native_kernels.Kernels, passes: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The codes of x's rows; with passes=2 each row followed by the codes of its rounding's remainder."""
-        if 1 not in self._int8:
-            self._int8[1] = kernels.quantize(self.x)
-        if passes == 2 and 2 not in self._int8:
-            codes, scales, _ = self._int8[1]
-            rounded = (codes.float().unflatten(-1, (-1, native_kernels.GROUP)) * scales[..., None]).flatten(-2)
-            remainder = kernels.quantize(self.x.float() - rounded)
-            self._int8[2] = tuple(torch.stack(pair, dim=1).flatten(0, 1) for pair in zip(self._int8[1], remainder))
+        if passes not in self._int8:
+            self._int8[passes] = kernels.quantize(self.x, passes)
         return self._int8[passes]
 
 

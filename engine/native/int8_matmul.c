@@ -24,26 +24,40 @@
 
 static inline int64_t group_bytes(int bits) { return (bits == 4 ? 256 : 512) + 4 * PANEL; }
 
-/* codes a [M, K], scales t [M, K/32] and t * sum(a) [M, K/32] */
-void quantize_rows(const float *x, int64_t M, int64_t K, int8_t *a, float *t, float *t_sum, int threads) {
+/* 32 features' codes (round to nearest even, clamped to -127..127), their scale t and t * sum of the codes */
+static inline void quantize_group(__m512 lo, __m512 hi, int8_t *codes, float *t, float *t_sum, __m512i q[2]) {
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+    float scale = amax / 127.0f;
+    __m512 inverse = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+    q[0] = _mm512_cvtps_epi32(_mm512_mul_ps(lo, inverse));
+    q[1] = _mm512_cvtps_epi32(_mm512_mul_ps(hi, inverse));
+    for (int h = 0; h < 2; h++) {
+        q[h] = _mm512_max_epi32(_mm512_min_epi32(q[h], _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+        _mm_storeu_si128((__m128i *)(codes + 16 * h), _mm512_cvtepi32_epi8(q[h]));
+    }
+    *t = scale;
+    *t_sum = scale * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
+}
+
+/* codes a [M passes, K], scales t [M passes, K/32] and t * sum(a) [M passes, K/32] of x [M, K]: with passes = 2,
+   row m's codes are followed by those of what their rounding left, x - t a (each product and difference rounded
+   once, as float32 arithmetic does it) */
+void quantize_rows(const float *x, int64_t M, int64_t K, int8_t *a, float *t, float *t_sum, int passes,
+                   int threads) {
     int64_t G = K / GROUP;
 #pragma omp parallel for schedule(static) num_threads(threads) if (M > 1)
     for (int64_t m = 0; m < M; m++) {
         for (int64_t g = 0; g < G; g++) {
-            const float *block = x + m * K + g * GROUP;
-            __m512 lo = _mm512_loadu_ps(block), hi = _mm512_loadu_ps(block + 16);
-            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
-            float scale = amax / 127.0f;
-            __m512 inverse = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
-            __m512i qlo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, inverse));  /* round to nearest even */
-            __m512i qhi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, inverse));
-            qlo = _mm512_max_epi32(_mm512_min_epi32(qlo, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
-            qhi = _mm512_max_epi32(_mm512_min_epi32(qhi, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
-            _mm_storeu_si128((__m128i *)(a + m * K + g * GROUP), _mm512_cvtepi32_epi8(qlo));
-            _mm_storeu_si128((__m128i *)(a + m * K + g * GROUP + 16), _mm512_cvtepi32_epi8(qhi));
-            int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qlo, qhi));
-            t[m * G + g] = scale;
-            t_sum[m * G + g] = scale * (float)sum;
+            __m512 lo = _mm512_loadu_ps(x + m * K + g * GROUP), hi = _mm512_loadu_ps(x + m * K + g * GROUP + 16);
+            int64_t row = m * passes, at = row * G + g;
+            __m512i q[2];
+            quantize_group(lo, hi, a + row * K + g * GROUP, t + at, t_sum + at, q);
+            if (passes == 2) {
+                __m512 scale = _mm512_set1_ps(t[at]);
+                lo = _mm512_sub_ps(lo, _mm512_mul_ps(_mm512_cvtepi32_ps(q[0]), scale));
+                hi = _mm512_sub_ps(hi, _mm512_mul_ps(_mm512_cvtepi32_ps(q[1]), scale));
+                quantize_group(lo, hi, a + (row + 1) * K + g * GROUP, t + at + G, t_sum + at + G, q);
+            }
         }
     }
 }
@@ -62,8 +76,9 @@ static inline void load_codes(const uint8_t *block, int bits, __m512i w[8]) {
 }
 
 /* rows [m0, m0 + rows) of y (rows <= MR) for one panel; inlined with `rows` a constant */
-static inline __attribute__((always_inline)) void panel_tile(const int8_t *a, const float *t, const float *t_sum, int64_t K, int64_t m0, int rows,
-                              const uint8_t *panel, int bits, float *y, int64_t N, int64_t n0) {
+static inline __attribute__((always_inline)) void panel_tile(const int8_t *a, const float *t, const float *t_sum,
+                                                             int64_t K, int64_t m0, int rows, const uint8_t *panel,
+                                                             int bits, float *y, int64_t N, int64_t n0, int passes) {
     int64_t G = K / GROUP, stride = group_bytes(bits), code_bytes = bits == 4 ? 256 : 512;
     __m512 acc[MR];
     for (int r = 0; r < MR; r++) acc[r] = _mm512_setzero_ps();
@@ -91,14 +106,19 @@ static inline __attribute__((always_inline)) void panel_tile(const int8_t *a, co
             }
         }
     }
-    for (int r = 0; r < rows; r++) _mm512_storeu_ps(y + (m0 + r) * N + n0, acc[r]);
+    if (passes == 1) {
+        for (int r = 0; r < rows; r++) _mm512_storeu_ps(y + (m0 + r) * N + n0, acc[r]);
+    } else {  /* a row's two passes side by side (m0 and rows are even): their sum */
+        for (int r = 0; r < rows; r += 2) _mm512_storeu_ps(y + (m0 + r) / 2 * N + n0, _mm512_add_ps(acc[r], acc[r + 1]));
+    }
 }
 
-/* y [M, N] float32 from the quantized rows of quantize_rows and the weight panels [N/16, K/32, group bytes] */
+/* y [M / passes, N] float32 from the M quantized rows of quantize_rows and the weight panels [N/16, K/32, group
+   bytes] */
 #define TILE(ROWS, BITS) \
     static void tile_##ROWS##_##BITS(const int8_t *a, const float *t, const float *t_sum, int64_t K, int64_t m0, \
-                                     const uint8_t *panel, float *y, int64_t N, int64_t n0) { \
-        panel_tile(a, t, t_sum, K, m0, ROWS, panel, BITS, y, N, n0); \
+                                     const uint8_t *panel, float *y, int64_t N, int64_t n0, int passes) { \
+        panel_tile(a, t, t_sum, K, m0, ROWS, panel, BITS, y, N, n0, passes); \
     }
 #define TILES(BITS) TILE(1, BITS) TILE(2, BITS) TILE(3, BITS) TILE(4, BITS) TILE(5, BITS) TILE(6, BITS) \
     TILE(7, BITS) TILE(8, BITS)
@@ -106,14 +126,14 @@ TILES(4)
 TILES(8)
 
 typedef void (*tile_fn)(const int8_t *, const float *, const float *, int64_t, int64_t, const uint8_t *, float *,
-                        int64_t, int64_t);
+                        int64_t, int64_t, int);
 static const tile_fn TILES_4[MR + 1] = {0, tile_1_4, tile_2_4, tile_3_4, tile_4_4, tile_5_4, tile_6_4, tile_7_4,
                                         tile_8_4};
 static const tile_fn TILES_8[MR + 1] = {0, tile_1_8, tile_2_8, tile_3_8, tile_4_8, tile_5_8, tile_6_8, tile_7_8,
                                         tile_8_8};
 
 void matmul(const int8_t *a, const float *t, const float *t_sum, int64_t M, int64_t K, const uint8_t *weights,
-            int bits, int64_t N, float *y, int threads) {
+            int bits, int64_t N, float *y, int passes, int threads) {
     const tile_fn *tiles = bits == 4 ? TILES_4 : TILES_8;
     int64_t panels = N / PANEL, panel_bytes = (K / GROUP) * group_bytes(bits);
     for (int64_t chunk = 0; chunk < M; chunk += M_CHUNK) {
@@ -122,7 +142,7 @@ void matmul(const int8_t *a, const float *t, const float *t_sum, int64_t M, int6
         for (int64_t p = 0; p < panels; p++) {
             for (int64_t m0 = chunk; m0 < chunk_end; m0 += MR) {
                 int rows = chunk_end - m0 < MR ? (int)(chunk_end - m0) : MR;
-                tiles[rows](a, t, t_sum, K, m0, weights + p * panel_bytes, y, N, p * PANEL);
+                tiles[rows](a, t, t_sum, K, m0, weights + p * panel_bytes, y, N, p * PANEL, passes);
             }
         }
     }
