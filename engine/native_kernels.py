@@ -1,6 +1,6 @@
 """The engine's one native component, CPU kernels in C: integer matmuls for GGUF weights (native/int8_matmul.c,
-AVX-512 VNNI) and paged attention (native/paged_attention.c), compiled on first use by the machine's C compiler
-into the user's cache folder and loaded with ctypes.
+AVX-512 VNNI), paged attention (native/paged_attention.c) and RMS norm (native/rms_norm.c), compiled on first use
+by the machine's C compiler into the user's cache folder and loaded with ctypes.
 
 `load()` gives the kernels, or None where they cannot run: not Linux on x86 with AVX-512 VNNI, no C compiler, a
 failed build, or LOCALCHAT_NATIVE=0. The engine then runs torch's weight-only kernels and its PyTorch attention,
@@ -24,7 +24,8 @@ from .dirs import user_dir
 
 log = logging.getLogger(__name__)
 
-SOURCES = [Path(__file__).parent / "native" / name for name in ("int8_matmul.c", "paged_attention.c")]
+SOURCES = [Path(__file__).parent / "native" / name for name in ("int8_matmul.c", "paged_attention.c",
+                                                                       "rms_norm.c")]
 FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma", "-fopenmp",
          "-ffp-contract=off", "-shared", "-fPIC"]
 CPU_FLAGS = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c", "fma"}  # as /proc/cpuinfo names them
@@ -35,7 +36,7 @@ VERSION = "int8-vnni-1"  # names the weight layout: part of the packed file's ke
 
 class Kernels:
     """quantize(x, passes) -> int8 codes with their per-32 scales; matmul(quantized, weights, bits, N, passes) ->
-    float32 y; attend(...): paged attention."""
+    float32 y; attend(...): paged attention; rms_norm(x, weight, eps)."""
 
     def __init__(self, library: ctypes.CDLL):
         self.library = library
@@ -44,12 +45,15 @@ class Kernels:
         library.matmul.argtypes = [p, p, p, i64, i64, p, i32, i64, p, i32, i32]
         library.paged_attention.argtypes = [p, i64, i64, i64, i64, p, p, i32, i64, p, i64, p, p, i64, ctypes.c_float,
                                             p, i32]
+        library.rms_norm.argtypes = [p, i64, i64, p, ctypes.c_float, p, i32]
         library.quantize_rows.restype = library.matmul.restype = library.paged_attention.restype = None
+        library.rms_norm.restype = None
 
     def quantize(self, x: torch.Tensor, passes: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """float32 [M, K] (K a multiple of 32) -> (codes int8 [M passes, K], scales and scaled sums float32
         [2, M passes, K/32]); with passes=2 each row is followed by the codes of its rounding's remainder."""
-        x = x.float().contiguous()
+        if x.dtype != torch.float32 or not x.is_contiguous():
+            x = x.float().contiguous()
         rows, features = x.shape
         codes = torch.empty(rows * passes, features, dtype=torch.int8)
         scales = torch.empty(2, rows * passes, features // GROUP)
@@ -67,6 +71,13 @@ class Kernels:
         sums = scales.data_ptr() + scales.stride(0) * scales.element_size()
         self.library.matmul(codes.data_ptr(), scales.data_ptr(), sums, rows, features, weights.data_ptr(), bits,
                             out_features, y.data_ptr(), passes, torch.get_num_threads())
+        return y
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """x / sqrt(mean(x^2, -1) + eps) * weight for float32 x [..., size] (contiguous) and weight [size]."""
+        y = torch.empty_like(x)
+        self.library.rms_norm(x.data_ptr(), x.numel() // x.shape[-1], x.shape[-1], weight.data_ptr(), eps,
+                              y.data_ptr(), torch.get_num_threads())
         return y
 
     def attend(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,

@@ -141,8 +141,9 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         inputs = _Inputs(x)
-        outputs = [part(inputs).to(x.dtype) for part in self.parts]
+        outputs = [part(inputs) for part in self.parts]
         y = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
+        y = y if y.dtype == x.dtype else y.to(x.dtype)
         return y if self.bias is None else y + self.bias.to(x.dtype)
 
 

@@ -96,9 +96,14 @@ def test_kill_restart_and_stop(home):
             assert interrupted["finish_reason"] == "interrupted" and interrupted["stopped"]
 
             # `localchat stop` with a reply in flight: it ends with a finish reason and is stored as stopped
+            # a reply that cannot end before the stop lands: its one tool call's text is at least 2,000 characters
+            long_call = {"type": "function", "function": {"name": "write", "parameters": {
+                "type": "object", "properties": {"text": {"type": "string", "minLength": 2000}},
+                "required": ["text"]}}}
             listener, events, writing = stream_in_background(
                 api, f"/api/conversations/{cid}/messages",
-                {"content": "Another long story, please.", "settings": {"max_tokens": 500}})
+                {"content": "Another long story, please.",
+                 "settings": {"max_tokens": 500, "tools": [long_call], "tool_choice": "required"}})
             assert writing.wait(120)
             stopped = server.run_cli("stop")
             listener.join(60)

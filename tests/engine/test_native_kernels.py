@@ -1,9 +1,11 @@
 """The native component's life: built once into the cache folder and reused, and where it cannot be built or run,
-None with the reason said in the log (the engine then runs torch's kernels: test_packed_linear runs both)."""
+None with the reason said in the log (the engine then runs torch's kernels: test_packed_linear runs both); the RMS
+norm against torch's."""
 
 import logging
 
 import pytest
+import torch
 
 from localchat.engine import native_kernels
 
@@ -42,3 +44,16 @@ def test_where_they_cannot_run_the_log_says_why_once(fresh, monkeypatch, caplog,
     assert [r.getMessage() for r in caplog.records if reason in r.getMessage()] != []
     assert len(caplog.records) == 1
     assert native_kernels.layout().startswith("torch-")
+
+
+def test_the_rms_norm_matches_torch_and_a_rows_bits_do_not_depend_on_its_batch():
+    kernels = native_kernels.load()
+    if kernels is None:
+        pytest.skip(f"the kernels cannot run here: {native_kernels._unavailable()}")
+    gen = torch.Generator().manual_seed(0)
+    for size in (64, 576, 2050):  # a size that is not a multiple of 16 too
+        x, weight = torch.randn(33, size, generator=gen), torch.randn(size, generator=gen)
+        batch = kernels.rms_norm(x, weight, 1e-6)
+        torch.testing.assert_close(batch, torch.nn.functional.rms_norm(x, (size,), weight, 1e-6),
+                                   rtol=1e-5, atol=1e-5)
+        assert all(torch.equal(kernels.rms_norm(x[i : i + 1], weight, 1e-6)[0], batch[i]) for i in (0, 17, 32))
