@@ -399,7 +399,10 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     if args.table:
-        print_tables(args.table)
+        recorded = json.loads(args.table.read_text())
+        text = with_tables(recorded)
+        args.table.write_text(json.dumps(recorded, indent=1) + "\n")
+        print(text)
         return
     out = args.out or RESULTS / ("peers-quick.json" if args.quick else "peers.json")
     models = args.model or ["embedded"]
@@ -427,23 +430,23 @@ def main() -> None:
     log(f"load at the end: {meta['load_end']['proc_loadavg']}")
     for file in files:
         file["runs"] = list(file["runs"].values())
+    recorded = {**meta, "files": files}
+    text = with_tables(recorded)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({**meta, "files": files}, indent=1) + "\n")
-    print_tables(out)
+    out.write_text(json.dumps(recorded, indent=1) + "\n")
+    print(text)
+    print(f"\n(written to {out})")
 
 
-def print_tables(path: Path) -> None:
-    """The tables of a peers.json, each file's comparison (re)computed and written back into it."""
-    recorded = json.loads(path.read_text())
+def with_tables(recorded: dict) -> str:
+    """Each file's comparison (re)computed into a recorded run; the tables' markdown."""
     meta = {k: v for k, v in recorded.items() if k != "files"}
     texts = []
     for file in recorded["files"]:
         runs = {run["label"]: run for run in file["runs"]}
         text, file["comparison"] = tables(runs, {**meta, "gguf": file["gguf"], "gguf_name": file["gguf_name"]})
         texts.append(text)
-    path.write_text(json.dumps(recorded, indent=1) + "\n")
-    print("\n\n".join(texts))
-    print(f"\n(written to {path})")
+    return "\n\n".join(texts)
 
 
 def run_file(args, servers: list[str], model: Path | None, gguf: Path, work: Path) -> dict[str, dict]:

@@ -85,7 +85,7 @@ def native_kernels_labelled():
             setattr(native_kernels.Kernels, name, kernel)
 
 
-def profiled(llm: LLM, steps: int, run) -> tuple[float, list, int]:
+def profiled(steps: int, run) -> tuple[float, list, int]:
     """run(steps) timed plainly and then under the profiler: ms per step, operator events, profiled steps."""
     start = time.perf_counter()
     run(steps)
@@ -107,7 +107,7 @@ def prefill(llm: LLM, steps: int) -> tuple[float, list, int]:
             assert not engine.requests, "the prompt took more than one step"
 
     run(1)  # warm
-    return profiled(llm, steps, run)
+    return profiled(steps, run)
 
 
 def decode(llm: LLM, streams: int, context: int, steps: int) -> tuple[float, list, int]:
@@ -119,7 +119,7 @@ def decode(llm: LLM, streams: int, context: int, steps: int) -> tuple[float, lis
         engine.step()  # the prefills
     for _ in range(4):
         engine.step()
-    result = profiled(llm, steps, lambda count: [engine.step() for _ in range(count)])
+    result = profiled(steps, lambda count: [engine.step() for _ in range(count)])
     for request_id in list(engine.requests):
         engine.abort(request_id)
     return result

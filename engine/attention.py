@@ -346,29 +346,30 @@ class TorchPagedAttention:
 class NativePagedAttention(TorchPagedAttention):
     """The CPU's paged attention in C (native/paged_attention.c): every token and KV head computed alone, its keys
     and values read in place through the block table, in one fixed order; a token's bits depend only on what it
-    attends, by construction. Float32 queries over a float32 or bfloat16 cache with a head size the kernel
-    takes; anything else goes through TorchPagedAttention."""
+    attends, by construction. For what native_kernels.attends takes (get_backend checks it once per model)."""
 
     @staticmethod
     def attend(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
                scale: float, window: int | None = None) -> torch.Tensor:
-        kernels = native_kernels.load()
-        if (kernels is None or not native_kernels.attends(query.dtype, k_cache.dtype, query.shape[-1])
-                or not (k_cache.is_contiguous() and v_cache.is_contiguous())):
-            return TorchPagedAttention.attend(query, k_cache, v_cache, meta, scale, window)
-        return kernels.attend(query, k_cache, v_cache, meta.block_tables, meta.token_seqs, meta.positions, window,
-                              scale)
+        return native_kernels.load().attend(query, k_cache, v_cache, meta.block_tables, meta.token_seqs,
+                                            meta.positions, window, scale)
 
 
-def get_backend(name: str | None, device: torch.device):
-    """The attention backend: "native" (the CPU's kernel, where native_kernels load), "torch" (the PyTorch path,
-    the fallback and the reference) or "triton" (paged kernels for NVIDIA GPUs); None picks triton on CUDA, native
-    on a CPU that runs it and torch elsewhere."""
+def get_backend(name: str | None, device: torch.device, dtype: torch.dtype, kv_dtype: torch.dtype, head_dim: int):
+    """The attention backend for a model's queries (dtype), cache (kv_dtype) and heads: "native" (the CPU's kernel,
+    where native_kernels load and take these), "torch" (the PyTorch path, the fallback and the reference) or
+    "triton" (paged kernels for NVIDIA GPUs); None picks triton on CUDA, native where it can run and torch
+    elsewhere."""
+    native = (device.type == "cpu" and native_kernels.load() is not None
+              and native_kernels.attends(dtype, kv_dtype, head_dim))
     if name is None:
-        name = "triton" if device.type == "cuda" else "native" if native_kernels.load() is not None else "torch"
+        name = "triton" if device.type == "cuda" else "native" if native else "torch"
     if name == "torch":
         return TorchPagedAttention
     if name == "native":
+        if not native:
+            raise ValueError(f"the native attention cannot run {dtype} queries over a {kv_dtype} cache with heads "
+                             f"of {head_dim} on {device} here")
         return NativePagedAttention
     if name == "triton":
         from localchat.engine.triton_attention import TritonPagedAttention

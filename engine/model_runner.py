@@ -26,8 +26,8 @@ class ModelRunner:
         else:
             self.model.load_weights(weights, dtype, device)
         self.model.eval()
-        self.backend = get_backend(attention_backend, device)
         attn = self.model.layers[0].self_attn
+        self.backend = get_backend(attention_backend, device, dtype, kv_dtype, attn.head_dim)
         # one tensor for the whole cache, so a block copy or clear covers every layer at once; allocated
         # uninitialized (fast start) and cleared block by block on first use
         shape = (len(self.model.layers), 2, num_blocks, block_size, attn.num_kv_heads, attn.head_dim)

@@ -87,7 +87,7 @@ class Kernels:
         positions int64 [tokens]: each token's sequence and position. Returns [tokens, heads, dim]."""
         query = query.contiguous()
         tokens, heads, dim = query.shape
-        num_blocks, block_size, kv_heads, _ = k_cache.shape
+        _, block_size, kv_heads, _ = k_cache.shape
         out = torch.empty_like(query)
         self.library.paged_attention(query.data_ptr(), tokens, heads, kv_heads, dim, k_cache.data_ptr(),
                                      v_cache.data_ptr(), int(k_cache.dtype == torch.bfloat16), block_size,
