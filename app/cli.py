@@ -69,9 +69,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def tui(args) -> int:
+    from localchat.app.client.engine_process import start_unless_running
+
+    serve_args = ["--model", args.model] if args.model else []
+    started = start_unless_running(serve_args)  # the engine loads while the terminal UI imports and draws
     from localchat.tui.app import main as run_tui
 
-    return run_tui(["--model", args.model] if args.model else [])
+    return run_tui(serve_args, started)
 
 
 def chat(args) -> int:

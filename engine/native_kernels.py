@@ -30,19 +30,21 @@ FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c
          "-ffp-contract=off", "-shared", "-fPIC"]
 CPU_FLAGS = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c", "fma"}  # as /proc/cpuinfo names them
 GROUP, PANEL = 32, 16  # the kernels' block of input features and of output rows
-CODE_BYTES = {4: 256, 8: 512}  # bytes of codes in one panel-group; its 16 scales and 16 zeros (float16) follow
-VERSION = "int8-vnni-1"  # names the weight layout: part of the packed file's key
+# bytes of codes in one panel-group; 32 float16 follow: 16 scales and 16 zeros, or (6 bits) 16 scales of each half
+CODE_BYTES = {4: 256, 6: 384, 8: 512}
+VERSION = "int8-vnni-2"  # names the weight layout: part of the packed file's key
 
 
 class Kernels:
-    """quantize(x, passes) -> int8 codes with their per-32 scales; matmul(quantized, weights, bits, N, passes) ->
+    """quantize(x, passes) -> int8 codes with their per-32 scales and sums; matmul(quantized, weights, bits, N,
+    passes) ->
     float32 y; attend(...): paged attention; rms_norm(x, weight, eps)."""
 
     def __init__(self, library: ctypes.CDLL):
         self.library = library
         p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-        library.quantize_rows.argtypes = [p, i64, i64, p, p, p, i32, i32]
-        library.matmul.argtypes = [p, p, p, i64, i64, p, i32, i64, p, i32, i32]
+        library.quantize_rows.argtypes = [p, i64, i64, p, p, p, p, i32, i32]
+        library.matmul.argtypes = [p, p, p, p, i64, i64, p, i32, i64, p, i32, i32]
         library.paged_attention.argtypes = [p, i64, i64, i64, i64, p, p, i32, i64, p, i64, p, p, i64, ctypes.c_float,
                                             p, i32]
         library.rms_norm.argtypes = [p, i64, i64, p, ctypes.c_float, p, i32]
@@ -50,15 +52,15 @@ class Kernels:
         library.rms_norm.restype = None
 
     def quantize(self, x: torch.Tensor, passes: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-        """float32 [M, K] (K a multiple of 32) -> (codes int8 [M passes, K], scales and scaled sums float32
-        [2, M passes, K/32]); with passes=2 each row is followed by the codes of its rounding's remainder."""
+        """float32 [M, K] (K a multiple of 32) -> (codes int8 [M passes, K], float32 [4, M passes, K/32]: the
+        scales t, t * the codes' sums, then t * the sums of each group's halves, [M passes, K/32, 2]); with
+        passes=2 each row is followed by the codes of its rounding's remainder."""
         if x.dtype != torch.float32 or not x.is_contiguous():
             x = x.float().contiguous()
         rows, features = x.shape
         codes = torch.empty(rows * passes, features, dtype=torch.int8)
-        scales = torch.empty(2, rows * passes, features // GROUP)
-        sums = scales.data_ptr() + scales.stride(0) * scales.element_size()
-        self.library.quantize_rows(x.data_ptr(), rows, features, codes.data_ptr(), scales.data_ptr(), sums, passes,
+        scales = torch.empty(4, rows * passes, features // GROUP)
+        self.library.quantize_rows(x.data_ptr(), rows, features, codes.data_ptr(), *_planes(scales), passes,
                                    torch.get_num_threads())
         return codes, scales
 
@@ -68,8 +70,7 @@ class Kernels:
         codes, scales = quantized
         rows, features = codes.shape
         y = torch.empty(rows // passes, out_features)
-        sums = scales.data_ptr() + scales.stride(0) * scales.element_size()
-        self.library.matmul(codes.data_ptr(), scales.data_ptr(), sums, rows, features, weights.data_ptr(), bits,
+        self.library.matmul(codes.data_ptr(), *_planes(scales), rows, features, weights.data_ptr(), bits,
                             out_features, y.data_ptr(), passes, torch.get_num_threads())
         return y
 
@@ -96,6 +97,12 @@ class Kernels:
                                      torch.get_num_threads())
         return out
 
+
+
+def _planes(scales: torch.Tensor) -> tuple[int, int, int]:
+    """The addresses of quantize's scales, sums and halves' sums."""
+    at, step = scales.data_ptr(), scales.stride(0) * scales.element_size()
+    return at, at + step, at + 2 * step
 
 
 def attends(query_dtype: torch.dtype, cache_dtype: torch.dtype, head_dim: int) -> bool:

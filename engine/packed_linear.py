@@ -106,7 +106,7 @@ def pack(matrices: Sequence[GGUFMatrix], head: bool = False, precise_input: bool
     def held_as(matrix: GGUFMatrix) -> WeightForm | int:
         chosen = _representation(matrix)
         if native and chosen is not WeightForm.BF16 and not matrix.out_features % native_kernels.PANEL:
-            return 4 if chosen is WeightForm.INT4 else 8  # bits of the panels' codes
+            return _panel_bits(matrix)
         return held_as_head(chosen) if head else chosen
 
     tensors = {}
@@ -161,9 +161,9 @@ class GGUFEmbedding(nn.Module):
 
 
 class HeadRowsEmbedding(nn.Module):
-    """Token embeddings read from the rows of a tied logits head held as per-row int8 (a Q5, Q6 or Q8 embedding):
-    the matrix is held once, and a looked-up row is its int8 codes times the row's scale (the head's own
-    requantization, about 1% from the file's values)."""
+    """Token embeddings read from the rows of a tied logits head held as per-row int8 or as 6- or 8-bit panels (a Q5,
+    Q6 or Q8 embedding): the matrix is held once, and a looked-up row is computed from its codes as the head's
+    kernel computes it (Q6_K and Q8_0 panels: the file's values; requantized int8: about 1% from them)."""
 
     def __init__(self, head: PackedLinear, dtype: torch.dtype):
         super().__init__()
@@ -176,7 +176,7 @@ class HeadRowsEmbedding(nn.Module):
     @staticmethod
     def fits(head: PackedLinear) -> bool:
         (part, *others) = head.parts
-        return not others and (isinstance(part, _Int8Rows) or isinstance(part, _Panels) and part.code_bits == 8)
+        return not others and (isinstance(part, _Int8Rows) or isinstance(part, _Panels) and part.code_bits in (6, 8))
 
 
 @dataclass
@@ -245,17 +245,17 @@ class _Dense:
 
 @dataclass
 class _Panels:
-    """Unsigned 4- or 8-bit codes with a float16 scale and zero per 16 rows by 32 features, for the integer
-    kernels (native_kernels). `passes` says how the activations meet them: 1, as int8 codes per 32 features; 2,
-    as those codes and then the codes of what their rounding left (x - t a), which leaves about float32's error,
-    for the logits head (one pass moves near-tied logits) and the projection whose input has the widest outlier
-    channels. The two passes' rows go through the kernel side by side, so the weights are read once. Measured on
-    SmolLM2 against float32 transformers, mean relative error of the logits: 2.1% with torch's bfloat16 kernels,
-    3.7% with one int8 pass everywhere, 2.7% with two for the head and the attention's input projection. `bits`
-    and `passes` are tensors so that a safetensors file holds them."""
+    """Unsigned 4-, 6- or 8-bit codes with a float16 scale and zero per 16 rows by 32 features (6 bits: a scale per 16
+    features and an implicit zero), for the integer kernels (native_kernels). `passes` says how the activations meet
+    them: 1, as int8 codes per 32 features; 2, as those codes and then the codes of what their rounding left (x - t
+    a), which leaves about float32's error, for the logits head (one pass moves near-tied logits) and the projection
+    whose input has the widest outlier channels. The two passes' rows go through the kernel side by side, so the
+    weights are read once. Measured on SmolLM2 against float32 transformers, mean relative error of the logits: 2.1%
+    with torch's bfloat16 kernels, 3.7% with one int8 pass everywhere, 2.7% with two for the head and the
+    attention's input projection. `bits` and `passes` are tensors so that a safetensors file holds them."""
 
     panels: torch.Tensor  # uint8 [out_features / 16, in_features / 32, group bytes]
-    bits: torch.Tensor  # int64 [] (4 or 8)
+    bits: torch.Tensor  # int64 [] (4, 6 or 8)
     passes: torch.Tensor  # int64 [] (1 or 2)
 
     def __post_init__(self) -> None:
@@ -268,15 +268,30 @@ class _Panels:
                                    self.out_features, self.code_passes)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """Rows `ids` (any shape) of an 8-bit weight, float32 [*ids.shape, in_features]: s q + z, as the kernels
-        compute them."""
-        lanes, panel = native_kernels.PANEL, self.panels[ids // native_kernels.PANEL]  # [..., groups, 576]
-        lane = (ids % lanes)[..., None, None, None]
-        by_lane = panel[..., :512].unflatten(-1, (8, lanes, 4))  # [..., groups, 8, lane, 4]
-        codes = by_lane.gather(-2, lane[..., None].expand(*by_lane.shape[:-2], 1, 4)).flatten(-3)  # [..., groups, 32]
-        halves = panel[..., 512:].contiguous().view(torch.float16).unflatten(-1, (2, lanes)).float()
-        scale, zero = halves.gather(-1, lane.expand(*halves.shape[:-1], 1)).unbind(-2)  # each [..., groups, 1]
-        return (codes.float() * scale + zero).flatten(-2)
+        """Rows `ids` (any shape) of a 6- or 8-bit weight, float32 [*ids.shape, in_features], as the kernels compute
+        them: s q + z, or s (q - 32) per half of each group for 6 bits."""
+        flat = ids.flatten()
+        lanes, panel = native_kernels.PANEL, self.panels[flat // native_kernels.PANEL]  # [R, groups, group bytes]
+        pick = torch.arange(len(flat)), flat % lanes
+
+        def lane_bytes(start: int, chunks: int, width: int) -> torch.Tensor:
+            """The row's bytes of `chunks` runs of 16 lanes by `width` bytes: [R, groups, chunks, width]."""
+            return panel[..., start:start + chunks * lanes * width].unflatten(-1, (chunks, lanes, width)
+                                                                              ).permute(0, 3, 1, 2, 4)[pick]
+
+        code_bytes = native_kernels.CODE_BYTES[self.code_bits]
+        halves = panel[..., code_bytes:].contiguous().view(torch.float16).unflatten(-1, (2, lanes))
+        scale = halves.permute(0, 3, 1, 2)[pick].float()  # [R, groups, 2]: scale and zero, or the halves' scales
+        if self.code_bits == 8:
+            codes = lane_bytes(0, 8, 4).flatten(-2).float()  # [R, groups, 32]
+            weights = codes * scale[..., :1] + scale[..., 1:]
+        else:
+            low = lane_bytes(0, 4, 4)  # chunk c: features 8c + f (low nibble) and 8c + 4 + f (high)
+            top = lane_bytes(256, 2, 4)  # half h: features 16h + 4k + f at bits 2k
+            codes = torch.stack([low & 15, low >> 4], dim=-2).flatten(-3)
+            codes = codes | (torch.stack([top >> 2 * k & 3 for k in range(4)], dim=-2).flatten(-3) << 4)
+            weights = ((codes.float() - 32).unflatten(-1, (2, 16)) * scale[..., None]).flatten(-2)
+        return weights.flatten(-2).reshape(*ids.shape, -1)
 
     @property
     def in_features(self) -> int:
@@ -397,15 +412,25 @@ def _pack_int8(run: list[GGUFMatrix]) -> dict[str, torch.Tensor]:
     return {"int8": weights, "scales": scales}
 
 
+def _panel_bits(matrix: GGUFMatrix) -> int:
+    """The bits of a matrix's codes in the integer kernels' panels."""
+    if _representation(matrix) is WeightForm.INT4:
+        return 4
+    return 6 if matrix.tensor_type == Q.Q6_K else 8
+
+
 def _pack_panels(run: list[GGUFMatrix]) -> dict[str, torch.Tensor]:
     """The panels of native_kernels: 4-bit codes from the Q4 types as stored (w = s q + z, z = zero - 8 s of
-    _int4_planes); 8-bit codes q + 128 from Q8_0 as stored (s = d, z = -128 d); the other types dequantized and
-    requantized to symmetric int8 per 32 weights (s = max|w| / 127), far finer than their own codes."""
-    bits, panels = 4 if _representation(run[0]) is WeightForm.INT4 else 8, []
+    _int4_planes); 6-bit codes from Q6_K as stored (w = s (q - 32), s = d sc per 16 weights); 8-bit codes q + 128
+    from Q8_0 as stored (s = d, z = -128 d); the other types dequantized and requantized to symmetric int8 per 32
+    weights (s = max|w| / 127), far finer than their own codes."""
+    bits, panels = _panel_bits(run[0]), []
     for matrix in run:
-        if _representation(matrix) is WeightForm.INT4:
+        if bits == 4:
             codes, scales, zeros = (plane[0] for plane in _int4_planes(matrix))
             panels.append(_panel_bytes(codes, scales, zeros - 8 * scales, 4))
+        elif bits == 6:
+            panels.append(_panel_bytes(*_q6_k_codes(matrix), None, 6))
         elif matrix.tensor_type == Q.Q8_0:
             blocks = _raw_rows(matrix).reshape(matrix.out_features, -1, 34)
             d = _float16(blocks[..., 0:2])
@@ -420,20 +445,43 @@ def _pack_panels(run: list[GGUFMatrix]) -> dict[str, torch.Tensor]:
     return {"panels": torch.from_numpy(np.concatenate(panels)), "bits": torch.tensor(bits)}
 
 
-def _panel_bytes(codes: np.ndarray, scales: np.ndarray, zeros: np.ndarray, bits: int) -> np.ndarray:
+def _q6_k_codes(matrix: GGUFMatrix) -> tuple[np.ndarray, np.ndarray]:
+    """Q6_K's codes q uint8 [rows, cols] in 0..63 and scales d sc float32 [rows, cols / 16]: w = d sc (q - 32).
+    A 256-weight block is 128 bytes of low nibbles (weights 0-63 and 128-191 in the low nibbles of bytes 0-63 and
+    64-127, the next 64 of each half in their high nibbles), 64 bytes of top two bits (byte j of each 32-byte half:
+    bits 2k..2k+1 for weight 32k + j of that half), 16 int8 scales and a float16 d."""
+    raw = _raw_rows(matrix)
+    rows = raw.shape[0]
+    blocks = raw.reshape(rows, -1, 210)
+    low = blocks[..., :128].reshape(rows, -1, 2, 1, 64) >> np.array([0, 4], dtype=np.uint8)[:, None]
+    high = blocks[..., 128:192].reshape(rows, -1, 2, 1, 32) >> np.array([0, 2, 4, 6], dtype=np.uint8)[:, None]
+    codes = (low & 15).reshape(rows, -1, 2, 4, 32) | (high & 3) << 4  # [rows, blocks, half, 4, 32]
+    scales = _float16(blocks[..., 208:210])[..., None] * blocks[..., 192:208].view(np.int8).astype(np.float32)
+    return codes.reshape(rows, -1), scales.reshape(rows, -1)
+
+
+def _panel_bytes(codes: np.ndarray, scales: np.ndarray, zeros: np.ndarray | None, bits: int) -> np.ndarray:
     """uint8 [rows / 16, cols / 32, group bytes] from codes [rows, cols] and scales and zeros [rows, cols / 32]
-    (native/int8_matmul.c describes the layout)."""
+    (for 6 bits: scales [rows, cols / 16], no zeros; native/int8_matmul.c describes the layout)."""
     rows, cols = codes.shape
     panels, groups = rows // native_kernels.PANEL, cols // GROUP
     by_panel = codes.reshape(panels, native_kernels.PANEL, groups, GROUP)
-    if bits == 4:  # chunk c of 64 bytes: lane n holds features 8c..8c+3 (low nibbles) and 8c+4..8c+7 (high)
-        lanes = by_panel.reshape(panels, native_kernels.PANEL, groups, 4, 2, 4).transpose(0, 2, 3, 1, 4, 5)
+    if bits in (4, 6):  # chunk c of 64 bytes: lane n holds features 8c..8c+3 (low nibbles) and 8c+4..8c+7 (high)
+        lanes = (by_panel & 15).reshape(panels, native_kernels.PANEL, groups, 4, 2, 4).transpose(0, 2, 3, 1, 4, 5)
         code_bytes = (lanes[..., 0, :] | lanes[..., 1, :] << 4).reshape(panels, groups, -1)
+        if bits == 6:  # 64 bytes h: byte 4n + f holds, at bits 2k, the top bits of lane n's feature 16h + 4k + f
+            top = (by_panel >> 4).reshape(panels, native_kernels.PANEL, groups, 2, 4, 4).transpose(0, 2, 3, 1, 4, 5)
+            top = top[..., 0, :] | top[..., 1, :] << 2 | top[..., 2, :] << 4 | top[..., 3, :] << 6
+            code_bytes = np.concatenate([code_bytes, top.reshape(panels, groups, -1)], axis=-1)
     else:  # 64 bytes i: lane n holds features 4i..4i+3
         code_bytes = by_panel.reshape(panels, native_kernels.PANEL, groups, 8, 4).transpose(0, 2, 3, 1, 4)
         code_bytes = code_bytes.reshape(panels, groups, -1)
-    halves = [np.ascontiguousarray(values.astype(np.float16).reshape(panels, native_kernels.PANEL, groups)
-                                   .transpose(0, 2, 1)).view(np.uint8) for values in (scales, zeros)]
+    if bits == 6:  # the 16 scales of each half
+        halves = [np.ascontiguousarray(scales.astype(np.float16).reshape(panels, native_kernels.PANEL, groups, 2)
+                                       .transpose(0, 2, 3, 1)).view(np.uint8).reshape(panels, groups, -1)]
+    else:
+        halves = [np.ascontiguousarray(values.astype(np.float16).reshape(panels, native_kernels.PANEL, groups)
+                                       .transpose(0, 2, 1)).view(np.uint8) for values in (scales, zeros)]
     return np.concatenate([code_bytes.astype(np.uint8), *halves], axis=-1)
 
 

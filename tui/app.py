@@ -1,5 +1,7 @@
 """`localchat` with no command: the terminal UI. It talks to the engine process only through EngineClient."""
 
+import subprocess
+
 from textual.app import App
 from textual.binding import Binding
 
@@ -19,10 +21,12 @@ class LocalChatApp(App):
     TITLE = "localchat"
     COMMANDS = App.COMMANDS | {ChatCommands}
 
-    def __init__(self, client: EngineClient | None = None, serve_args: list[str] = (), config_file=None):
-        """With a client (tests), use it; without, find or start the engine (serve_args) and connect."""
+    def __init__(self, client: EngineClient | None = None, serve_args: list[str] = (), config_file=None,
+                 started: subprocess.Popen | None = None):
+        """With a client (tests), use it; without, find the engine (or `started`, one already starting) or start
+        one (serve_args), and connect."""
         super().__init__()
-        self.client, self.serve_args = client, list(serve_args)
+        self.client, self.serve_args, self.started = client, list(serve_args), started
         self.config_path = config_file or config_path()
         self.config_error: str | None = None
         try:
@@ -57,7 +61,8 @@ class LocalChatApp(App):
         if self.client is not None:  # a retry with the client we were given: is its engine back?
             await self.client.health()
             return self.client
-        return await EngineClient.connect(on_progress=on_progress, serve_args=self.serve_args)
+        started, self.started = self.started, None  # a retry finds or starts the engine afresh
+        return await EngineClient.connect(on_progress=on_progress, serve_args=self.serve_args, started=started)
 
     def connected(self, client: EngineClient) -> None:
         self.client = client
@@ -87,6 +92,6 @@ class LocalChatApp(App):
             await self.client.close()
 
 
-def main(serve_args: list[str]) -> int:
-    LocalChatApp(serve_args=serve_args).run()
+def main(serve_args: list[str], started: subprocess.Popen | None = None) -> int:
+    LocalChatApp(serve_args=serve_args, started=started).run()
     return 0

@@ -7,6 +7,7 @@
 """
 
 import asyncio
+import subprocess
 from collections.abc import AsyncIterator, Callable
 
 import httpx
@@ -51,9 +52,10 @@ class EngineClient:
 
     @classmethod
     async def connect(cls, on_progress: Callable[[Health], None] | None = None, serve_args: list[str] = (),
-                      timeout: float = 600.0) -> "EngineClient":
-        """Find the running engine or start one in the background; returns once its model is loaded."""
-        state = await asyncio.to_thread(engine_process.ensure_engine, list(serve_args), on_progress, timeout)
+                      timeout: float = 600.0, started: subprocess.Popen | None = None) -> "EngineClient":
+        """Find the running engine (or `started`) or start one in the background; returns once its model is
+        loaded."""
+        state = await asyncio.to_thread(engine_process.ensure_engine, list(serve_args), on_progress, timeout, started)
         return cls(state.url, paths.load_or_create_token())
 
     @classmethod

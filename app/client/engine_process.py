@@ -17,6 +17,7 @@ from localchat.app.engine_state import EngineState, lock_is_free, read_state
 from localchat.app.protocol.system import Health
 
 STOP_TIMEOUT_S = 30  # the engine's graceful shutdown (10 s) and some
+POLL_S = 0.05  # how often a client waiting for the engine asks it again (a start takes about 2 s)
 
 
 def health(url: str, timeout: float = 2.0) -> Health | None:
@@ -55,14 +56,20 @@ def wait_until_ready(on_progress: Callable[[Health], None] | None = None, timeou
         if process is not None and process.poll() is not None and read_state() is None:
             raise RuntimeError(f"the engine exited ({_last_log_line() or f'status {process.returncode}'}); "
                                f"see {paths.log_path()}")
-        time.sleep(0.2)
+        time.sleep(POLL_S)
     raise RuntimeError(f"the engine did not get ready within {timeout:.0f} s; see {paths.log_path()}")
 
 
+def start_unless_running(serve_args: list[str] = ()) -> subprocess.Popen | None:
+    """A new engine in the background, unless one runs or is starting (it holds the lock before anything slow)."""
+    return start_in_background(serve_args) if read_state() is None and lock_is_free() else None
+
+
 def ensure_engine(serve_args: list[str] = (), on_progress: Callable[[Health], None] | None = None,
-                  timeout: float = 600.0) -> EngineState:
-    """The running engine, or a new one started in the background; returns once its model is loaded."""
-    process = None if read_state() is not None else start_in_background(serve_args)
+                  timeout: float = 600.0, started: subprocess.Popen | None = None) -> EngineState:
+    """The running engine, or a new one started in the background (or `started`, one that a caller already started
+    with start_unless_running); returns once its model is loaded."""
+    process = started or start_unless_running(serve_args)
     return wait_until_ready(on_progress, timeout, process)
 
 

@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from localchat.engine.sampler import Sampler, SamplerOutput, apply_penalties
+from localchat.engine.sampler import (
+    CANDIDATES,
+    Sampler,
+    SamplerOutput,
+    _sample_candidates,
+    _sample_vocabulary,
+    apply_penalties,
+)
 from localchat.engine.sampling_params import SamplingParams
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -78,6 +85,23 @@ def test_frequencies_follow_softmax_with_temperature() -> None:
     expected = torch.softmax(torch.tensor(logits) / 0.7, dim=-1)
     counts = draws(logits, SamplingParams(temperature=0.7), n=20000)
     assert torch.allclose(counts / 20000, expected, atol=0.015)
+
+
+@pytest.mark.parametrize(("spread", "fits"), [(3.0, True), (0.5, False)])
+def test_drawing_from_the_best_candidates_keeps_the_distribution(spread: float, fits: bool) -> None:
+    """A peaked row's nucleus lies among the CANDIDATES best tokens and is drawn from them alone; a flat row's does
+    not (it takes the whole vocabulary). Where it fits, every token takes the same share of a grid of draws."""
+    vocab, n = 2000, 4000
+    assert vocab > CANDIDATES
+    logits = (torch.randn(vocab, generator=seeded(4)) * spread).repeat(n, 1)
+    params = [SamplingParams(temperature=1.0, top_p=0.9, min_p=0.001)] * n
+    u = (torch.arange(n, dtype=torch.float32)[:, None] + 0.5) / n
+    picked, fitted = _sample_candidates(logits, u, params)
+    assert fitted.tolist() == [fits] * n
+    whole = torch.bincount(_sample_vocabulary(logits, u, params), minlength=vocab)
+    assert (whole > 0).sum() > (1 if fits else CANDIDATES)
+    if fits:
+        assert (torch.bincount(picked, minlength=vocab) - whole).abs().max() <= 2
 
 
 def test_seeded_frequencies_follow_softmax() -> None:
