@@ -261,21 +261,22 @@ def _grouping_is_exact(head_dim: int, rows: int, dtype: torch.dtype, device: tor
 
 @functools.cache
 def _fewest_invariant_rows(head_dim: int, dtype: torch.dtype, device: torch.device, most: int = 128) -> int:
-    """The fewest rows from which each row of attention's two batched products (baddbmm over head_dim, bmm over
-    the keys) has the same bits as in a product of `most` rows. BLAS runs a few rows through other kernels than
-    many (from four on, float32 on an AVX2 CPU), so this is measured, once per process and dtype."""
+    """The fewest rows from which each row of _tile_attention has the same bits as in a tile of `most` rows, for
+    the batches (KV heads) and key counts the model meets, keys read in place from the cache (strided, as `alone`
+    reads them) or gathered (contiguous, as a DecodeGroup does). BLAS runs a few rows through other kernels than
+    many, and which depends on the machine (from four rows on, float32 on an AVX2 CPU; from three, keys read as a
+    transposed view, on an AMX Xeon), so this is measured, once per process and dtype."""
     gen = torch.Generator().manual_seed(0)
     fewest = 1
-    for inner, outer in ((head_dim, 48), (48, head_dim), (304, head_dim)):
-        a, b, bias = (torch.randn(shape, generator=gen).to(device, dtype)
-                      for shape in ((2, most, inner), (2, inner, outer), (most, outer)))
-        for with_bias in (True, False):
-            def product(rows: int, a=a, b=b, bias=bias, with_bias=with_bias) -> torch.Tensor:
-                return torch.baddbmm(bias[:rows], a[:, :rows], b, alpha=0.125) if with_bias else a[:, :rows] @ b
-
-            full = product(most)
+    for batch, num_keys in ((1, 16), (2, 48), (4, 304), (1, 1024), (8, 80)):
+        q = torch.randn(batch, most, head_dim, generator=gen).to(device, dtype)
+        cache = torch.randn(num_keys, batch, head_dim, generator=gen).to(device, dtype)
+        bias = torch.zeros(most, num_keys, dtype=dtype, device=device)
+        bias[:, -3:] = float("-inf")
+        for keys in (cache.transpose(0, 1), cache.transpose(0, 1).contiguous()):
+            full = _tile_attention(bias, q, keys, keys, 0.125)
             for rows in range(most - 1, fewest - 1, -1):
-                if not torch.equal(product(rows), full[:, :rows]):
+                if not torch.equal(_tile_attention(bias[:rows], q[:, :rows], keys, keys, 0.125), full[:, :rows]):
                     fewest = rows + 1
                     break
     return fewest
