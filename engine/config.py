@@ -40,6 +40,9 @@ class EngineConfig:
     # CPU threads for the model's kernels: None adapts to the machine's load between steps, from torch's thread
     # count down to 1 while other processes keep cores busy (see cpu_threads.py); a number fixes it
     cpu_threads: int | None = None
+    # drafts from the conversation itself, checked in the step's batch (see speculator.py): fewer steps where a
+    # reply copies its prompt or a sibling, the same tokens either way
+    speculative: bool = True
 
     def __post_init__(self) -> None:
         if self.quantization not in QUANTIZATIONS:

@@ -183,6 +183,13 @@ class KVCacheManager:
             for i in range(before // bs, seq.num_computed_tokens // bs):
                 self.pool.register(seq.block_table[i], seq.block_hashes[i], seq.token_ids[i * bs : (i + 1) * bs])
 
+    def trim(self, seq: Sequence) -> None:
+        """Release seq's blocks past those its computed tokens fill (what held a draft's rejected tokens), last
+        first."""
+        keep = self.num_blocks_for(seq.num_computed_tokens)
+        while len(seq.block_table) > keep:
+            self.pool.release(seq.block_table.pop())
+
     def save(self, seq: Sequence) -> None:
         """Write seq's computed full blocks that the disk tier lacks, behind (a finished reply's)."""
         if self.disk is None:

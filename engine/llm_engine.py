@@ -22,10 +22,11 @@ from localchat.engine.model_runner import ModelRunner
 from localchat.engine.models import head_dim
 from localchat.engine.output_processor import OutputProcessor, RequestState
 from localchat.engine.outputs import RequestOutput
-from localchat.engine.sampler import Sampler
+from localchat.engine.sampler import Sampler, SamplerOutput
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.scheduler import Scheduler, StepPace, StopRules
-from localchat.engine.sequence import Sequence, SequenceStatus
+from localchat.engine.sequence import Sequence, SequenceStatus, reply_seed
+from localchat.engine.speculator import Speculator
 from localchat.engine.structured_output import Grammars, Matcher
 
 # The KV cache's default size. On a GPU the engine owns the device, so it takes a share of the memory free after the
@@ -88,8 +89,9 @@ class LLMEngine:
                                  self.runner.read_block, self.runner.block_view)
         eos_token_ids = _eos_token_ids(source, model_config)
         self.pace = StepPace(config.decode_step_target_s)
+        self.speculator = Speculator(enabled=config.speculative)
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens, self.pace,
-                                   StopRules(frozenset(eos_token_ids), self.max_model_len))
+                                   StopRules(frozenset(eos_token_ids), self.max_model_len), self.speculator)
         self.sampler = Sampler()
         self.cpu_threads = CPUThreads(config.cpu_threads) if self.device.type == "cpu" else None
         self.output = OutputProcessor(self.tokenizer)
@@ -129,9 +131,11 @@ class LLMEngine:
         return min(params.max_tokens or room, room)
 
     def add_request(self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None,
-                    matcher: Matcher | None = None) -> str:
+                    matcher: Matcher | None = None, draft_sources: list[list[int]] | None = None) -> str:
         """matcher: the first reply's place in its grammar, made beforehand (AsyncLLM makes it on the caller's
-        thread: a grammar can take seconds to compile, and the engine's thread would stop every reply meanwhile)."""
+        thread: a grammar can take seconds to compile, and the engine's thread would stop every reply meanwhile).
+        draft_sources: token lists besides the prompt that the replies may copy from (the sibling replies of a
+        regenerate or an edit), for drafts (speculator.py)."""
         prompt_token_ids = self.tokenize(prompt)
         max_tokens = self.check_request(prompt_token_ids, params)
         request_id = request_id if request_id is not None else f"req-{next(self._request_ids)}"
@@ -140,9 +144,9 @@ class LLMEngine:
         if matcher is None and params.structured is not None:
             matcher = self.grammars.matcher(params.structured)
         seq = Sequence(request_id, 0, list(prompt_token_ids), len(prompt_token_ids), params,
-                       self._generator(params.seed_for(0)), matcher, num_siblings_pending=params.n - 1,
-                       max_tokens=max_tokens)
+                       reply_seed(params, 0), matcher, num_siblings_pending=params.n - 1, max_tokens=max_tokens)
         self.kv.hash_blocks(seq)
+        self.speculator.add_sources(request_id, draft_sources or [])
         self.output.add(RequestState(request_id, prompt_token_ids, params))
         self.output.track(seq)
         self.scheduler.add(seq)
@@ -152,10 +156,10 @@ class LLMEngine:
         return bool(self.requests)
 
     def step(self) -> list[RequestOutput]:
-        """One batch: what runs (the scheduler), one forward over its new tokens (the model runner), a token for
-        each sequence whose tokens are all computed (the sampler; its text: the output processor), what that
-        changes (the scheduler: new tokens, replies started and ended), and the deltas of the requests that
-        changed."""
+        """One batch: what runs (the scheduler), one forward over its new tokens and drafts (the model runner), a
+        token for each sequence whose tokens are all computed, and one after each draft token it keeps (the
+        sampler; their text: the output processor), what that changes (the scheduler: new tokens, replies started
+        and ended), and the deltas of the requests that changed."""
         started = time.perf_counter()
         batch = self.scheduler.schedule()
         if not batch.seqs:
@@ -164,13 +168,33 @@ class LLMEngine:
             self.cpu_threads.adjust()
         logits = self.runner.run(batch)
         rows = self.scheduler.computed(batch)
-        if rows.logit_rows != list(range(len(logits))):  # a request's replies sample from its one row
-            logits = logits[torch.tensor(rows.logit_rows, device=logits.device)]
-        sampled = self.sampler(logits, rows.seqs)
-        stopped = self.output.add_tokens(rows.seqs, sampled)
-        for request_id, error in self.scheduler.update(rows.seqs, sampled.token_ids, stopped).items():
-            self.output.fail(request_id, error)
-            self._end(request_id)
+        sample_rows, logit_rows, num_scored = [], [], []
+        for seq, logit_row, draft in zip(rows.seqs, rows.logit_rows, rows.drafts):
+            scored = self.speculator.rows(seq, draft) if draft else [seq]
+            sample_rows += scored
+            logit_rows += range(logit_row, logit_row + len(scored))
+            num_scored.append(len(scored))
+        if logit_rows != list(range(len(logits))):  # a request's replies sample from its one row; a cut draft
+            logits = logits[torch.tensor(logit_rows, device=logits.device)]
+        sampled = self.sampler(logits, sample_rows)
+        kept, row = [], 0
+        for draft, count in zip(rows.drafts, num_scored):  # a token per scored row while the draft's agree
+            tokens = sampled.token_ids[row : row + count]
+            n = next((j for j, (token, drafted) in enumerate(zip(tokens, draft)) if token != drafted),
+                     len(tokens) - 1) + 1
+            kept.append(SamplerOutput(tokens[:n], sampled.logprobs[row : row + n]))
+            row += len(tokens)
+        for j in range(max(len(k.token_ids) for k in kept)):  # the kept tokens in turn, as plain steps take them
+            seqs = [seq for seq, k in zip(rows.seqs, kept) if len(k.token_ids) > j and not seq.is_finished]
+            taken = SamplerOutput([k.token_ids[j] for seq, k in zip(rows.seqs, kept) if seq in seqs],
+                                  [k.logprobs[j] for seq, k in zip(rows.seqs, kept) if seq in seqs])
+            stopped = self.output.add_tokens(seqs, taken)
+            for request_id, error in self.scheduler.update(seqs, taken.token_ids, stopped).items():
+                self.output.fail(request_id, error)
+                self._end(request_id)
+        for seq, draft, k in zip(rows.seqs, rows.drafts, kept):
+            if draft:
+                self.scheduler.settle(seq, draft, len(k.token_ids) - 1)
         self.pace.observe(batch, time.perf_counter() - started)
         return self.output.deltas(rows.seqs)
 
@@ -238,9 +262,6 @@ class LLMEngine:
         stats = dataclasses.asdict(self.disk.stats)
         return {**{f"kv_disk_{name}": value for name, value in stats.items()},
                 "kv_disk_hit_rate": stats["hits"] / stats["lookups"] if stats["lookups"] else 0.0}
-
-    def _generator(self, seed: int | None) -> torch.Generator | None:
-        return None if seed is None else torch.Generator(self.device).manual_seed(seed)
 
 
 def _eos_token_ids(source, model_config) -> set[int]:

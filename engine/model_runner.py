@@ -55,15 +55,15 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> torch.Tensor:
-        """Compute the new tokens of every scheduled sequence; logits [len(batch.sample_rows), vocab] (float32)
-        at the last new token of the sequences listed in batch.sample_rows."""
+        """Compute the new tokens of every scheduled sequence, its draft's after its own; logits (float32) at the
+        last own token and each draft token of the sequences listed in batch.sample_rows, in that order."""
         if batch.cleared:
             self.kv_cache[:, :, torch.tensor(batch.cleared, device=self.device)] = 0
         if batch.copies:
             self.backend.copy_blocks(self.kv_cache, batch.copies)
         seqs, num_new_tokens, device = batch.seqs, batch.num_new_tokens, self.device
-        input_ids = [t for seq, n in zip(seqs, num_new_tokens)
-                     for t in seq.token_ids[seq.num_computed_tokens : seq.num_computed_tokens + n]]
+        input_ids = [t for seq, n, draft in zip(seqs, num_new_tokens, batch.drafts)
+                     for t in seq.token_ids[seq.num_computed_tokens : seq.num_computed_tokens + n - len(draft)] + draft]
         meta = AttentionMetadata.build(
             query_lens=num_new_tokens,
             seq_lens=[seq.num_computed_tokens + n for seq, n in zip(seqs, num_new_tokens)],
@@ -72,6 +72,7 @@ class ModelRunner:
             device=device,
         )
         hidden = self.model(torch.tensor(input_ids, dtype=torch.int64, device=device), meta)
-        last_tokens = torch.tensor([meta.query_start_loc[i + 1] - 1 for i in batch.sample_rows], dtype=torch.int64,
-                                   device=device)
+        last_tokens = torch.tensor([row for i in batch.sample_rows
+                                    for row in range(meta.query_start_loc[i + 1] - 1 - len(batch.drafts[i]),
+                                                     meta.query_start_loc[i + 1])], dtype=torch.int64, device=device)
         return self.model.compute_logits(hidden[last_tokens])

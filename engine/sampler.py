@@ -20,9 +20,10 @@ class SamplerOutput:
 class Sampler:
     """Penalties and grammars, then greedy or temperature / top-k / top-p / min-p sampling, for a batch.
 
-    Each row has `params`, `generator` (a torch.Generator or None), `matcher` (a structured_output.Matcher or
-    None), `prompt_token_ids` and `output_token_ids`. A row with a generator draws exactly one number from it per
-    step, so its tokens do not depend on the rest of the batch.
+    Each row has `params`, `seed` (an int), `matcher` (a structured_output.Matcher or None), `prompt_token_ids`
+    and `output_token_ids`. A sampled row's randomness is one number keyed by its seed and the position of the
+    token it draws in its reply (uniform): not by the batch, nor by how many steps ran before, so a token is the
+    same whether it is drawn alone, batched, after a preemption or while checking a draft.
     """
 
     @torch.inference_mode()  # as the model runner's: its logits are masked in place
@@ -91,10 +92,7 @@ def _sample(logits: torch.Tensor, rows: Sequence[Any]) -> torch.Tensor:
     params: list[SamplingParams] = [row.params for row in rows]
     device = logits.device
     logits = logits / _column([p.temperature for p in params], device)
-    u = torch.rand(len(rows), 1, device=device)
-    for i, row in enumerate(rows):
-        if row.generator is not None:  # one number from the row's own generator: batch-independent
-            u[i] = torch.rand(1, generator=row.generator, device=device)
+    u = torch.tensor([[uniform(row.seed, len(row.output_token_ids))] for row in rows], device=device)
     tokens = torch.empty(len(rows), dtype=torch.long, device=device)
     whole = list(range(len(rows)))
     narrowed = [i for i, p in enumerate(params) if p.top_k or p.top_p < 1.0]
@@ -108,6 +106,22 @@ def _sample(logits: torch.Tensor, rows: Sequence[Any]) -> torch.Tensor:
         index = torch.tensor(whole, device=device)
         tokens[index] = _sample_vocabulary(logits[index], u[index], [params[i] for i in whole])
     return tokens
+
+
+_MASK = 2**64 - 1
+
+
+def _mix(x: int) -> int:
+    """SplitMix64's finalizer: 64 bits to 64 well-mixed bits."""
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK
+    return x ^ (x >> 31)
+
+
+def uniform(seed: int, position: int) -> float:
+    """The draw in [0, 1) of the token at `position` of a reply sampled with `seed`: the position-th number of a
+    SplitMix64 stream started from the mixed seed, rounded down to 24 bits (exact in float32, below 1)."""
+    return (_mix((_mix(seed) + 0x9E3779B97F4A7C15 * (position + 1)) & _MASK) >> 40) / 2**24
 
 
 def _sample_candidates(logits: torch.Tensor, u: torch.Tensor, params: Sequence[SamplingParams]

@@ -47,7 +47,7 @@ class SamplingParams:
 
     def seed_for(self, index: int) -> int | None:
         """The seed reply `index` samples with: a request with n=1 and this seed gives the same reply.
-        Taken modulo 2**64, the range of a torch.Generator's seed."""
+        Taken modulo 2**64, the range of sampler.uniform's seed."""
         return None if self.seed is None else (self.seed + index) % 2**64
 
 

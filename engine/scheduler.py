@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from localchat.engine.kv_cache_manager import KVCacheManager
 from localchat.engine.sequence import Sequence, SequenceStatus
+from localchat.engine.speculator import STEP_ROWS, Speculator
 from localchat.engine.structured_output import GrammarFailed
 
 
@@ -17,23 +18,30 @@ class ScheduledBatch:
     copies: list[tuple[int, int]]  # copy-on-write block copies to make before the forward
     cleared: list[int]  # blocks to zero before the forward (first use)
     sample_rows: list[int] = field(default_factory=list)  # the sequences whose last token is computed: sampled
+    drafts: list[list[int]] = field(default_factory=list)  # per sequence: draft tokens scored after its own ones
 
     @property
     def num_tokens(self) -> int:
         return sum(self.num_new_tokens)
 
+    @property
+    def num_draft_tokens(self) -> int:
+        return sum(map(len, self.drafts))
+
 
 @dataclass
 class SampleRows:
-    """What a step samples: each sequence, and the row of the step's logits it samples from (the replies of a
-    request whose prompt is just computed share its row)."""
+    """What a step samples: each sequence, the row of the step's logits it samples from (the replies of a
+    request whose prompt is just computed share its row) and its draft, whose rows follow that one."""
 
     seqs: list[Sequence] = field(default_factory=list)
     logit_rows: list[int] = field(default_factory=list)
+    drafts: list[list[int]] = field(default_factory=list)
 
-    def add(self, seq: Sequence, logit_row: int) -> None:
+    def add(self, seq: Sequence, logit_row: int, draft: list[int]) -> None:
         self.seqs.append(seq)
         self.logit_rows.append(logit_row)
+        self.drafts.append(draft)
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,7 @@ class StepPace:
         self.seconds_per_token: float | None = None
 
     def observe(self, batch: ScheduledBatch, seconds: float) -> None:
-        if batch.num_tokens == len(batch.seqs):  # decodes only: their cost per token is another matter
+        if batch.num_tokens - batch.num_draft_tokens == len(batch.seqs):  # decodes only: another matter
             return
         sample = seconds / batch.num_tokens
         old = self.seconds_per_token
@@ -73,8 +81,9 @@ class StepPace:
 
 class Scheduler:
     def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 pace: StepPace | None = None, stop: StopRules | None = None):
+                 pace: StepPace | None = None, stop: StopRules | None = None, speculator: Speculator | None = None):
         self.kv = kv
+        self.speculator = speculator or Speculator(enabled=False)
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.pace = pace or StepPace(None)
@@ -91,18 +100,31 @@ class Scheduler:
         """Forget every sequence (after a failed step; KVCacheManager.reset frees their blocks)."""
         self.waiting.clear()
         self.running.clear()
+        self.speculator.states.clear()
+        self.speculator.sources.clear()
 
     def schedule(self) -> ScheduledBatch:
-        """Decodes first, then chunks of prefills, within one token budget (and, beside decodes, within what the
-        pace allows). When blocks run out the newest running sequence is preempted: its blocks are freed (kept as
-        cache) and it waits to be recomputed."""
+        """Decodes first (with their drafts, while the step's decode rows stay within STEP_ROWS), then chunks of
+        prefills, within one token budget (and, beside decodes, within what the pace allows). When blocks run out
+        the newest running sequence is preempted: its blocks are freed (kept as cache) and it waits to be
+        recomputed; a draft never preempts anything."""
         budget = self.max_num_batched_tokens
         scheduled: dict[Sequence, int] = {}
+        drafts: dict[Sequence, list[int]] = {}
         num_preemptions = self.num_preemptions
         decodes = [s for s in self.running if s.num_uncomputed_tokens == 1]
         prefills = [s for s in self.running if s.num_uncomputed_tokens > 1]
         for seq in decodes:
             budget -= self._continue(seq, budget, scheduled)
+        room = STEP_ROWS - len(scheduled)
+        for seq in decodes:
+            if room > 0 and seq in scheduled and seq.num_siblings_pending == 0:
+                draft = self.speculator.propose(seq, min(room, budget), self.stop.max_model_len)
+                if draft and self.kv.allocate_slots(seq, 1 + len(draft)):
+                    drafts[seq] = draft
+                    scheduled[seq] += len(draft)
+                    budget -= len(draft)
+                    room -= len(draft)
         if scheduled:  # the prefills beside these decodes: a step short enough for their next tokens
             budget = min(budget, self.pace.prefill_budget() or budget)
         for seq in prefills:
@@ -125,9 +147,10 @@ class Scheduler:
             scheduled[seq] = num_new
             budget -= num_new
         seqs, num_new_tokens = list(scheduled), list(scheduled.values())
-        sample_rows = [i for i, (seq, n) in enumerate(zip(seqs, num_new_tokens))
-                       if seq.num_computed_tokens + n == len(seq)]
-        return ScheduledBatch(seqs, num_new_tokens, *self.kv.take_block_updates(), sample_rows)
+        seq_drafts = [drafts.get(seq, []) for seq in seqs]
+        sample_rows = [i for i, (seq, n, draft) in enumerate(zip(seqs, num_new_tokens, seq_drafts))
+                       if seq.num_computed_tokens + n == len(seq) + len(draft)]
+        return ScheduledBatch(seqs, num_new_tokens, *self.kv.take_block_updates(), sample_rows, seq_drafts)
 
     def _continue(self, seq: Sequence, budget: int, scheduled: dict[Sequence, int]) -> int:
         """Schedule a running sequence's next tokens within budget, preempting the newest others while blocks run
@@ -144,20 +167,29 @@ class Scheduler:
         return num_new
 
     def computed(self, batch: ScheduledBatch) -> SampleRows:
-        """The step's tokens are in the cache: count them (their full blocks become findable), and start the other
-        replies of each request whose prompt is now computed, sharing every block (the prompt is computed once for
-        all n replies). What to sample: the sequences of the batch's sample rows, each request's new replies beside
-        its first."""
-        for seq, n in zip(batch.seqs, batch.num_new_tokens):
-            self.kv.commit(seq, n)
-        rows = SampleRows()
-        for logit_row, i in enumerate(batch.sample_rows):
-            seq = batch.seqs[i]
-            rows.add(seq, logit_row)
+        """The step's tokens are in the cache: count them (their full blocks become findable; a draft's only once
+        it is kept, see settle), and start the other replies of each request whose prompt is now computed, sharing
+        every block (the prompt is computed once for all n replies). What to sample: the sequences of the batch's
+        sample rows, each request's new replies beside its first."""
+        for seq, n, draft in zip(batch.seqs, batch.num_new_tokens, batch.drafts):
+            self.kv.commit(seq, n - len(draft))
+        rows, logit_row = SampleRows(), 0
+        for i in batch.sample_rows:
+            seq, draft = batch.seqs[i], batch.drafts[i]
+            rows.add(seq, logit_row, draft)
             for k in range(1, seq.num_siblings_pending + 1):
-                rows.add(self.add_sibling(seq.sibling(k)), logit_row)
+                rows.add(self.add_sibling(seq.sibling(k)), logit_row, [])
             seq.num_siblings_pending = 0
+            logit_row += 1 + len(draft)
         return rows
+
+    def settle(self, seq: Sequence, draft: list[int], kept: int) -> None:
+        """seq's draft is scored and its first `kept` tokens kept (they are in token_ids now): their K and V count,
+        the rest are dropped with the blocks that held nothing else (never hashed, never findable)."""
+        self.speculator.settle(seq, len(draft), kept)
+        if not seq.is_finished:
+            self.kv.commit(seq, kept)
+            self.kv.trim(seq)
 
     def add_sibling(self, child: Sequence) -> Sequence:
         """Run child, just copied from a running sequence (Sequence.sibling), beside it, sharing its blocks."""
@@ -216,6 +248,7 @@ class Scheduler:
         elif seq.status is SequenceStatus.WAITING:
             self.waiting.remove(seq)
         self.kv.free(seq)
+        self.speculator.forget(seq)
         seq.matcher = None
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason

@@ -2,9 +2,8 @@
 
 import enum
 import itertools
+import random
 from dataclasses import dataclass, field
-
-import torch
 
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.structured_output import Matcher
@@ -26,7 +25,8 @@ class Sequence:
     token_ids: list[int]  # prompt then output
     num_prompt_tokens: int
     params: SamplingParams
-    generator: torch.Generator | None = None
+    # the reply's sampling randomness (sampler.uniform): the request's seed for this reply, or a random one
+    seed: int = field(default_factory=lambda: random.getrandbits(64))
     matcher: Matcher | None = None  # the reply's place in its grammar (params.structured), until it finishes
     seq_id: int = field(default_factory=lambda: next(_seq_ids))
     status: SequenceStatus = SequenceStatus.WAITING
@@ -39,6 +39,8 @@ class Sequence:
     num_siblings_pending: int = 0  # the request's other replies, started from this one once its prompt is computed
     max_tokens: int | None = None  # of the reply (the request's, within the model's length); None: no limit
     finish_reason: str | None = None
+    num_draft_tokens: int = 0  # drafted for this reply and scored (speculator.py)
+    num_accepted_tokens: int = 0  # of them, kept
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -65,17 +67,15 @@ class Sequence:
 
     def sibling(self, index: int) -> "Sequence":
         """Reply `index` of the same request: a copy that writes its own reply from here, in its own place in the
-        grammar, with its own generator (seeded with the request's seed for that reply). The caller shares the KV
-        blocks (KVCacheManager.share_blocks)."""
-        generator = None if self.generator is None else (
-            torch.Generator(self.generator.device).manual_seed(self.params.seed_for(index)))
+        grammar, with its own seed (the request's seed for that reply). The caller shares the KV blocks
+        (KVCacheManager.share_blocks)."""
         return Sequence(
             request_id=self.request_id,
             index=index,
             token_ids=list(self.token_ids),
             num_prompt_tokens=self.num_prompt_tokens,
             params=self.params,
-            generator=generator,
+            seed=reply_seed(self.params, index),
             matcher=self.matcher.copy() if self.matcher is not None else None,
             status=self.status,
             num_computed_tokens=self.num_computed_tokens,
@@ -85,3 +85,10 @@ class Sequence:
             block_hashes=list(self.block_hashes),
             max_tokens=self.max_tokens,
         )
+
+
+def reply_seed(params: SamplingParams, index: int) -> int:
+    """The seed of reply `index`: the request's for it (seed + index), or a fresh random one for an unseeded
+    request."""
+    seed = params.seed_for(index)
+    return random.getrandbits(64) if seed is None else seed

@@ -1,9 +1,10 @@
 """Tests for the KV cache manager and its block pool.
 
 A hypothesis state machine drives the real Scheduler over a KVCacheManager (admission with prefix hits,
-chunked prefills within a token budget, decodes, preemptions when blocks run out, forks, frees) while it
-simulates the KV memory itself: every slot holds the whole token prefix its key and value were computed from,
-so a prefix hit or a copy-on-write that hands a sequence the wrong memory shows up as an unreadable token.
+chunked prefills within a token budget, decodes with drafts kept in part and rolled back, preemptions when blocks
+run out, forks, frees) while it simulates the KV memory itself: every slot holds the whole token prefix its key
+and value were computed from, so a prefix hit or a copy-on-write that hands a sequence the wrong memory, or a
+rejected draft token's K and V found by hash, shows up as an unreadable token.
 """
 
 from hypothesis import HealthCheck, settings
@@ -15,6 +16,7 @@ from localchat.engine.kv_cache_manager import KVCacheManager, PrefixHit
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.scheduler import ScheduledBatch, Scheduler
 from localchat.engine.sequence import Sequence, SequenceStatus
+from localchat.engine.speculator import Speculator
 
 VOCAB = 3  # a small vocabulary, so that prompts share prefixes and the cache gets hits
 
@@ -56,10 +58,11 @@ class SchedulerMachine(RuleBasedStateMachine):
     """The real Scheduler and KVCacheManager, stepped as the engine steps them, over simulated KV memory."""
 
     @initialize(num_blocks=st.integers(8, 40), block_size=st.integers(1, 5), prefix_caching=st.booleans(),
-                max_num_seqs=st.integers(1, 6), budget=st.integers(1, 24))
-    def setup(self, num_blocks: int, block_size: int, prefix_caching: bool, max_num_seqs: int, budget: int) -> None:
+                max_num_seqs=st.integers(1, 6), budget=st.integers(1, 24), drafts=st.booleans())
+    def setup(self, num_blocks: int, block_size: int, prefix_caching: bool, max_num_seqs: int, budget: int,
+              drafts: bool) -> None:
         self.kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching=prefix_caching)
-        self.scheduler = Scheduler(self.kv, max_num_seqs, budget)
+        self.scheduler = Scheduler(self.kv, max_num_seqs, budget, speculator=Speculator(enabled=drafts))
         self.bs, self.budget = block_size, budget
         self.num_blocks = num_blocks
         self.mem: dict[int, tuple[int, ...] | None] = {}  # slot -> the token prefix its K and V were computed from
@@ -89,8 +92,9 @@ class SchedulerMachine(RuleBasedStateMachine):
     def check_batch(self, batch: ScheduledBatch) -> None:
         assert batch.num_tokens <= self.budget  # max_num_seqs bounds admissions; forks join the running batch
         assert len(set(batch.seqs)) == len(batch.seqs)
-        for seq, n in zip(batch.seqs, batch.num_new_tokens):
-            assert seq.status is SequenceStatus.RUNNING and 1 <= n <= seq.num_uncomputed_tokens
+        for seq, n, draft in zip(batch.seqs, batch.num_new_tokens, batch.drafts):
+            assert seq.status is SequenceStatus.RUNNING and 1 <= n <= seq.num_uncomputed_tokens + len(draft)
+            assert not draft or seq.num_uncomputed_tokens == 1, "a draft beside a prefill"
             assert len(seq.block_table) == blocks_for(seq.num_computed_tokens + n, self.bs)
             assert len(set(seq.block_table)) == len(seq.block_table)
 
@@ -108,14 +112,15 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert self.kv.pool.blocks[dst].ref_count == 1
             for j in range(self.bs):
                 self.mem[self.slot(dst, j)] = self.mem.get(self.slot(src, j))
-        for seq, n in zip(batch.seqs, batch.num_new_tokens):
+        for seq, n, draft in zip(batch.seqs, batch.num_new_tokens, batch.drafts):
+            tokens = seq.token_ids + draft
             for pos in range(seq.num_computed_tokens, seq.num_computed_tokens + n):
                 block_id = seq.block_table[pos // self.bs]
                 block = self.kv.pool.blocks[block_id]
                 assert block_id in self.cleared, f"block {block_id} written without being cleared first"
                 assert block.ref_count == 1, f"write into block {block_id} shared by {block.ref_count} sequences"
                 assert block.hash is None, f"write into hashed block {block_id}"
-                self.mem[self.slot(block_id, pos % self.bs)] = tuple(seq.token_ids[: pos + 1])
+                self.mem[self.slot(block_id, pos % self.bs)] = tuple(tokens[: pos + 1])
 
     def finish(self, seq: Sequence) -> None:
         """scheduler.finish, checked: the cached blocks it frees join the back of the free queue, tail first."""
@@ -162,12 +167,23 @@ class SchedulerMachine(RuleBasedStateMachine):
                 missed = seq.block_hashes[hit]
                 assert self.kv.pool.cached.get(missed) != cached_before[missed], "a cached prefix block was missed"
         self.forward(batch)
-        for seq in self.scheduler.computed(batch).seqs:
-            self.after_forward(seq, data)
+        rows = self.scheduler.computed(batch)
+        for seq, draft in zip(rows.seqs, rows.drafts):
+            self.after_forward(seq, draft, data)
 
-    def after_forward(self, seq: Sequence, data: st.DataObject) -> None:
+    def after_forward(self, seq: Sequence, draft: list[int], data: st.DataObject) -> None:
+        """Finish, or take a sampled token (and, after a draft, the draft tokens kept before it), or fork."""
         if data.draw(st.integers(0, 5), label="finish?") == 0:
             self.finish(seq)
+            if draft:
+                self.scheduler.settle(seq, draft, 0)
+            return
+        if draft:
+            kept = data.draw(st.integers(0, len(draft)), label="draft tokens kept")
+            for token in draft[:kept] + [data.draw(st.integers(0, VOCAB - 1), label="sampled")]:
+                seq.token_ids.append(token)
+                self.kv.hash_blocks(seq)
+            self.scheduler.settle(seq, draft, kept)
             return
         family = [seq]
         for k in range(data.draw(st.integers(0, 2) if data.draw(st.integers(0, 3)) == 0 else st.just(0))):

@@ -14,6 +14,7 @@ from localchat.engine.sampler import (
     _sample_candidates,
     _sample_vocabulary,
     apply_penalties,
+    uniform,
 )
 from localchat.engine.sampling_params import SamplingParams
 
@@ -23,7 +24,7 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 @dataclass
 class Row:
     params: SamplingParams
-    generator: torch.Generator | None = None
+    seed: int = 0
     prompt_token_ids: list[int] = field(default_factory=list)
     output_token_ids: list[int] = field(default_factory=list)
     matcher: Any = None
@@ -34,9 +35,8 @@ def seeded(seed: int, device: str = "cpu") -> torch.Generator:
 
 
 def draws(logits: list[float], params: SamplingParams, n: int = 4000) -> torch.Tensor:
-    """Sample `n` unseeded rows with the same logits at once; counts per token."""
-    torch.manual_seed(0)
-    out = Sampler()(torch.tensor([logits]).repeat(n, 1), [Row(params) for _ in range(n)])
+    """Sample `n` rows of seeds 0 to n - 1 with the same logits at once; counts per token."""
+    out = Sampler()(torch.tensor([logits]).repeat(n, 1), [Row(params, seed) for seed in range(n)])
     return torch.bincount(torch.tensor(out.token_ids), minlength=len(logits))
 
 
@@ -107,10 +107,23 @@ def test_drawing_from_the_best_candidates_keeps_the_distribution(spread: float, 
 def test_seeded_frequencies_follow_softmax() -> None:
     logits = torch.tensor([0.0, 1.0, -0.5, 0.3])
     n = 4000
-    rows = [Row(SamplingParams(temperature=1.0), seeded(i)) for i in range(n)]
-    out = Sampler()(logits.repeat(n, 1), rows)
+    for position in (0, 1, 1000):  # over seeds, at any position of the reply
+        rows = [Row(SamplingParams(temperature=1.0), seed, output_token_ids=[0] * position) for seed in range(n)]
+        out = Sampler()(logits.repeat(n, 1), rows)
+        counts = torch.bincount(torch.tensor(out.token_ids), minlength=4)
+        assert torch.allclose(counts / n, logits.softmax(dim=-1), atol=0.03)
+    rows = [Row(SamplingParams(temperature=1.0), 5, output_token_ids=[0] * position) for position in range(n)]
+    out = Sampler()(logits.repeat(n, 1), rows)  # over the positions of one seed's reply
     counts = torch.bincount(torch.tensor(out.token_ids), minlength=4)
     assert torch.allclose(counts / n, logits.softmax(dim=-1), atol=0.03)
+
+
+def test_the_draws_are_uniform_and_unrelated_across_seeds_and_positions() -> None:
+    draws = torch.tensor([[uniform(seed, position) for position in range(64)] for seed in range(256)])
+    assert 0.0 <= draws.min() and draws.max() < 1.0
+    assert torch.histc(draws, bins=8, min=0, max=1).div(draws.numel()).sub(1 / 8).abs().max() < 0.01
+    for a, b in ((draws[:, :-1], draws[:, 1:]), (draws[:-1], draws[1:])):  # neighbouring positions, seeds
+        assert abs(torch.corrcoef(torch.stack([a.flatten(), b.flatten()]))[0, 1]) < 0.03
 
 
 def test_repetition_penalty_follows_hf_semantics() -> None:
@@ -164,36 +177,43 @@ def test_seeded_row_is_independent_of_batch(device: str) -> None:
     params = SamplingParams(temperature=0.9, top_k=40, top_p=0.95, min_p=0.01, seed=7)
     step_logits = [torch.randn(vocab, generator=seeded(100 + s)).to(device) for s in range(steps)]
 
-    alone_gen = seeded(7, device)
-    alone = [Sampler()(x.unsqueeze(0), [Row(params, alone_gen)]).token_ids[0] for x in step_logits]
+    alone = Row(params, 7)
+    for x in step_logits:
+        alone.output_token_ids.append(Sampler()(x.unsqueeze(0), [alone]).token_ids[0])
 
     for position in range(4):
-        gen = seeded(7, device)
         others = [
-            Row(SamplingParams(temperature=1.3)),
+            Row(SamplingParams(temperature=1.3), 3),
             Row(SamplingParams(temperature=0.0)),
-            Row(SamplingParams(temperature=1.0, top_p=0.5, repetition_penalty=1.2), seeded(99, device), [1, 2, 3]),
+            Row(SamplingParams(temperature=1.0, top_p=0.5, repetition_penalty=1.2), 99, [1, 2, 3]),
         ]
-        batched = []
+        row = Row(params, 7)
         for x in step_logits:
-            rows = others[:position] + [Row(params, gen)] + others[position:]
+            rows = others[:position] + [row] + others[position:]
             logits = torch.stack([torch.randn(vocab, device=device) for _ in others[:position]] + [x]
                                  + [torch.randn(vocab, device=device) for _ in others[position:]])
-            batched.append(Sampler()(logits, rows).token_ids[position])
-        assert batched == alone, position
+            row.output_token_ids.append(Sampler()(logits, rows).token_ids[position])
+        assert row.output_token_ids == alone.output_token_ids, position
+
+
+def test_a_token_depends_on_its_seed_and_position_not_on_the_steps_before() -> None:
+    """A row's draw at position p is the same in its p-th step and in a first step that finds p tokens written (a
+    preemption's recompute, a checked draft)."""
+    logits = torch.randn(1, 200, generator=seeded(6))
+    params = SamplingParams(temperature=1.0)
+    row = Row(params, 11)
+    for _ in range(12):
+        row.output_token_ids.append(Sampler()(logits, [row]).token_ids[0])
+    fresh = [Sampler()(logits, [Row(params, 11, output_token_ids=row.output_token_ids[:p])]).token_ids[0]
+             for p in range(12)]
+    assert fresh == row.output_token_ids
+    assert len(set(fresh)) > 3
 
 
 def test_different_seeds_give_different_tokens() -> None:
     logits = torch.zeros(1, 1000)
-    first = [Sampler()(logits, [Row(SamplingParams(), seeded(s))]).token_ids[0] for s in range(5)]
+    first = [Sampler()(logits, [Row(SamplingParams(), s)]).token_ids[0] for s in range(5)]
     assert len(set(first)) > 1
-
-
-def test_greedy_rows_consume_no_randomness() -> None:
-    gen = seeded(5)
-    state = gen.get_state()
-    Sampler()(torch.randn(1, 20), [Row(SamplingParams(temperature=0.0), gen)])
-    assert torch.equal(gen.get_state(), state)
 
 
 def test_logprobs_use_raw_logits() -> None:
@@ -239,9 +259,9 @@ class AllowedTokens:
 def test_grammar_masks_only_its_rows(temperature: float) -> None:
     logits = torch.randn(6, 100, generator=seeded(7))
     allowed = [3, 64, 99]
-    rows = [Row(SamplingParams(temperature=temperature), seeded(i),
-                matcher=AllowedTokens.of(allowed, 100) if i % 2 else None) for i in range(6)]
-    free = [Row(SamplingParams(temperature=temperature), seeded(i)) for i in range(0, 6, 2)]
+    rows = [Row(SamplingParams(temperature=temperature), i, matcher=AllowedTokens.of(allowed, 100) if i % 2 else None)
+            for i in range(6)]
+    free = [Row(SamplingParams(temperature=temperature), i) for i in range(0, 6, 2)]
     out = Sampler()(logits.clone(), rows)
     assert all(out.token_ids[i] in allowed for i in (1, 3, 5))
     if temperature == 0.0:  # greedy: the best allowed token
