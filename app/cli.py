@@ -6,7 +6,13 @@ import sys
 import warnings
 from importlib.metadata import version
 
-from localchat.app.server.config import DEFAULT_HOST, DEFAULT_KV_DISK_GB, DEFAULT_PORT, ENGINE_API_KEY_ENV
+from localchat.app.server.config import (
+    DEFAULT_HOST,
+    DEFAULT_KV_DISK_GB,
+    DEFAULT_PORT,
+    ENGINE_API_KEY_ENV,
+    SPECULATIVE,
+)
 
 MODEL_HELP = "a model from `localchat models`: a GGUF file, a safetensors folder or a cached HF model id"
 
@@ -38,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--quantization", choices=("auto", "packed", "none"), default=None,
                        help="auto (default): a GGUF runs its own quantized weights on CPU (little memory, fast, "
                             "reproducible for a seed); none: dense float32 weights, exact against transformers")
+    serve.add_argument("--speculative", choices=SPECULATIVE, default=None,
+                       help="on (default): draft tokens from the chat itself (the prompt, the reply so far, the "
+                            "replies it regenerates) and check them in one step; the same replies, fewer steps")
     web = commands.add_parser("web", help="open the web UI in a browser through a one-time login URL")
     web.add_argument("--print", action="store_true", help="only print the one-time URL")
     chat = commands.add_parser("chat", help="ask one question and print the reply (nothing is stored)",
@@ -119,7 +128,7 @@ def serve(args) -> int:
     config = ServerConfig.from_env(host=args.host, port=args.port, model=args.model, engine_url=args.engine_url,
                                    engine_model=args.engine_model, kv_blocks=args.kv_blocks,
                                    max_model_len=args.max_model_len, quantization=args.quantization,
-                                   kv_disk_gb=args.kv_disk_gb)
+                                   kv_disk_gb=args.kv_disk_gb, speculative=args.speculative)
     if not is_loopback(config.host):
         print(f"localchat: listening on {config.host}: reachable from other machines (token required)",
               file=sys.stderr)

@@ -67,12 +67,12 @@ class AsyncLLM:
     def alive(self) -> bool:
         return not self._stopped and self.error is None
 
-    async def add_request(self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
-                          ) -> AsyncIterator[RequestOutput]:
+    async def add_request(self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None,
+                          draft_sources: list[list[int]] | None = None) -> AsyncIterator[RequestOutput]:
         """Start a request now and return its stream of deltas. Bad input raises ValueError before anything
         runs. The request is checked and its grammar compiled on a worker thread (neither the event loop nor
         the engine's thread waits for it). The request is queued before this returns, so an abort that follows
-        always finds it; leaving the stream early aborts it."""
+        always finds it; leaving the stream early aborts it. draft_sources: see LLMEngine.add_request."""
         if not self.alive:
             raise RuntimeError(f"the engine has stopped: {self.error or 'shut down'}")
         matcher = await asyncio.to_thread(self._prepare, prompt_token_ids, params)
@@ -81,7 +81,7 @@ class AsyncLLM:
             raise ValueError(f"request id {request_id!r} is already running")
         deltas: asyncio.Queue = asyncio.Queue()
         self._streams[request_id] = (asyncio.get_running_loop(), deltas)
-        self._send(("add", request_id, list(prompt_token_ids), params, matcher))
+        self._send(("add", request_id, list(prompt_token_ids), params, matcher, draft_sources))
         if not self.alive:  # the engine stopped while this was queued: nobody else will end the stream
             self._fail(request_id, RuntimeError(f"the engine has stopped: {self.error or 'shut down'}"))
         return self._stream(request_id, deltas)
@@ -179,11 +179,11 @@ class AsyncLLM:
 
     def _run_command(self, command: tuple) -> None:
         if command[0] == "add":
-            _, request_id, prompt_token_ids, params, matcher = command
+            _, request_id, prompt_token_ids, params, matcher, draft_sources = command
             if request_id not in self._streams:  # its stream was already closed
                 return
             try:
-                self.engine.add_request(prompt_token_ids, params, request_id, matcher)
+                self.engine.add_request(prompt_token_ids, params, request_id, matcher, draft_sources)
             except Exception as error:  # fails this request only
                 log.error("request %s could not start", request_id, exc_info=error)
                 self._fail(request_id, error)

@@ -250,6 +250,8 @@ class LLMEngine:
             "num_running": len(scheduler.running),
             "num_waiting": len(scheduler.waiting),
             "num_preemptions": scheduler.num_preemptions,
+            "draft_tokens": self.speculator.stats.drafted,
+            "accepted_draft_tokens": self.speculator.stats.accepted,
             **({"cpu_threads": self.cpu_threads.threads, "cpu_load_of_others": self.cpu_threads.others}
                if self.cpu_threads else {}),
             **self._disk_stats(),

@@ -94,7 +94,8 @@ class OutputProcessor:
             outputs.append(CompletionOutput(
                 index=k, text=text[reply.sent_text:], token_ids=tokens[reply.sent_tokens:],
                 finish_reason=seq.finish_reason,
-                logprobs=reply.logprobs[reply.sent_logprobs:] if request.params.logprobs is not None else None))
+                logprobs=reply.logprobs[reply.sent_logprobs:] if request.params.logprobs is not None else None,
+                num_draft_tokens=seq.num_draft_tokens, num_accepted_tokens=seq.num_accepted_tokens))
             reply.sent_text, reply.sent_tokens, reply.sent_logprobs = len(text), len(tokens), len(reply.logprobs)
             reply.sent_finished = seq.is_finished
         finished = request.finished

@@ -25,6 +25,9 @@ class CompletionOutput:
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None  # "stop", "length" or "abort"
     logprobs: list[TokenLogprob] | None = None
+    # speculative decoding, the reply's totals so far: draft tokens scored, and of them kept
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
 
 
 @dataclass
@@ -50,6 +53,7 @@ class RequestOutput:
             if part.logprobs is not None:
                 whole.logprobs += part.logprobs
             whole.finish_reason = part.finish_reason or whole.finish_reason
+            whole.num_draft_tokens, whole.num_accepted_tokens = part.num_draft_tokens, part.num_accepted_tokens
         self.outputs = sorted(by_index.values(), key=lambda o: o.index)
         self.num_cached_tokens = delta.num_cached_tokens
         self.finished = delta.finished

@@ -74,6 +74,9 @@ class ReplyStats(Struct, kw_only=True):
     time_to_first_token_s: float | None
     tokens_per_s: float | None
     duration_s: float
+    # speculative decoding: draft tokens scored for this reply, and of them kept (acceptance: their ratio)
+    draft_tokens: int = 0
+    accepted_draft_tokens: int = 0
 
 
 class Message(Struct, kw_only=True, omit_defaults=True):

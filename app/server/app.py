@@ -55,7 +55,8 @@ def make_backend(settings: ServerConfig) -> Backend:
         return RemoteBackend(settings.engine_url, settings.engine_model, settings.engine_api_key)
     return EmbeddedBackend(settings.model or remembered_model(), num_kv_blocks=settings.kv_blocks,
                            max_model_len=settings.max_model_len,
-                           quantization=settings.quantization, kv_disk_bytes=settings.kv_disk_bytes)
+                           quantization=settings.quantization, kv_disk_bytes=settings.kv_disk_bytes,
+                           speculative=settings.speculative == "on")
 
 
 class SystemController(Controller):
@@ -94,6 +95,9 @@ class SystemController(Controller):
             ("requests_waiting", "gauge", "requests waiting for KV blocks or a batch slot",
              stats.get("num_waiting")),
             ("preemptions_total", "counter", "requests preempted (recomputed later)", stats.get("num_preemptions")),
+            ("draft_tokens_total", "counter", "draft tokens scored (speculative decoding)", stats.get("draft_tokens")),
+            ("accepted_draft_tokens_total", "counter", "of the draft tokens scored, those kept",
+             stats.get("accepted_draft_tokens")),
             ("cpu_threads", "gauge", "threads the engine's CPU kernels use now (fewer while other processes "
              "keep cores busy)", stats.get("cpu_threads")),
             ("cpu_load_of_others", "gauge", "cores' worth of CPU time that other processes took, last measured",

@@ -13,6 +13,7 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 ENGINE_API_KEY_ENV = "LOCALCHAT_ENGINE_API_KEY"  # the bearer token of an --engine-url server
 GRACEFUL_SHUTDOWN_S = 10  # how long a stopping engine waits for its open connections
 DEFAULT_KV_DISK_GB = 8.0  # the KV cache's disk tier: chats stay warm across restarts within this much disk
+SPECULATIVE = ("on", "off")
 SETTINGS_FILE = "serve.toml"  # in the config folder: `localchat serve`'s options, which its flags override
 
 # What one request may ask of the server (bigger ones are refused before any work is done)
@@ -36,10 +37,13 @@ class ServerConfig:
     max_model_len: int | None = None
     quantization: str = "auto"  # the embedded engine's weights: "auto", "packed" or "none" (see EngineConfig)
     kv_disk_gb: float = DEFAULT_KV_DISK_GB  # the KV cache's disk tier (0: none)
+    speculative: str = "on"  # drafts from the conversation, checked in the step's batch; "off": plain decoding
 
     def __post_init__(self) -> None:
         if not (isinstance(self.kv_disk_gb, int | float) and self.kv_disk_gb >= 0):
             raise ValueError(f"kv_disk_gb must be a number of GB, 0 for no disk tier; got {self.kv_disk_gb!r}")
+        if self.speculative not in SPECULATIVE:
+            raise ValueError(f"speculative must be \"on\" or \"off\", got {self.speculative!r}")
 
     @classmethod
     def from_env(cls, **overrides) -> "ServerConfig":
@@ -66,7 +70,7 @@ class ServerConfig:
         return tuple(f"http://{url_host(host)}:{self.port}" for host in self.allowed_hosts)
 
 
-SETTINGS_IN_FILE = ("model", "kv_blocks", "max_model_len", "quantization", "kv_disk_gb")
+SETTINGS_IN_FILE = ("model", "kv_blocks", "max_model_len", "quantization", "kv_disk_gb", "speculative")
 
 
 def read_settings_file() -> dict:

@@ -38,6 +38,7 @@ DEFAULT_TITLE = "New chat"
 TITLE_LENGTH = 60
 SAVE_INTERVAL_S = 1.0  # a streaming reply's text is saved this often
 STOP_WAIT_S = 10.0  # how long a delete waits for its stopped replies to be saved
+MAX_DRAFT_SOURCES = 8  # earlier replies to the same message (regenerate, edit) that a new reply may draft from
 
 log = logging.getLogger("localchat.app")
 
@@ -176,7 +177,8 @@ class Conversations:
         if repaired:
             self.store.set_token_ids(repaired)
         replies = Replies(self, conversation, path, parent, sampling, uuid.uuid4().hex)
-        replies.stream = await self.backend.open(prompt, sampling.params, replies.request_id)
+        beside = self.store.replies_beside(conversation.id, parent, MAX_DRAFT_SOURCES)
+        replies.stream = await self.backend.open(prompt, sampling.params, replies.request_id, beside)
         self.active.add(replies.request_id, conversation.id, replies.message_ids)
         try:
             replies.store_started()
@@ -217,6 +219,8 @@ class PartialReply:
     finish_reason: str | None = None
     saved_text: int = 0  # characters already in the store
     done: bool = False  # stored with its finish reason
+    draft_tokens: int = 0  # speculative decoding: scored, and kept (the engine's totals)
+    accepted_draft_tokens: int = 0
 
     def add(self, out: CompletionOutput) -> None:
         if (out.text or out.token_ids) and self.first_token_at is None:
@@ -225,6 +229,8 @@ class PartialReply:
         self.token_ids += out.token_ids
         self.num_tokens += len(out.token_ids) or int(bool(out.text))
         self.finish_reason = out.finish_reason or self.finish_reason
+        self.draft_tokens = max(self.draft_tokens, out.num_draft_tokens)
+        self.accepted_draft_tokens = max(self.accepted_draft_tokens, out.num_accepted_tokens)
 
 
 class Replies:
@@ -326,7 +332,8 @@ class Replies:
             prompt_tokens=self.prompt_tokens or 0, cached_tokens=self.cached_tokens, completion_tokens=num_tokens,
             time_to_first_token_s=round(reply.first_token_at - self.started, 4) if reply.first_token_at else None,
             tokens_per_s=round((num_tokens - 1) / decode_time, 2) if num_tokens > 1 and decode_time > 0 else None,
-            duration_s=round(now - self.started, 4))
+            duration_s=round(now - self.started, 4), draft_tokens=reply.draft_tokens,
+            accepted_draft_tokens=reply.accepted_draft_tokens)
         token_ids = []
         if self.conversations.renders_now:  # the tokens as generated, tool calls included
             token_ids = self.template.assistant_segment(self.history, reply.text, reply.token_ids)

@@ -137,11 +137,14 @@ class EmbeddedBackend:
         except ValueError as error:
             raise BackendRequestError(str(error)) from None
 
-    async def open(self, prompt: list[int], params: SamplingParams, request_id: str) -> AsyncIterator[Update]:
-        """The request is in the engine's queue when this returns: an abort that follows always finds it."""
+    async def open(self, prompt: list[int], params: SamplingParams, request_id: str,
+                   draft_sources: list[str] = ()) -> AsyncIterator[Update]:
+        """The request is in the engine's queue when this returns: an abort that follows always finds it.
+        draft_sources: texts the replies may repeat (the replies a regenerate or an edit replaces), for drafts."""
         llm = self.ensure_ready()
+        sources = [await asyncio.to_thread(llm.tokenize, text) for text in draft_sources]
         try:
-            deltas = await llm.add_request(prompt, params, request_id)
+            deltas = await llm.add_request(prompt, params, request_id, sources)
         except ValueError as error:
             raise BackendRequestError(str(error)) from None
         return self._updates(deltas)

@@ -98,7 +98,9 @@ class RemoteBackend:
         if not self.loading.ready:
             raise BackendNotReady(self.loading.error or f"waiting for {self.url}")
 
-    async def open(self, prompt: list[dict], params: SamplingParams, request_id: str) -> AsyncIterator[Update]:
+    async def open(self, prompt: list[dict], params: SamplingParams, request_id: str,
+                   draft_sources: list[str] = ()) -> AsyncIterator[Update]:
+        """draft_sources: not for a remote server (its own engine drafts, or not)."""
         self.ensure_ready()
         body = {"model": self.model_name, "messages": prompt, **openai_fields(params),
                 "stream": True, "stream_options": {"include_usage": True}}

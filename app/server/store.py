@@ -352,6 +352,16 @@ class Store:
             raise StoreError(f"no message {quoted(message_id)} in conversation {quoted(conversation_id)}")
         return [_message(row, True) for row in rows]
 
+    def replies_beside(self, conversation_id: str, parent: Message, limit: int) -> list[str]:
+        """The texts of the newest `limit` replies written to `parent` before, or to a message it was edited from
+        (a sibling of parent's role): what a regenerated or edited reply is likely to repeat."""
+        rows = self.db.execute(
+            "SELECT content FROM messages WHERE conversation_id = ? AND role = 'assistant' AND content != '' "
+            "AND (parent_id = ? OR parent_id IN (SELECT id FROM messages WHERE conversation_id = ? "
+            "AND parent_id IS ? AND role = ? AND id != ?)) ORDER BY created_at DESC, rowid DESC LIMIT ?",
+            (conversation_id, parent.id, conversation_id, parent.parent_id, parent.role, parent.id, limit)).fetchall()
+        return [row["content"] for row in rows]
+
     def delete_message(self, conversation_id: str, message_id: str) -> None:
         """Remove a message and its replies."""
         self.db.execute("DELETE FROM messages WHERE id = ? AND conversation_id = ?", (message_id, conversation_id))

@@ -3,13 +3,16 @@ import { copyText, h } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 import { isWriting } from "./tree.js";
 
-/** "0.21 s to first token · 35.2 tokens/s · 41/57 prompt tokens cached · stopped" */
+/** "0.21 s to first token · 35.2 tokens/s · 64% of drafts kept · 80 tokens · 41/57 prompt tokens cached · stopped" */
 export function statsLine(message) {
   const parts = [];
   const stats = message.stats;
   if (stats) {
     if (stats.time_to_first_token_s != null) parts.push(`${stats.time_to_first_token_s.toFixed(2)} s to first token`);
     if (stats.tokens_per_s != null) parts.push(`${stats.tokens_per_s.toFixed(1)} tokens/s`);
+    if (stats.draft_tokens) {
+      parts.push(`${Math.round((100 * stats.accepted_draft_tokens) / stats.draft_tokens)}% of drafts kept`);
+    }
     parts.push(`${stats.completion_tokens} tokens`);
     parts.push(`${stats.cached_tokens}/${stats.prompt_tokens} prompt tokens cached`);
   }
