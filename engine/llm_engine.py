@@ -184,7 +184,7 @@ class LLMEngine:
                      len(tokens) - 1) + 1
             kept.append(SamplerOutput(tokens[:n], sampled.logprobs[row : row + n]))
             row += len(tokens)
-        for j in range(max(len(k.token_ids) for k in kept)):  # the kept tokens in turn, as plain steps take them
+        for j in range(max((len(k.token_ids) for k in kept), default=0)):  # the kept tokens in turn, as plain steps
             seqs = [seq for seq, k in zip(rows.seqs, kept) if len(k.token_ids) > j and not seq.is_finished]
             taken = SamplerOutput([k.token_ids[j] for seq, k in zip(rows.seqs, kept) if seq in seqs],
                                   [k.logprobs[j] for seq, k in zip(rows.seqs, kept) if seq in seqs])

@@ -74,6 +74,10 @@ class DraftRow:
     prompt_token_ids: list[int]
     output_token_ids: list[int]
 
+    @property
+    def token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
 
 @dataclass
 class SpeculationStats:

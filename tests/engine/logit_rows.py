@@ -19,9 +19,14 @@ def record_logits(llm) -> list[tuple[list[int], torch.Tensor]]:
 @torch.no_grad()
 def reference_rows(reference: torch.nn.Module, seen: list[tuple[list[int], torch.Tensor]],
                    outputs) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(ours, transformers') for each recorded row, transformers' at the last of its tokens: one forward per finished
-    reply (a causal model's logits at every position of it) covers the rows on its way."""
+    """(ours, transformers') for each recorded row on a reply's way, transformers' at the last of its tokens: one
+    forward per finished reply (a causal model's logits at every position of it) covers the rows on its way. The rows
+    of draft tokens that were not kept lie on no reply's way: they are left out."""
     finished = [o.prompt_token_ids + list(c.token_ids) for o in outputs for c in o.outputs]
     logits = [reference(torch.tensor([tokens])).logits[0] for tokens in finished]
-    return [(ours, next(row for final, row in zip(finished, logits) if final[: len(tokens)] == tokens)[len(tokens) - 1])
-            for tokens, ours in seen]
+    pairs = []
+    for tokens, ours in seen:
+        row = next((row for final, row in zip(finished, logits) if final[: len(tokens)] == tokens), None)
+        if row is not None:
+            pairs.append((ours, row[len(tokens) - 1]))
+    return pairs
