@@ -2,7 +2,7 @@
 llama.cpp's `llama-server` and `localchat serve`, one after the other, in one run, on the same GGUF file.
 
     .venv/bin/python benchmarks/peers.py [--model PATH.gguf|embedded ...] [--cache-dir ~/.cache/localchat] [--busy]
-                                         [--quick] [--only localchat|llama.cpp]
+                                         [--quick] [--only localchat|llama.cpp] [--speculative-off]
 
 - llama-server (built by ../shared/bench/build-llama-cpp.sh) runs with the README's flags:
   `-t THREADS -np 32 -kvu -c 32768 --cache-reuse 256 --host 127.0.0.1 --port PORT` (THREADS: the CPU count).
@@ -11,7 +11,9 @@ llama.cpp's `llama-server` and `localchat serve`, one after the other, in one ru
   ~/.cache/localchat, the one a plain `localchat serve` uses) so the model is not converted again on every run; its
   KV disk tier is always its own. Its token is <home>/config/token.
 - Each server is started fresh for its run and stopped after it. `--busy` runs both once more with a process
-  spinning on one core (`while True: pass`), labelled `llama.cpp+busy` and `localchat+busy`.
+  spinning on one core (`while True: pass`), labelled `llama.cpp+busy` and `localchat+busy`. `--speculative-off`
+  also runs localchat with `--speculative off` (its own table): drafts from the conversation are on by default, and
+  a model whose text repeats itself (the synthetic file's random weights) keeps most of them.
 - Writes benchmarks/results/peers.json (peers-quick.json with --quick): every run of this invocation with the
   load, CPU, threads, commit, and both servers' versions and flags; prints the ratios localchat / llama.cpp as a
   markdown table with the targets.
@@ -41,6 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED_BENCH = REPO.parent / "shared" / "bench"
 RESULTS = Path(__file__).resolve().parent / "results"
 LLAMA_FLAGS = ["-np", "32", "-kvu", "-c", "32768", "--cache-reuse", "256"]  # the README's, besides -t and --port
+PLAIN = "localchat-speculative-off"  # the label of --speculative-off's run
 READY_TIMEOUT_S = 900  # a first localchat start with an empty cache converts the GGUF file
 
 
@@ -239,12 +242,14 @@ def run_llama(args, gguf: Path, label: str, work: Path) -> dict:
     return record
 
 
-def run_localchat(args, gguf: Path | None, label: str, work: Path) -> dict:
-    """`localchat serve` fresh with its defaults in a new LOCALCHAT_HOME, the harness against it, stopped."""
+def run_localchat(args, gguf: Path | None, label: str, work: Path, flags: tuple[str, ...] = ()) -> dict:
+    """`localchat serve` fresh with its defaults (and `flags`) in a new LOCALCHAT_HOME, the harness against it,
+    stopped."""
     port = free_port()
     root = Path(tempfile.mkdtemp(prefix=f"peers-{label.replace('+', '-')}-", dir=work))
     home = make_home(root, args.cache_dir)
-    command = [*localchat_command(), "serve", "--port", str(port)] + (["--model", str(gguf)] if gguf else [])
+    command = [*localchat_command(), "serve", "--port", str(port), *flags]
+    command += ["--model", str(gguf)] if gguf else []
     env = {**os.environ, "LOCALCHAT_HOME": str(home)}
     log_path = work / f"{label}.log"
     before = load()
@@ -354,8 +359,10 @@ def tables(runs: dict[str, dict], meta: dict) -> tuple[str, dict]:
                f"{meta['machine']['cpu']} ({meta['machine']['cpus']} CPUs, llama.cpp -t {meta['threads']}, torch "
                f"{meta['machine']['threads']} threads); load {start[0]:.2f} at the start, {end[0]:.2f} at the end"
                + (" (quick: smoke-test sizes, not figures)" if meta["quick"] else ""))
-    for suffix, title in (("", "quiet"), ("+busy", "one core busy with another process")):
-        lc, ll = runs.get("localchat" + suffix), runs.get("llama.cpp" + suffix)
+    for lc_label, ll_label, title in (("localchat", "llama.cpp", "quiet"),
+                                      (PLAIN, "llama.cpp", "quiet, localchat with --speculative off"),
+                                      ("localchat+busy", "llama.cpp+busy", "one core busy with another process")):
+        lc, ll = runs.get(lc_label), runs.get(ll_label)
         if lc is None and ll is None:
             continue
         rows = comparison_rows(lc, ll, bars_for(meta["gguf"]))
@@ -387,6 +394,9 @@ def parse_args() -> argparse.Namespace:
                         "llama-server -t 2 with one core taken decodes at about 1 tok/s)")
     p.add_argument("--quick", action="store_true", help="the harness's tiny sizes (smoke test; peers-quick.json)")
     p.add_argument("--only", choices=("localchat", "llama.cpp"), default=None, help="run one server only")
+    p.add_argument("--speculative-off", action="store_true",
+                   help=f"also run localchat with --speculative off (labelled {PLAIN}), quiet: a model whose text "
+                        "repeats itself (the synthetic file's random weights) keeps most drafts")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="llama-server -t (default: the CPU count)")
     p.add_argument("--llama-server", default=None, help="the llama-server binary (default: build-llama-cpp.sh's)")
     p.add_argument("--harness", type=Path, default=SHARED_BENCH / "peers.py", help="the shared harness")
@@ -458,15 +468,18 @@ def run_file(args, servers: list[str], model: Path | None, gguf: Path, work: Pat
                 label = server + ("+busy" if busy else "")
                 if spinner:
                     log(f"{label}: busy loop pid {spinner}")
-                try:
-                    if server == "llama.cpp":
-                        runs[label] = run_llama(args, gguf, label, work)
-                    else:
-                        runs[label] = run_localchat(args, model, label, work)
-                except (RuntimeError, TimeoutError, OSError, httpx.HTTPError) as error:
-                    log(f"{label}: {error}")
-                    runs[label] = {"label": label, "error": str(error)}
-                runs[label]["busy_loop"] = busy
+                labels = [label] + ([PLAIN] if server == "localchat" and not busy and args.speculative_off else [])
+                for label in labels:
+                    try:
+                        if server == "llama.cpp":
+                            runs[label] = run_llama(args, gguf, label, work)
+                        else:
+                            flags = ("--speculative", "off") if label == PLAIN else ()
+                            runs[label] = run_localchat(args, model, label, work, flags)
+                    except (RuntimeError, TimeoutError, OSError, httpx.HTTPError) as error:
+                        log(f"{label}: {error}")
+                        runs[label] = {"label": label, "error": str(error)}
+                    runs[label]["busy_loop"] = busy
     return runs
 
 
