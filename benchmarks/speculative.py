@@ -42,6 +42,7 @@ from peers import (
     machine_info,
     make_home,
     process,
+    tail,
     wait_ready,
 )
 
@@ -81,7 +82,14 @@ class Client:
         self.http = httpx.Client(base_url=url, headers=headers, timeout=httpx.Timeout(30, read=600))
 
     def chat(self, messages: list[dict], max_tokens: int, temperature: float, seed: int) -> dict:
-        """One /v1/chat/completions stream: its decode rate, tokens, text and the server's timings."""
+        """One /v1/chat/completions stream: its decode rate, tokens, text and the server's timings. A connection
+        the server closed while it was idle (llama-server's keep-alive) is opened again, once."""
+        try:
+            return self._chat(messages, max_tokens, temperature, seed)
+        except httpx.RemoteProtocolError:  # "Server disconnected without sending a response": nothing was sent
+            return self._chat(messages, max_tokens, temperature, seed)
+
+    def _chat(self, messages: list[dict], max_tokens: int, temperature: float, seed: int) -> dict:
         body = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature, "seed": seed,
                 "stream": True, "stream_options": {"include_usage": True}}
         started, first, last, text, usage, timings = time.perf_counter(), None, None, "", {}, {}
@@ -102,6 +110,21 @@ class Client:
         tokens = usage.get("completion_tokens") or 0
         return {"tokens": tokens, "ttft_s": first - started if first else None, "decode_tps": rate(tokens, first, last),
                 "text": text, "draft_tokens": timings.get("draft_n"), "accepted": timings.get("draft_n_accepted")}
+
+    def drafts(self) -> tuple[float, float]:
+        """localchat's /metrics: draft tokens scored and kept so far."""
+        values = {}
+        for line in self.http.get("/metrics").text.splitlines():
+            name, _, value = line.partition(" ")
+            values[name] = value
+        return (float(values["localchat_draft_tokens_total"]), float(values["localchat_accepted_draft_tokens_total"]))
+
+    def counted_chat(self, *args, **kwargs) -> dict:
+        """chat, with the draft tokens its request scored and kept (localchat: /metrics before and after)."""
+        before = self.drafts()
+        result = self.chat(*args, **kwargs)
+        after = self.drafts()
+        return {**result, "draft_tokens": int(after[0] - before[0]), "accepted": int(after[1] - before[1])}
 
     def conversation(self, settings: dict) -> str:
         response = self.http.post("/api/conversations", json={"settings": settings})
@@ -137,8 +160,9 @@ def workloads(client: Client, localchat: bool, max_tokens: int) -> dict:
     """Every workload on one server, in turn."""
     greedy = {"max_tokens": max_tokens, "temperature": 0.0}
     sampled = {"max_tokens": max_tokens, "temperature": 0.8}
-    results = {"code_edit": client.chat([{"role": "user", "content": CODE_EDIT}], seed=1, **greedy),
-               "restate": client.chat([{"role": "user", "content": RESTATE}], seed=1, **greedy)}
+    chat = client.counted_chat if localchat else client.chat
+    results = {"code_edit": chat([{"role": "user", "content": CODE_EDIT}], seed=1, **greedy),
+               "restate": chat([{"role": "user", "content": RESTATE}], seed=1, **greedy)}
     if localchat:  # the conversations API: regenerate and edit draft from the replies they replace
         cid = client.conversation({**sampled, "seed": 1})
         first = client.events(f"/api/conversations/{cid}/messages", {"content": EXPLAIN})
@@ -153,7 +177,7 @@ def workloads(client: Client, localchat: bool, max_tokens: int) -> dict:
         results["regenerate"] = client.chat([{"role": "user", "content": EXPLAIN}], seed=2, **sampled)
         client.chat([{"role": "user", "content": LIMERICK.format(name="Tom")}], seed=3, **sampled)
         results["edit"] = client.chat([{"role": "user", "content": LIMERICK.format(name="Tim")}], seed=3, **sampled)
-    results["story"] = client.chat([{"role": "user", "content": STORY}], seed=5, **sampled)
+    results["story"] = chat([{"role": "user", "content": STORY}], seed=5, **sampled)
     if localchat:
         results["chats32"] = concurrent_chats(client, 32)
     for result in results.values():
@@ -206,11 +230,15 @@ def run_llama(args, gguf: Path, spec_type: str, work: Path) -> dict:
                "--host", "127.0.0.1", "--port", str(port), "--spec-type", spec_type]
     log_path = work / f"llama-{spec_type}.log"
     before = load()
+    record = {"server": "llama.cpp", "spec_type": spec_type, "command": command}
     with process(command, log_path) as proc:
         log(" ".join(command))
-        wait_ready(f"http://127.0.0.1:{port}/health", proc, log_path, lambda r: r.status_code == 200)
-        record = {"server": "llama.cpp", "spec_type": spec_type, "command": command,
-                  "workloads": workloads(Client(f"http://127.0.0.1:{port}", None), False, args.max_tokens)}
+        try:
+            wait_ready(f"http://127.0.0.1:{port}/health", proc, log_path, lambda r: r.status_code == 200)
+            record["workloads"] = workloads(Client(f"http://127.0.0.1:{port}", None), False, args.max_tokens)
+        except (RuntimeError, TimeoutError, httpx.HTTPError) as error:  # a mode that fails is recorded as such
+            log(f"llama-server --spec-type {spec_type}: {error!r}")
+            record["error"] = f"{error!r}; log: {tail(log_path, 15)}"
     record["load_before"], record["load_after"] = before, load()
     return record
 
@@ -226,10 +254,11 @@ def table(model: str, runs: list[dict]) -> str:
 
     on = next(r for r in runs if r.get("speculative") == "on")
     off = next(r for r in runs if r.get("speculative") == "off")
-    llamas = [r for r in runs if r["server"] == "llama.cpp"]
+    llamas = [r for r in runs if r["server"] == "llama.cpp" and "workloads" in r]
     header = ["workload", "localchat on", "off", "on / off", "bar", "kept / drafted"]
     header += [f"llama {r['spec_type']}" for r in llamas] + ["on / llama best"]
     lines = [f"### {model}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    failed = [r["spec_type"] for r in runs if "error" in r]
     for workload in WORKLOADS:
         a, b = tps(on, workload), tps(off, workload)
         w = on["workloads"][workload]
@@ -241,6 +270,8 @@ def table(model: str, runs: list[dict]) -> str:
     a, b = on["workloads"]["chats32"]["output_tps"], off["workloads"]["chats32"]["output_tps"]
     lines.append(f"| chats32 output tok/s | {fmt(a)} | {fmt(b)} | {fmt(a / b, 'x')} | 1.00x | - |"
                  + " |" * (len(llamas) + 1))
+    if failed:
+        lines.append(f"\nllama-server failed with --spec-type {', '.join(failed)} (its log is in the JSON)")
     return "\n".join(lines)
 
 

@@ -185,9 +185,9 @@ class LLMEngine:
             kept.append(SamplerOutput(tokens[:n], sampled.logprobs[row : row + n]))
             row += len(tokens)
         for j in range(max((len(k.token_ids) for k in kept), default=0)):  # the kept tokens in turn, as plain steps
-            seqs = [seq for seq, k in zip(rows.seqs, kept) if len(k.token_ids) > j and not seq.is_finished]
-            taken = SamplerOutput([k.token_ids[j] for seq, k in zip(rows.seqs, kept) if seq in seqs],
-                                  [k.logprobs[j] for seq, k in zip(rows.seqs, kept) if seq in seqs])
+            taking = [(seq, k) for seq, k in zip(rows.seqs, kept) if len(k.token_ids) > j and not seq.is_finished]
+            seqs = [seq for seq, _ in taking]
+            taken = SamplerOutput([k.token_ids[j] for _, k in taking], [k.logprobs[j] for _, k in taking])
             stopped = self.output.add_tokens(seqs, taken)
             for request_id, error in self.scheduler.update(seqs, taken.token_ids, stopped).items():
                 self.output.fail(request_id, error)

@@ -104,10 +104,10 @@ class Scheduler:
         self.speculator.sources.clear()
 
     def schedule(self) -> ScheduledBatch:
-        """Decodes first (with their drafts, while the step's decode rows stay within STEP_ROWS), then chunks of
-        prefills, within one token budget (and, beside decodes, within what the pace allows). When blocks run out
-        the newest running sequence is preempted: its blocks are freed (kept as cache) and it waits to be
-        recomputed; a draft never preempts anything."""
+        """Decodes first, then chunks of prefills, within one token budget (and, beside decodes, within what the
+        pace allows); a step of decodes alone takes their drafts (_draft). When blocks run out the newest running
+        sequence is preempted: its blocks are freed (kept as cache) and it waits to be recomputed; a draft never
+        preempts anything."""
         budget = self.max_num_batched_tokens
         scheduled: dict[Sequence, int] = {}
         drafts: dict[Sequence, list[int]] = {}
@@ -116,15 +116,6 @@ class Scheduler:
         prefills = [s for s in self.running if s.num_uncomputed_tokens > 1]
         for seq in decodes:
             budget -= self._continue(seq, budget, scheduled)
-        room = STEP_ROWS - len(scheduled)
-        for seq in decodes:
-            if room > 0 and seq in scheduled and seq.num_siblings_pending == 0:
-                draft = self.speculator.propose(seq, min(room, budget), self.stop.max_model_len)
-                if draft and self.kv.allocate_slots(seq, 1 + len(draft)):
-                    drafts[seq] = draft
-                    scheduled[seq] += len(draft)
-                    budget -= len(draft)
-                    room -= len(draft)
         if scheduled:  # the prefills beside these decodes: a step short enough for their next tokens
             budget = min(budget, self.pace.prefill_budget() or budget)
         for seq in prefills:
@@ -146,11 +137,27 @@ class Scheduler:
             self.running.append(seq)
             scheduled[seq] = num_new
             budget -= num_new
+        if all(n == 1 for n in scheduled.values()):  # a step of decodes alone: drafts ride along where they fit
+            self._draft(decodes, scheduled, drafts, budget)
         seqs, num_new_tokens = list(scheduled), list(scheduled.values())
         seq_drafts = [drafts.get(seq, []) for seq in seqs]
         sample_rows = [i for i, (seq, n, draft) in enumerate(zip(seqs, num_new_tokens, seq_drafts))
                        if seq.num_computed_tokens + n == len(seq) + len(draft)]
         return ScheduledBatch(seqs, num_new_tokens, *self.kv.take_block_updates(), sample_rows, seq_drafts)
+
+    def _draft(self, decodes: list[Sequence], scheduled: dict[Sequence, int], drafts: dict[Sequence, list[int]],
+               budget: int) -> None:
+        """Drafts for a step of decodes alone, while its rows stay within STEP_ROWS (a step that prefills, or
+        has more rows, is compute-bound: a draft there costs what it saves)."""
+        room = STEP_ROWS - len(scheduled)
+        for seq in decodes:
+            if room > 0 and seq in scheduled and seq.num_siblings_pending == 0:
+                draft = self.speculator.propose(seq, min(room, budget), self.stop.max_model_len)
+                if draft and self.kv.allocate_slots(seq, 1 + len(draft)):
+                    drafts[seq] = draft
+                    scheduled[seq] += len(draft)
+                    budget -= len(draft)
+                    room -= len(draft)
 
     def _continue(self, seq: Sequence, budget: int, scheduled: dict[Sequence, int]) -> int:
         """Schedule a running sequence's next tokens within budget, preempting the newest others while blocks run
