@@ -19,7 +19,7 @@ def describe_stats(stats: ReplyStats) -> str:
     if stats.tokens_per_s is not None:
         parts.append(f"{stats.tokens_per_s:.1f} tok/s")
     if stats.draft_tokens:
-        parts.append(f"{stats.accepted_draft_tokens / stats.draft_tokens:.0%} drafts kept")
+        parts.append(f"drafts {stats.accepted_draft_tokens / stats.draft_tokens:.0%} kept")
     parts.append(f"{stats.completion_tokens} tokens")
     parts.append(f"prompt {stats.prompt_tokens} ({stats.cached_tokens} cached)")
     return " · ".join(parts)
