@@ -176,14 +176,7 @@ class LLMEngine:
             num_scored.append(len(scored))
         if logit_rows != list(range(len(logits))):  # a request's replies sample from its one row; a cut draft
             logits = logits[torch.tensor(logit_rows, device=logits.device)]
-        sampled = self.sampler(logits, sample_rows)
-        kept, row = [], 0
-        for draft, count in zip(rows.drafts, num_scored):  # a token per scored row while the draft's agree
-            tokens = sampled.token_ids[row : row + count]
-            n = next((j for j, (token, drafted) in enumerate(zip(tokens, draft)) if token != drafted),
-                     len(tokens) - 1) + 1
-            kept.append(SamplerOutput(tokens[:n], sampled.logprobs[row : row + n]))
-            row += len(tokens)
+        kept = self.speculator.kept(self.sampler(logits, sample_rows), rows.drafts, num_scored)
         for j in range(max((len(k.token_ids) for k in kept), default=0)):  # the kept tokens in turn, as plain steps
             taking = [(seq, k) for seq, k in zip(rows.seqs, kept) if len(k.token_ids) > j and not seq.is_finished]
             seqs = [seq for seq, _ in taking]

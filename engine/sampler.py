@@ -20,10 +20,10 @@ class SamplerOutput:
 class Sampler:
     """Penalties and grammars, then greedy or temperature / top-k / top-p / min-p sampling, for a batch.
 
-    Each row has `params`, `seed` (an int), `matcher` (a structured_output.Matcher or None), `prompt_token_ids`
-    and `output_token_ids`. A sampled row's randomness is one number keyed by its seed and the position of the
-    token it draws in its reply (uniform): not by the batch, nor by how many steps ran before, so a token is the
-    same whether it is drawn alone, batched, after a preemption or while checking a draft.
+    Each row has `params`, `seed` (an int), `matcher` (a structured_output.Matcher or None), `prompt_token_ids`,
+    `output_token_ids` and `num_output_tokens`. A sampled row's randomness is one number keyed by its seed and the
+    position of the token it draws in its reply (uniform): not by the batch, nor by how many steps ran before, so a
+    token is the same whether it is drawn alone, batched, after a preemption or while checking a draft.
     """
 
     @torch.inference_mode()  # as the model runner's: its logits are masked in place
@@ -92,7 +92,7 @@ def _sample(logits: torch.Tensor, rows: Sequence[Any]) -> torch.Tensor:
     params: list[SamplingParams] = [row.params for row in rows]
     device = logits.device
     logits = logits / _column([p.temperature for p in params], device)
-    u = torch.tensor([[uniform(row.seed, len(row.output_token_ids))] for row in rows], device=device)
+    u = torch.tensor([[uniform(row.seed, row.num_output_tokens)] for row in rows], device=device)
     tokens = torch.empty(len(rows), dtype=torch.long, device=device)
     whole = list(range(len(rows)))
     narrowed = [i for i, p in enumerate(params) if p.top_k or p.top_p < 1.0]

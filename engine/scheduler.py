@@ -20,6 +20,9 @@ class ScheduledBatch:
     sample_rows: list[int] = field(default_factory=list)  # the sequences whose last token is computed: sampled
     drafts: list[list[int]] = field(default_factory=list)  # per sequence: draft tokens scored after its own ones
 
+    def __post_init__(self) -> None:
+        self.drafts = self.drafts or [[] for _ in self.seqs]  # none given: no sequence drafts
+
     @property
     def num_tokens(self) -> int:
         return sum(self.num_new_tokens)
@@ -100,8 +103,7 @@ class Scheduler:
         """Forget every sequence (after a failed step; KVCacheManager.reset frees their blocks)."""
         self.waiting.clear()
         self.running.clear()
-        self.speculator.states.clear()
-        self.speculator.sources.clear()
+        self.speculator.clear()
 
     def schedule(self) -> ScheduledBatch:
         """Decodes first, then chunks of prefills, within one token budget (and, beside decodes, within what the

@@ -6,6 +6,7 @@ a token's logits do not depend on how its sequence is stepped), so speculation c
 
 from dataclasses import dataclass, field
 
+from localchat.engine.sampler import SamplerOutput
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.sequence import Sequence
 from localchat.engine.structured_output import GrammarFailed, Matcher
@@ -20,25 +21,25 @@ LONGEST_PAUSE = 32  # steps a reply waits to draft again after drafts kept missi
 
 class NgramIndex:
     """Where each n-gram of a token list last occurred: the position of the token after it (an n-gram is indexed
-    once that token is known, so a list's own ending is never its own match)."""
+    once that token is known, so a list's own ending is never its own match). The index reads the list it is given
+    (a reply's own token_ids, which grow in place) and catches up with it in update()."""
 
-    def __init__(self, tokens: list[int] | tuple[int, ...] = ()):
-        self.tokens: list[int] = []
+    def __init__(self, tokens: list[int]):
+        self.tokens = tokens
         self.after: dict[tuple[int, ...], int] = {}
-        self.extend(tokens)
+        self.indexed = 0  # positions whose n-grams before them are in `after`
+        self.update()
 
-    def extend(self, tokens: list[int] | tuple[int, ...]) -> None:
-        own, after = self.tokens, self.after
-        for token in tokens:
-            end = len(own)
+    def update(self) -> None:
+        tokens, after = self.tokens, self.after
+        for end in range(self.indexed, len(tokens)):
             for n in range(SHORTEST_MATCH, min(LONGEST_MATCH, end) + 1):
-                after[tuple(own[end - n : end])] = end
-            own.append(token)
+                after[tuple(tokens[end - n : end])] = end
+        self.indexed = len(tokens)
 
-    def copy(self) -> "NgramIndex":
-        index = NgramIndex()
-        index.tokens, index.after = list(self.tokens), dict(self.after)
-        return index
+    def extend(self, tokens: list[int]) -> None:
+        self.tokens.extend(tokens)
+        self.update()
 
     def continuation(self, suffix: tuple[int, ...], length: int, periodic: bool = False) -> list[int]:
         """Up to `length` tokens that followed `suffix`'s last occurrence; [] if it never occurred. periodic: for
@@ -47,7 +48,7 @@ class NgramIndex:
         start = self.after.get(suffix)
         if start is None:
             return []
-        tail = self.tokens[start:]
+        tail = self.tokens[start : start + length]
         if periodic and len(tail) < length:
             tail = tail * -(-length // len(tail))
         return tail[:length]
@@ -66,17 +67,37 @@ class DraftState:
 
 @dataclass
 class DraftRow:
-    """What the sampler sees at one drafted position: the reply as if the draft before it were kept."""
+    """What the sampler sees at one drafted position: the reply `seq` as if the draft tokens before it (`kept`)
+    were kept, with its grammar (`matcher`) advanced over them. Its token lists are made only when asked for (the
+    penalties): a row's draw needs only its position."""
 
-    params: SamplingParams
-    seed: int
+    seq: Sequence
+    kept: list[int]
     matcher: Matcher | None
-    prompt_token_ids: list[int]
-    output_token_ids: list[int]
+
+    @property
+    def params(self) -> SamplingParams:
+        return self.seq.params
+
+    @property
+    def seed(self) -> int:
+        return self.seq.seed
+
+    @property
+    def num_output_tokens(self) -> int:
+        return self.seq.num_output_tokens + len(self.kept)
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return self.seq.prompt_token_ids
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.seq.output_token_ids + self.kept
 
     @property
     def token_ids(self) -> list[int]:
-        return self.prompt_token_ids + self.output_token_ids
+        return self.seq.token_ids + self.kept
 
 
 @dataclass
@@ -96,7 +117,12 @@ class Speculator:
 
     def add_sources(self, request_id: str, sources: list[list[int]]) -> None:
         if self.enabled and sources:
-            self.sources[request_id] = [NgramIndex(tokens) for tokens in sources]
+            self.sources[request_id] = [NgramIndex(list(tokens)) for tokens in sources]
+
+    def clear(self) -> None:
+        """Forget every reply (after a failed step)."""
+        self.states.clear()
+        self.sources.clear()
 
     def forget(self, seq: Sequence) -> None:
         """seq is finished: drop its state (and its request's sources with its last reply)."""
@@ -113,7 +139,7 @@ class Speculator:
         if state is None:
             state = self.states[seq] = DraftState(NgramIndex(seq.token_ids))
         else:
-            state.index.extend(seq.token_ids[len(state.index.tokens) :])
+            state.index.update()
         if state.wait:
             state.wait -= 1
             return []
@@ -121,7 +147,7 @@ class Speculator:
         length = min(state.length, room, left)
         if length < 1:
             return []
-        tokens = state.index.tokens
+        tokens = seq.token_ids
         sources = self.sources.get(seq.request_id, ())
         for n in range(min(LONGEST_MATCH, len(tokens)), SHORTEST_MATCH - 1, -1):
             suffix = tuple(tokens[-n:])
@@ -137,7 +163,7 @@ class Speculator:
         its grammar advanced over them. Cut where the grammar refuses a draft token or ends with it (no row after
         it could be kept)."""
         rows: list[DraftRow | Sequence] = [seq]
-        matcher, output = seq.matcher, seq.output_token_ids
+        matcher = seq.matcher
         for j, token in enumerate(draft):
             if matcher is not None:
                 matcher = matcher.copy()
@@ -146,8 +172,21 @@ class Speculator:
                         break
                 except GrammarFailed:
                     break
-            rows.append(DraftRow(seq.params, seq.seed, matcher, seq.prompt_token_ids, output + draft[: j + 1]))
+            rows.append(DraftRow(seq, draft[: j + 1], matcher))
         return rows
+
+    @staticmethod
+    def kept(sampled: SamplerOutput, drafts: list[list[int]], num_scored: list[int]) -> list[SamplerOutput]:
+        """Each reply's tokens from a step's samples, whose rows are `num_scored` per reply (rows()): one per row
+        while the row before it drew its draft token, so the draft kept and the token drawn where it stopped
+        agreeing; a reply without a draft has its one row."""
+        kept, row = [], 0
+        for draft, count in zip(drafts, num_scored):
+            tokens = sampled.token_ids[row : row + count]
+            n = next((j for j, (token, drafted) in enumerate(zip(tokens, draft)) if token != drafted), count - 1) + 1
+            kept.append(SamplerOutput(tokens[:n], sampled.logprobs[row : row + n]))
+            row += count
+        return kept
 
     def settle(self, seq: Sequence, drafted: int, kept: int) -> None:
         """seq's draft of `drafted` tokens was scored and `kept` of them kept: its next draft is longer after a

@@ -229,8 +229,7 @@ class PartialReply:
         self.token_ids += out.token_ids
         self.num_tokens += len(out.token_ids) or int(bool(out.text))
         self.finish_reason = out.finish_reason or self.finish_reason
-        self.draft_tokens = max(self.draft_tokens, out.num_draft_tokens)
-        self.accepted_draft_tokens = max(self.accepted_draft_tokens, out.num_accepted_tokens)
+        self.draft_tokens, self.accepted_draft_tokens = out.num_draft_tokens, out.num_accepted_tokens
 
 
 class Replies:

@@ -142,7 +142,7 @@ class EmbeddedBackend:
         """The request is in the engine's queue when this returns: an abort that follows always finds it.
         draft_sources: texts the replies may repeat (the replies a regenerate or an edit replaces), for drafts."""
         llm = self.ensure_ready()
-        sources = [await asyncio.to_thread(llm.tokenize, text) for text in draft_sources]
+        sources = await asyncio.to_thread(lambda: [llm.tokenize(text) for text in draft_sources])
         try:
             deltas = await llm.add_request(prompt, params, request_id, sources)
         except ValueError as error:

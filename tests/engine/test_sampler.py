@@ -29,6 +29,10 @@ class Row:
     output_token_ids: list[int] = field(default_factory=list)
     matcher: Any = None
 
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
 
 def seeded(seed: int, device: str = "cpu") -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
