@@ -12,16 +12,19 @@ Workloads (one stream each, timed from its first token to its last):
 - edit: a limerick asked for, then the message edited (a name changed) and resent with the same seed (localchat:
   an edit, a sibling user message);
 - story: free story writing at temperature 0.8;
-- chats32 (localchat only): 32 concurrent chats of 64 tokens, output tok/s.
+- chats32 (localchat only): 32 concurrent chats of 64 tokens, output tok/s (`--ab-chats REPS` runs only this, on
+  two servers side by side in alternating order, for a figure less at the mercy of one run's noise).
 Each server starts fresh for its run. The decode rate is (tokens - 1) / (last token - first token), as the client
 sees it; acceptance and draft tokens come from localchat's reply stats, and from llama-server's `timings` where it
 reports them. Writes benchmarks/results/speculative.json and prints the ratios.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -205,23 +208,42 @@ def concurrent_chats(client: Client, count: int) -> dict:
     return {"tokens": tokens, "output_tps": tokens / seconds, "seconds": seconds}
 
 
-def run_localchat(args, gguf: Path | None, speculative: str, work: Path) -> dict:
+@contextlib.contextmanager
+def localchat_server(args, gguf: Path | None, speculative: str, work: Path):
+    """`localchat serve --speculative ...` started fresh in its own home: (a client of it, its command)."""
     port = free_port()
     root = Path(tempfile.mkdtemp(prefix=f"spec-{speculative}-", dir=work))
     home = make_home(root, args.cache_dir)
     command = [*localchat_command(), "serve", "--port", str(port), "--speculative", speculative]
     command += ["--model", str(gguf)] if gguf else []
     log_path = work / f"localchat-{speculative}.log"
-    before = load()
     with process(command, log_path, {**os.environ, "LOCALCHAT_HOME": str(home)}) as proc:
         log(" ".join(command))
         wait_ready(f"http://127.0.0.1:{port}/health", proc, log_path, localchat_ready)
-        client = Client(f"http://127.0.0.1:{port}", (home / "config" / "token").read_text().strip())
+        yield Client(f"http://127.0.0.1:{port}", (home / "config" / "token").read_text().strip()), command
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def run_localchat(args, gguf: Path | None, speculative: str, work: Path) -> dict:
+    before = load()
+    with localchat_server(args, gguf, speculative, work) as (client, command):
         record = {"server": "localchat", "speculative": speculative, "command": command,
                   "workloads": workloads(client, True, args.max_tokens)}
-    shutil.rmtree(root, ignore_errors=True)
     record["load_before"], record["load_after"] = before, load()
     return record
+
+
+def ab_chats(args, gguf: Path | None, work: Path) -> dict:
+    """32 concurrent chats against two servers running side by side, speculation on and off, in alternating
+    order (on, off, then off, on, ...) args.ab_chats times each: output tok/s of every run, and the medians."""
+    with localchat_server(args, gguf, "on", work) as (on, _), localchat_server(args, gguf, "off", work) as (off, _):
+        clients, runs = {"on": on, "off": off}, {"on": [], "off": []}
+        for rep in range(args.ab_chats):
+            for name in ("on", "off") if rep % 2 == 0 else ("off", "on"):
+                runs[name].append(round(concurrent_chats(clients[name], 32)["output_tps"], 1))
+                log(f"32 chats, speculation {name}: {runs[name][-1]} tok/s")
+    medians = {name: statistics.median(values) for name, values in runs.items()}
+    return {"runs": runs, "medians": medians, "on_over_off": medians["on"] / medians["off"]}
 
 
 def run_llama(args, gguf: Path, spec_type: str, work: Path) -> dict:
@@ -287,7 +309,18 @@ def main() -> int:
     parser.add_argument("--llama-spec", default=",".join(SPEC_TYPES), help="llama-server --spec-type values to run")
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--ab-chats", type=int, default=0, metavar="REPS",
+                        help="instead: only 32 concurrent chats, two servers (on, off) side by side, REPS runs each "
+                             "in alternating order (benchmarks/results/speculative-ab.json)")
     args = parser.parse_args()
+    if args.ab_chats:
+        with tempfile.TemporaryDirectory(prefix="speculative-") as tmp:
+            ab = {model: ab_chats(args, None if model == "embedded" else Path(model), Path(tmp))
+                  for model in args.model or ["embedded"]}
+        print(json.dumps(ab, indent=1))
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "speculative-ab.json").write_text(json.dumps({"machine": machine_info(), "ab": ab}, indent=1))
+        return 0
     args.llama_server = llama_server_path(args.llama_server)
     meta = {"machine": machine_info(), "load_start": load(), "max_tokens": args.max_tokens}
     results, tables = {}, []
