@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--speculative", choices=SPECULATIVE, default=None,
                        help="on (default): draft tokens from the chat itself (the prompt, the reply so far, the "
                             "replies it regenerates) and check them in one step; the same replies, fewer steps")
+    serve.add_argument("--thinking-token-budget", type=int, default=None,
+                       help="a thinking model thinks at most this many tokens, then answers (default: no limit; a "
+                            "request or a conversation may set its own)")
     web = commands.add_parser("web", help="open the web UI in a browser through a one-time login URL")
     web.add_argument("--print", action="store_true", help="only print the one-time URL")
     chat = commands.add_parser("chat", help="ask one question and print the reply (nothing is stored)",
@@ -128,7 +131,8 @@ def serve(args) -> int:
     config = ServerConfig.from_env(host=args.host, port=args.port, model=args.model, engine_url=args.engine_url,
                                    engine_model=args.engine_model, kv_blocks=args.kv_blocks,
                                    max_model_len=args.max_model_len, quantization=args.quantization,
-                                   kv_disk_gb=args.kv_disk_gb, speculative=args.speculative)
+                                   kv_disk_gb=args.kv_disk_gb, speculative=args.speculative,
+                                   thinking_token_budget=args.thinking_token_budget)
     if not is_loopback(config.host):
         print(f"localchat: listening on {config.host}: reachable from other machines (token required)",
               file=sys.stderr)

@@ -54,9 +54,10 @@ class AsyncLLM:
     def tokenize(self, prompt: str | list[int]) -> list[int]:
         return self.engine.tokenize(prompt)
 
-    def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+    def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
+                            variables: dict | None = None) -> list[int]:
         """The chat's prompt token ids, with the tools for a template that renders them (LLMEngine's)."""
-        return self.engine.apply_chat_template(messages, tools)
+        return self.engine.apply_chat_template(messages, tools, variables)
 
     def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
         """LLMEngine.check_request: a clear ValueError for a request the engine cannot run (its grammar is compiled
@@ -116,6 +117,11 @@ class AsyncLLM:
     async def abort(self, request_id: str) -> None:
         """Stop a request; its stream ends with finish_reason "abort" and its KV blocks are freed."""
         self._send(("abort", request_id))
+
+    async def end_thinking(self, request_id: str) -> bool:
+        """The request's replies close their thinking now and go on with their answers (LLMEngine.end_thinking,
+        between two steps); False if it has none to close."""
+        return await self._between_steps(lambda: self.engine.end_thinking(request_id))
 
     async def stats(self) -> dict[str, int | float]:
         """A snapshot taken by the engine thread between two steps (the pool is never read mid-step)."""

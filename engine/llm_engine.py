@@ -22,6 +22,7 @@ from localchat.engine.model_runner import ModelRunner
 from localchat.engine.models import head_dim
 from localchat.engine.output_processor import OutputProcessor, RequestState
 from localchat.engine.outputs import RequestOutput
+from localchat.engine.reasoning import PROMPT_TAIL_TOKENS, Phase, find_markers
 from localchat.engine.sampler import Sampler, SamplerOutput
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.scheduler import Scheduler, StepPace, StopRules
@@ -94,7 +95,8 @@ class LLMEngine:
                                    StopRules(frozenset(eos_token_ids), self.max_model_len), self.speculator)
         self.sampler = Sampler()
         self.cpu_threads = CPUThreads(config.cpu_threads) if self.device.type == "cpu" else None
-        self.output = OutputProcessor(self.tokenizer)
+        self.reasoning_markers = find_markers(self.tokenizer)  # a thinking model's <think> and </think>
+        self.output = OutputProcessor(self.tokenizer, self.reasoning_markers)
         self.grammars = Grammars(self.tokenizer, model_config.vocab_size, eos_token_ids)
         self._request_ids = itertools.count()
         release_freed_memory()  # what a first start's conversion of the weights dropped
@@ -109,9 +111,12 @@ class LLMEngine:
             return self.tokenizer.encode(prompt, add_special_tokens=False)
         return list(prompt)
 
-    def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
-        """The prompt's token ids, with the function tools (OpenAI's shape) for a template that renders them."""
-        ids = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True)
+    def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
+                            variables: dict | None = None) -> list[int]:
+        """The prompt's token ids, with the function tools (OpenAI's shape) for a template that renders them, and
+        values of the template's own variables (chat_template_kwargs: enable_thinking, ...)."""
+        ids = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True,
+                                                 **(variables or {}))
         return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 
     def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
@@ -145,12 +150,27 @@ class LLMEngine:
             matcher = self.grammars.matcher(params.structured)
         seq = Sequence(request_id, 0, list(prompt_token_ids), len(prompt_token_ids), params,
                        reply_seed(params, 0), matcher, num_siblings_pending=params.n - 1, max_tokens=max_tokens)
+        phase = self._first_phase(prompt_token_ids, params)
+        if phase not in (None, Phase.ANSWER):  # the grammar waits for the answer: the thinking is free
+            seq.matcher, seq.answer_matcher = None, seq.matcher
         self.kv.hash_blocks(seq)
         self.speculator.add_sources(request_id, draft_sources or [])
-        self.output.add(RequestState(request_id, prompt_token_ids, params))
+        self.output.add(RequestState(request_id, prompt_token_ids, params, first_phase=phase))
         self.output.track(seq)
         self.scheduler.add(seq)
         return request_id
+
+    def _first_phase(self, prompt_token_ids: list[int], params: SamplingParams) -> Phase | None:
+        """Where a thinking model's replies start after this prompt (reasoning.py); None: nothing to take apart."""
+        if self.reasoning_markers is None or not params.separate_reasoning:
+            return None
+        tail = self.tokenizer.decode(prompt_token_ids[-PROMPT_TAIL_TOKENS:], skip_special_tokens=False)
+        return self.reasoning_markers.phase_after(tail)
+
+    def end_thinking(self, request_id: str) -> bool:
+        """A request's replies close their thinking now (the engine writes the closing marker at each one's next
+        token) and go on with their answers; False for a request with no thinking to close."""
+        return self.output.end_thinking(request_id)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
@@ -177,17 +197,22 @@ class LLMEngine:
         if logit_rows != list(range(len(logits))):  # a request's replies sample from its one row; a cut draft
             logits = logits[torch.tensor(logit_rows, device=logits.device)]
         kept = self.speculator.kept(self.sampler(logits, sample_rows), rows.drafts, num_scored)
+        forced = [self.output.forced_tokens(seq) for seq in rows.seqs]  # in place of what was sampled
+        kept = [SamplerOutput(list(f), [None] * len(f)) if f else k for k, f in zip(kept, forced)]
         for j in range(max((len(k.token_ids) for k in kept), default=0)):  # the kept tokens in turn, as plain steps
-            taking = [(seq, k) for seq, k in zip(rows.seqs, kept) if len(k.token_ids) > j and not seq.is_finished]
-            seqs = [seq for seq, _ in taking]
-            taken = SamplerOutput([k.token_ids[j] for _, k in taking], [k.logprobs[j] for _, k in taking])
-            stopped = self.output.add_tokens(seqs, taken)
+            taking = [(i, seq, k) for i, (seq, k) in enumerate(zip(rows.seqs, kept))
+                      if len(k.token_ids) > j and not seq.is_finished]
+            seqs = [seq for _, seq, _ in taking]
+            taken = SamplerOutput([k.token_ids[j] for _, _, k in taking], [k.logprobs[j] for _, _, k in taking])
+            stopped = self.output.add_tokens(seqs, taken, [bool(forced[i]) for i, _, _ in taking])
             for request_id, error in self.scheduler.update(seqs, taken.token_ids, stopped).items():
                 self.output.fail(request_id, error)
                 self._end(request_id)
-        for seq, draft, k in zip(rows.seqs, rows.drafts, kept):
+        for seq, draft, k, f in zip(rows.seqs, rows.drafts, kept, forced):
             if draft:
-                self.scheduler.settle(seq, draft, len(k.token_ids) - 1)
+                self.scheduler.settle(seq, draft, 0 if f else len(k.token_ids) - 1)
+            if seq.answer_matcher is not None and not seq.is_finished and self.output.answering(seq):
+                seq.matcher, seq.answer_matcher = seq.answer_matcher, None  # the answer begins: so does its grammar
         self.pace.observe(batch, time.perf_counter() - started)
         return self.output.deltas(rows.seqs)
 

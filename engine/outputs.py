@@ -21,13 +21,15 @@ class TokenLogprob:
 @dataclass
 class CompletionOutput:
     index: int
-    text: str = ""
-    token_ids: list[int] = field(default_factory=list)
+    text: str = ""  # a thinking model's answer only
+    token_ids: list[int] = field(default_factory=list)  # every token, the thinking's too
     finish_reason: str | None = None  # "stop", "length" or "abort"
     logprobs: list[TokenLogprob] | None = None
     # speculative decoding, the reply's totals so far: draft tokens scored, and of them kept
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+    reasoning: str = ""  # a thinking model's thinking, apart from its answer (reasoning.py)
+    num_reasoning_tokens: int = 0  # the reply's total so far
 
 
 @dataclass
@@ -49,6 +51,8 @@ class RequestOutput:
                 if part.logprobs is not None:
                     whole.logprobs = []
             whole.text += part.text
+            whole.reasoning += part.reasoning
+            whole.num_reasoning_tokens = part.num_reasoning_tokens
             whole.token_ids += part.token_ids
             if part.logprobs is not None:
                 whole.logprobs += part.logprobs

@@ -15,6 +15,7 @@ LIMITS: dict[str, tuple[float, float | None]] = {
     "max_tokens": (1, None),
     "logprobs": (0, 20),
     "seed": (-(2**63), 2**64 - 1),  # any signed or unsigned 64-bit value
+    "thinking_token_budget": (0, None),  # tokens of a reply's thinking; 0: it answers at once
 }
 MIN_TEMPERATURE = 0.01  # below it (and above 0, which is greedy) the logits overflow: refused
 MAX_STOP_STRINGS = 16

@@ -24,6 +24,11 @@ class SamplingParams:
     logprobs: int | None = None  # number of top alternatives per sampled token
     skip_special_tokens: bool = True
     structured: StructuredOutput | None = None  # a grammar the reply must match: JSON, a JSON Schema, tool calls
+    # a thinking model's reply (reasoning.py): its thinking apart from its text (CompletionOutput.reasoning), at most
+    # this many tokens of it before the engine closes it (None: no limit); a grammar then constrains the answer only.
+    # separate_reasoning False: the text as the model wrote it, markers and all (a completion)
+    separate_reasoning: bool = True
+    thinking_token_budget: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

@@ -153,7 +153,9 @@ class Scheduler:
         has more rows, is compute-bound: a draft there costs what it saves)."""
         room = STEP_ROWS - len(scheduled)
         for seq in decodes:
-            if room > 0 and seq in scheduled and seq.num_siblings_pending == 0:
+            # not while a grammar waits for the reply's thinking to end: a draft's tokens past the closing marker
+            # would not be checked by it
+            if room > 0 and seq in scheduled and seq.num_siblings_pending == 0 and seq.answer_matcher is None:
                 draft = self.speculator.propose(seq, min(room, budget), self.stop.max_model_len)
                 if draft and self.kv.allocate_slots(seq, 1 + len(draft)):
                     drafts[seq] = draft

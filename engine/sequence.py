@@ -28,6 +28,7 @@ class Sequence:
     # the reply's sampling randomness (sampler.uniform): the request's seed for this reply, or a random one
     seed: int = field(default_factory=lambda: random.getrandbits(64))
     matcher: Matcher | None = None  # the reply's place in its grammar (params.structured), until it finishes
+    answer_matcher: Matcher | None = None  # or, while a thinking model's reply thinks: its grammar, from the answer on
     seq_id: int = field(default_factory=lambda: next(_seq_ids))
     status: SequenceStatus = SequenceStatus.WAITING
     # block_table and num_computed_tokens are written by the KVCacheManager alone
@@ -77,6 +78,7 @@ class Sequence:
             params=self.params,
             seed=reply_seed(self.params, index),
             matcher=self.matcher.copy() if self.matcher is not None else None,
+            answer_matcher=self.answer_matcher.copy() if self.answer_matcher is not None else None,
             status=self.status,
             num_computed_tokens=self.num_computed_tokens,
             num_cached_tokens=self.num_cached_tokens,

@@ -58,6 +58,19 @@ def two_model_server(tmp_path_factory) -> Iterator:
         yield process
 
 
+@pytest.fixture(scope="session")
+def thinking_server(tmp_path_factory) -> Iterator:
+    """A `localchat serve --model tiny-r1-thinking` of its own: a tiny thinking model whose replies start inside their
+    thinking (support.thinking_model_dir); its folder also holds tiny-qwen3-thinking, to switch to."""
+    from support import R1_THINKING, running_server, thinking_model_dir
+
+    models = thinking_model_dir(Path(os.environ["LOCALCHAT_HOME"]) / "cache" / "test-references" / "thinking")
+    with running_server(tmp_path_factory.mktemp("thinking-home"), kv_blocks=256,
+                        args=["--model", str(models / R1_THINKING)], env={"LOCALCHAT_MODEL_DIRS": str(models)}
+                        ) as process:
+        yield process
+
+
 @pytest.fixture
 def api(server) -> httpx.Client:
     """An authorized HTTP client of the shared `server`."""

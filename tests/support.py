@@ -215,3 +215,48 @@ def second_model_dir(root: Path) -> Path:
         if (hermes / "chat_template.jinja").read_text() != template:  # new, or the test's template changed
             (hermes / "chat_template.jinja").write_text(template)
     return root
+
+
+QWEN3_THINKING, R1_THINKING = "tiny-qwen3-thinking", "tiny-r1-thinking"
+
+
+def thinking_model_dir(root: Path) -> Path:
+    """A folder for $LOCALCHAT_MODEL_DIRS (or --model) holding two tiny thinking models, random weights (seeded) and
+    the embedded model's tokenizer, each with a test template of one of the two common shapes (tests/data):
+    `tiny-qwen3-thinking`, whose tokenizer has <think> and </think> as special tokens (its model has two more rows),
+    and `tiny-r1-thinking` (tiny-llama's weights), whose template opens the block in the generation prompt and
+    whose markers are plain text. Built once per test session; a template edited in tests/data is written again."""
+    import fcntl
+
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        qwen3 = root / QWEN3_THINKING
+        if not (qwen3 / "model.safetensors").is_file():
+            import torch
+            from transformers import LlamaConfig, LlamaForCausalLM
+
+            from localchat.engine.loader import resolve_model
+
+            tokenizer = resolve_model(None).tokenizer
+            tokenizer.add_tokens(["<think>", "</think>"], special_tokens=True)
+            torch.manual_seed(1)
+            config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 max_position_embeddings=2048, tie_word_embeddings=True,
+                                 bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+            tmp = root / f".{QWEN3_THINKING}-{os.getpid()}"
+            tokenizer.save_pretrained(tmp)
+            LlamaForCausalLM(config).save_pretrained(tmp)
+            tmp.rename(qwen3)
+        r1 = root / R1_THINKING
+        if not r1.is_dir():
+            tmp = root / f".{R1_THINKING}-{os.getpid()}"
+            shutil.copytree(second_model_dir(root.parent / "second-model") / SECOND_MODEL_NAME, tmp)
+            tmp.rename(r1)
+        for folder, name in ((qwen3, "qwen3_thinking.jinja"), (r1, "r1_thinking.jinja")):
+            template = (Path(__file__).parent / "data" / name).read_text()
+            if not (folder / "chat_template.jinja").is_file() or \
+                    (folder / "chat_template.jinja").read_text() != template:
+                (folder / "chat_template.jinja").write_text(template)
+    return root

@@ -22,6 +22,7 @@ from localchat.app.protocol.conversations import (
     ConversationTree,
     ConversationUpdate,
     EditMessage,
+    EndThinkingResult,
     Regenerate,
     SamplingSettings,
     SearchHit,
@@ -170,6 +171,11 @@ class EngineClient:
     async def stop(self, conversation_id: str, message_id: str | None = None) -> StopResult:
         return await self._call("POST", f"/api/conversations/{conversation_id}/stop",
                                 StopRequest(message_id=message_id), kind=StopResult)
+
+    async def end_thinking(self, conversation_id: str, message_id: str | None = None) -> EndThinkingResult:
+        """The running replies (or the one `message_id`) close their thinking now and go on with their answer."""
+        return await self._call("POST", f"/api/conversations/{conversation_id}/end-thinking",
+                                StopRequest(message_id=message_id), kind=EndThinkingResult)
 
     async def export(self, conversation_id: str, format: str = "markdown", leaf: str | None = None) -> str:
         params = {"format": format} | ({"leaf": leaf} if leaf else {})

@@ -18,6 +18,7 @@ from localchat.app.protocol.limits import (
     StopStrings,
     Temperature,
     Text,
+    ThinkingBudget,
     TopK,
     TopP,
 )
@@ -40,6 +41,11 @@ class SamplingSettings(Struct, kw_only=True, forbid_unknown_fields=True):
     json_mode: bool = False  # every reply is a JSON object (grammar-constrained)
     tools: list[Tool] = msgspec.field(default_factory=list)  # functions the model may call (OpenAI's shape)
     tool_choice: Literal["auto", "required", "none"] = "auto"  # "required": every reply is one tool call
+    # thinking models (Health.thinking): whether the reply thinks first (the template's enable_thinking), and at
+    # most how many tokens it thinks before the engine closes the thinking and the answer follows (None: the
+    # server's default, serve.toml's thinking_token_budget; no limit if it has none)
+    enable_thinking: bool = True
+    thinking_token_budget: ThinkingBudget | None = None
 
 
 class Conversation(Struct, kw_only=True):
@@ -77,6 +83,9 @@ class ReplyStats(Struct, kw_only=True):
     # speculative decoding: draft tokens scored for this reply, and of them kept (acceptance: their ratio)
     draft_tokens: int = 0
     accepted_draft_tokens: int = 0
+    # thinking models: the reply's tokens of reasoning (counted in completion_tokens too), and how long it thought
+    reasoning_tokens: int = 0
+    thinking_s: float | None = None
 
 
 class Message(Struct, kw_only=True, omit_defaults=True):
@@ -84,7 +93,8 @@ class Message(Struct, kw_only=True, omit_defaults=True):
     conversation_id: str
     parent_id: str | None
     role: Literal["user", "assistant", "tool"]
-    content: str  # an assistant's text without its tool calls; a tool message: the result
+    content: str  # an assistant's text without its tool calls (its answer); a tool message: the result
+    reasoning_content: str | None = None  # an assistant's thinking, apart from its answer (thinking models)
     created_at: float
     num_tokens: int = 0
     # assistant: "stop", "length", "abort" (stopped), "interrupted" (the engine died while writing it), or None
@@ -133,6 +143,10 @@ class StopResult(Struct):
     stopped: list[str]  # assistant message ids that were running
 
 
+class EndThinkingResult(Struct):
+    ended: list[str]  # assistant message ids that were running: each closes its thinking now and answers
+
+
 class SearchHit(Struct):
     conversation_id: str
     conversation_title: str
@@ -159,7 +173,9 @@ class StartEvent(Struct, tag="start", tag_field="type"):
 class DeltaEvent(Struct, tag="delta", tag_field="type"):
     message_id: str
     index: int
-    text: str
+    text: str  # new text of the answer
+    reasoning: str = ""  # new text of the thinking (thinking models), which comes before the answer
+    reasoning_tokens: int = 0  # the reply's tokens of thinking so far
 
 
 class DoneEvent(Struct, tag="done", tag_field="type"):

@@ -34,6 +34,7 @@ FrequencyPenalty = Annotated[float, limited("frequency_penalty")]
 MaxTokens = Annotated[int, limited("max_tokens")]
 Seed = Annotated[int, limited("seed")]
 Logprobs = Annotated[int, limited("logprobs")]
+ThinkingBudget = Annotated[int, limited("thinking_token_budget")]
 StopString = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_STOP_LENGTH)]
 StopStrings = Annotated[list[StopString], msgspec.Meta(max_length=MAX_STOP_STRINGS)]
 

@@ -1,7 +1,7 @@
 """The OpenAI-compatible shapes under /v1: chat completions and completions (whole and streamed), the tools a
 reply may call, and the model list."""
 
-from typing import Literal
+from typing import Any, Literal
 
 from msgspec import Struct
 
@@ -17,6 +17,7 @@ from localchat.app.protocol.limits import (
     StopString,
     StopStrings,
     Temperature,
+    ThinkingBudget,
     TopK,
     TopP,
 )
@@ -44,6 +45,7 @@ class ChatMessageIn(Struct, forbid_unknown_fields=True):
     name: str | None = None
     tool_calls: list[ToolCall] | None = None  # an assistant's calls
     tool_call_id: str | None = None  # a tool message: the call it answers
+    reasoning_content: str | None = None  # an assistant's thinking, sent back (the template decides what it keeps)
     refusal: None = None  # sent back with an assistant message by some clients; localchat never refuses
 
     def text(self) -> str:
@@ -133,6 +135,12 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
+    # thinking models: values of the chat template's own variables (enable_thinking, ...), as vLLM and llama.cpp
+    # take them; OpenAI's reasoning_effort, given to the template's variable of that name where it has one ("none":
+    # enable_thinking false where it has that one instead); vLLM's thinking_token_budget
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    thinking_token_budget: ThinkingBudget | None = None
 
 
 class CompletionRequest(SamplingFields, kw_only=True):
@@ -145,11 +153,16 @@ class PromptTokensDetails(Struct):
     cached_tokens: int = 0
 
 
-class Usage(Struct):
+class CompletionTokensDetails(Struct):
+    reasoning_tokens: int = 0  # of completion_tokens, a thinking model's thinking (OpenAI's and vLLM's field)
+
+
+class Usage(Struct, kw_only=True):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails
+    completion_tokens_details: CompletionTokensDetails | None = None
 
 
 class TopLogprob(Struct):
@@ -169,9 +182,10 @@ class ChoiceLogprobs(Struct):
     content: list[TokenLogprobOut]
 
 
-class AssistantMessage(Struct):
-    role: str = "assistant"
-    content: str | None = ""  # None when the reply is tool calls only
+class AssistantMessage(Struct, omit_defaults=True):
+    role: Literal["assistant"]
+    content: str | None  # None when the reply is tool calls only
+    reasoning_content: str | None = None  # a thinking model's thinking (llama.cpp's and DeepSeek's name)
     tool_calls: list[ToolCall] | None = None
 
 
@@ -206,6 +220,7 @@ class ToolCallDelta(Struct, omit_defaults=True):
 class ChunkDelta(Struct, omit_defaults=True):
     role: str | None = None
     content: str | None = None
+    reasoning_content: str | None = None
     tool_calls: list[ToolCallDelta] | None = None
 
 

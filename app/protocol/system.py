@@ -23,6 +23,9 @@ class Health(Struct, kw_only=True):
     # whether the model writes chat replies (None until it is ready); False: a base model, without a chat template,
     # that only continues text (/v1/completions)
     chat: bool | None = None
+    # whether the model thinks before it answers, marking its thinking (<think>...</think>): replies carry it apart
+    # (reasoning_content), and the enable_thinking and thinking_token_budget settings apply (None until it is ready)
+    thinking: bool | None = None
 
 
 class LoginCode(Struct):

@@ -67,7 +67,8 @@ class SystemController(Controller):
         status = ("stopping" if backend.stopping else "error" if error else "ready" if loading.ready else "loading")
         return Health(status=status, model=backend.model_name, backend=backend.kind, pid=os.getpid(),
                       version=VERSION, progress=None if loading.ready else loading.progress(), error=error,
-                      chat=backend.can_chat if status == "ready" else None)
+                      chat=backend.can_chat if status == "ready" else None,
+                      thinking=backend.thinks if status == "ready" else None)
 
     @get("/metrics", media_type=MediaType.TEXT)
     async def metrics(self, backend: BackendDep, throughput: NamedDependency["Throughput"]) -> str:
@@ -274,7 +275,7 @@ def create_app(settings: ServerConfig | None = None, *, backend: Backend | None 
     backend = backend if backend is not None else make_backend(settings)
     token = token if token is not None else paths.load_or_create_token()
     active = ActiveRequests()
-    conversations = Conversations(store, backend, active)
+    conversations = Conversations(store, backend, active, settings.thinking_token_budget)
     codes = LoginCodes()
     sessions = BrowserSessions(store)
     throughput = Throughput()
@@ -305,7 +306,7 @@ def create_app(settings: ServerConfig | None = None, *, backend: Backend | None 
                         ConversationController, SearchController, *webui_routes],
         dependencies={"store": value(store), "backend": value(backend), "active": value(active),
                       "conversations": value(conversations), "codes": value(codes), "sessions": value(sessions),
-                      "throughput": value(throughput)},
+                      "throughput": value(throughput), "config": value(settings)},
         middleware=[DefineMiddleware(SecurityMiddleware, token=token, sessions=sessions,
                                      allowed_hosts=settings.allowed_hosts, allowed_origins=settings.allowed_origins)],
         exception_handlers=EXCEPTION_HANDLERS,

@@ -7,31 +7,49 @@ turn k is an exact prefix of turn k + 1, so the engine's prefix cache finds ever
 An assistant segment is the generation prompt (the role header), the exact ids the model generated, and
 whatever the template writes after a reply that the model did not generate (for ChatML the newline after
 <|im_end|>; the whole <|im_end|>\\n when the reply was cut by max_tokens or stopped).
+
+A thinking model's template (one that writes <think>...</think>) renders a reply differently once the chat goes on:
+most drop an earlier reply's thinking, some keep it. Its prompts are the template's rendering of the whole branch,
+tokenized (prompt()); the prefix cache then serves every token up to where the rendering changed.
 """
 
 from transformers import PreTrainedTokenizerBase
 
 from localchat.app.server.tool_calls import ToolSyntax, tool_syntax
+from localchat.engine.reasoning import find_markers
 
 Chat = list[dict]  # {"role", "content"}, and an assistant's "tool_calls" or a tool message's "tool_call_id"
+# names a template's own arguments take, which chat_template_kwargs may not set
+RESERVED_TEMPLATE_ARGUMENTS = frozenset({"messages", "conversation", "tools", "documents", "add_generation_prompt",
+                                         "tokenize", "return_dict", "continue_final_message", "chat_template"})
 
 
 class ChatTemplate:
     def __init__(self, tokenizer: PreTrainedTokenizerBase, tools: list[dict] | None = None,
-                 syntax: ToolSyntax | None = None):
-        self.tokenizer, self.tools = tokenizer, tools
+                 syntax: ToolSyntax | None = None, variables: dict | None = None):
+        """variables: values for the template's own variables (enable_thinking, ...), as chat_template_kwargs."""
+        self.tokenizer, self.tools, self.variables = tokenizer, tools, variables or {}
         self.tool_syntax = syntax or tool_syntax(tokenizer.chat_template)  # how this model writes a tool call
+        self.thinks = find_markers(tokenizer) is not None  # a thinking model's template
 
-    def with_tools(self, tools: list[dict] | None) -> "ChatTemplate":
-        """The same template, rendering these function tools (for a template that renders tools)."""
-        return ChatTemplate(self.tokenizer, tools, self.tool_syntax) if tools else self
+    def with_options(self, tools: list[dict] | None, variables: dict | None = None) -> "ChatTemplate":
+        """The same template, rendering these function tools (for a template that renders tools) and with these
+        values of its variables."""
+        if not tools and not variables:
+            return self
+        return ChatTemplate(self.tokenizer, tools, self.tool_syntax, variables)
+
+    def prompt(self, chat: Chat) -> list[int]:
+        """A reply's prompt as the template renders the whole chat, tokenized (a thinking model's: see the module
+        docstring); the same token ids as transformers' apply_chat_template(tokenize=True)."""
+        return self.encode(self.render(chat, add_generation_prompt=True))
 
     def render(self, chat: Chat, add_generation_prompt: bool = False) -> str:
         if not chat and not add_generation_prompt:
             return ""
         try:
             return self.tokenizer.apply_chat_template(chat, tools=self.tools, tokenize=False,
-                                                      add_generation_prompt=add_generation_prompt)
+                                                      add_generation_prompt=add_generation_prompt, **self.variables)
         except Exception:  # some templates refuse an empty or system-only chat
             if chat:
                 raise
@@ -63,6 +81,23 @@ class ChatTemplate:
         if generated_ids and generated_ids[-1] in special and closing.startswith(generated):
             closing = closing[len(generated):]  # the model wrote the end-of-turn token itself
         return self.encode(header) + list(generated_ids) + self.encode(closing)
+
+
+def template_variables(template: ChatTemplate | None, values: dict | None, reasoning_effort: str | None) -> dict:
+    """The values of a template's own variables for a /v1 request: its chat_template_kwargs, and OpenAI's
+    reasoning_effort as the template's variable of that name, or for "none", enable_thinking false. A ValueError for a
+    name the template's own arguments take."""
+    variables = dict(values or {})
+    taken = RESERVED_TEMPLATE_ARGUMENTS & variables.keys()
+    if taken:
+        raise ValueError(f"chat_template_kwargs may not set {', '.join(sorted(taken))}: the request's own fields do")
+    source = template.tokenizer.chat_template if template is not None else None
+    if reasoning_effort is not None and isinstance(source, str):
+        if "reasoning_effort" in source:
+            variables.setdefault("reasoning_effort", reasoning_effort)
+        elif "enable_thinking" in source and reasoning_effort == "none":
+            variables.setdefault("enable_thinking", False)
+    return variables
 
 
 def _added_text(before: str, after: str) -> str:

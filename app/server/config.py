@@ -6,6 +6,7 @@ import tomllib
 from dataclasses import dataclass
 
 from localchat.engine.dirs import user_dir
+from localchat.engine.sampling_params import check_limit
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = int(os.environ.get("LOCALCHAT_PORT") or 8741)  # where `localchat serve` listens unless --port
@@ -38,12 +39,16 @@ class ServerConfig:
     quantization: str = "auto"  # the embedded engine's weights: "auto", "packed" or "none" (see EngineConfig)
     kv_disk_gb: float = DEFAULT_KV_DISK_GB  # the KV cache's disk tier (0: none)
     speculative: str = "on"  # drafts from the conversation, checked in the step's batch; "off": plain decoding
+    # a thinking model's replies think at most this many tokens unless a request or a conversation says otherwise
+    # (None: no limit but max_tokens)
+    thinking_token_budget: int | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.kv_disk_gb, int | float) and self.kv_disk_gb >= 0):
             raise ValueError(f"kv_disk_gb must be a number of GB, 0 for no disk tier; got {self.kv_disk_gb!r}")
         if self.speculative not in SPECULATIVE:
             raise ValueError(f"speculative must be \"on\" or \"off\", got {self.speculative!r}")
+        check_limit("thinking_token_budget", self.thinking_token_budget)
 
     @classmethod
     def from_env(cls, **overrides) -> "ServerConfig":
@@ -70,7 +75,8 @@ class ServerConfig:
         return tuple(f"http://{url_host(host)}:{self.port}" for host in self.allowed_hosts)
 
 
-SETTINGS_IN_FILE = ("model", "kv_blocks", "max_model_len", "quantization", "kv_disk_gb", "speculative")
+SETTINGS_IN_FILE = ("model", "kv_blocks", "max_model_len", "quantization", "kv_disk_gb", "speculative",
+                    "thinking_token_budget")
 
 
 def read_settings_file() -> dict:

@@ -4,7 +4,9 @@ sibling replies as one stream of events.
 Every user and assistant message stores the token ids it contributed (chat_template.py). The prompt for a
 reply under user message u is: the system prompt's segment + the segments along the root..u path + the
 generation prompt. Turn k's prompt and reply are therefore a token-exact prefix of turn k + 1's prompt, and
-the engine's prefix cache serves them. With a remote backend the prompt is the branch as chat messages.
+the engine's prefix cache serves them. A thinking model's template renders a reply differently once the chat goes
+on (it drops the reply's thinking): its prompt is the template's rendering of the whole branch, and the prefix cache
+serves it up to where that rendering changed. With a remote backend the prompt is the branch as chat messages.
 """
 
 import asyncio
@@ -19,6 +21,7 @@ from localchat.app.protocol.conversations import (
     Conversation,
     DeltaEvent,
     DoneEvent,
+    EndThinkingResult,
     ErrorEvent,
     Message,
     ReplyStats,
@@ -52,8 +55,11 @@ def _path_to(message: Message, by_id: dict[str, Message]) -> list[Message]:
 
 
 class Conversations:
-    def __init__(self, store: Store, backend: Backend, active: ActiveRequests):
+    def __init__(self, store: Store, backend: Backend, active: ActiveRequests,
+                 thinking_token_budget: int | None = None):
+        """thinking_token_budget: the server's default (serve.toml), for conversations that set none."""
         self.store, self.backend, self.active = store, backend, active
+        self.thinking_token_budget = thinking_token_budget
 
     # --- the branch as a chat and as token ids (pure: run off the event loop, see to_thread) ---
 
@@ -62,14 +68,17 @@ class Conversations:
         calls and results are written (tool_calls.template_chat)."""
         system = [{"role": "system", "content": conversation.system_prompt}] if conversation.system_prompt else []
         messages = system + [{"role": m.role, "content": m.content, "tool_calls": m.tool_calls,
-                              "tool_call_id": m.tool_call_id} for m in path]
+                              "tool_call_id": m.tool_call_id, "reasoning_content": m.reasoning_content}
+                             for m in path]
         return template_chat(messages, conversation.settings.tools, self.backend.tool_syntax)[0]
 
     def template(self, conversation: Conversation) -> ChatTemplate:
         """The backend's chat template (renders_templates), rendering the conversation's tools where the template
-        renders tools."""
+        renders tools, and a thinking model's with the conversation's enable_thinking."""
         tools = template_tools(conversation.settings.tools, self.backend.tool_syntax)
-        return self.backend.template.with_tools(tools)
+        template = self.backend.template
+        variables = {"enable_thinking": conversation.settings.enable_thinking} if template.thinks else None
+        return template.with_options(tools, variables)
 
     @property
     def renders_now(self) -> bool:
@@ -91,6 +100,8 @@ class Conversations:
         if not self.backend.renders_templates:
             return chat, []
         template = self.template(conversation)
+        if template.thinks:
+            return template.prompt(chat), []
         system = len(chat) - len(path)
         ids = template.segment([], chat[0]) if system else []
         repaired = []
@@ -170,7 +181,7 @@ class Conversations:
                             settings: SamplingSettings) -> "Replies":
         """Validate and start n replies to `parent`; raises ValueError, BackendRequestError or BackendNotReady
         before anything streams. The replies are stored at once (empty, unfinished) and saved as they grow."""
-        sampling = reply_sampling(settings, n, self.backend.tool_syntax)
+        sampling = reply_sampling(settings, n, self.backend.tool_syntax, self.thinking_token_budget)
         self.backend.check_chat()
         path = self.store.path(conversation.id, parent.id)
         prompt, repaired = await asyncio.to_thread(self.prompt, conversation, path)
@@ -196,6 +207,15 @@ class Conversations:
         await self._abort(matching, wait)
         return [message_id for r in matching.values() for message_id in r.message_ids]
 
+    async def end_thinking(self, conversation_id: str, message_id: str | None = None) -> EndThinkingResult:
+        """The conversation's running replies (or the one writing message_id) close their thinking now and go on
+        with their answers."""
+        ended = []
+        for request_id, request in self.active.matching(conversation_id, message_id).items():
+            if await self.backend.end_thinking(request_id):
+                ended += request.message_ids
+        return EndThinkingResult(ended=ended)
+
     async def stop_all(self, wait: bool = False) -> None:
         """Abort every request, /v1 ones included (before the model is switched, or the process stops)."""
         await self._abort(dict(self.active.requests), wait)
@@ -213,6 +233,7 @@ class PartialReply:
 
     message_id: str
     text: str = ""
+    reasoning: str = ""  # a thinking model's thinking
     token_ids: list[int] = field(default_factory=list)
     num_tokens: int = 0  # a remote server streams text only: then one per delta
     first_token_at: float | None = None
@@ -221,10 +242,18 @@ class PartialReply:
     done: bool = False  # stored with its finish reason
     draft_tokens: int = 0  # speculative decoding: scored, and kept (the engine's totals)
     accepted_draft_tokens: int = 0
+    reasoning_tokens: int = 0
+    thinking_ended_at: float | None = None  # when its answer (or its end) followed its thinking
+    saved_reasoning: int = 0
 
     def add(self, out: CompletionOutput) -> None:
-        if (out.text or out.token_ids) and self.first_token_at is None:
-            self.first_token_at = time.monotonic()
+        now = time.monotonic()
+        if (out.text or out.token_ids or out.reasoning) and self.first_token_at is None:
+            self.first_token_at = now
+        if self.reasoning_tokens and self.thinking_ended_at is None and (out.text or out.finish_reason):
+            self.thinking_ended_at = now
+        self.reasoning += out.reasoning
+        self.reasoning_tokens = out.num_reasoning_tokens or self.reasoning_tokens
         self.text += out.text
         self.token_ids += out.token_ids
         self.num_tokens += len(out.token_ids) or int(bool(out.text))
@@ -298,24 +327,26 @@ class Replies:
         for out in update.outputs:
             reply = self.replies[out.index]
             reply.add(out)
-            if out.text:
-                yield DeltaEvent(message_id=reply.message_id, index=out.index, text=out.text)
+            if out.text or out.reasoning:
+                yield DeltaEvent(message_id=reply.message_id, index=out.index, text=out.text, reasoning=out.reasoning,
+                                 reasoning_tokens=reply.reasoning_tokens)
         if self.prompt_tokens is not None:
             for reply in self.replies:
                 if reply.finish_reason and not reply.done:
                     yield DoneEvent(message=self._finish(reply))
 
     def _save_progress(self) -> None:
-        grown = [(r.message_id, r.text) for r in self.replies if not r.done and len(r.text) > r.saved_text]
+        grown = [(r.message_id, r.text, r.reasoning or None) for r in self.replies
+                 if not r.done and (len(r.text) > r.saved_text or len(r.reasoning) > r.saved_reasoning)]
         if grown:
             self.store.set_partial_content(grown)
             for reply in self.replies:
-                reply.saved_text = len(reply.text)
+                reply.saved_text, reply.saved_reasoning = len(reply.text), len(reply.reasoning)
         self.saved_at = time.monotonic()
 
     def _message(self, reply: PartialReply) -> Message:
         return Message(id=reply.message_id, conversation_id=self.conversation.id, parent_id=self.parent.id,
-                       role="assistant", content=reply.text,
+                       role="assistant", content=reply.text, reasoning_content=reply.reasoning.strip() or None,
                        created_at=self.created_at + self.message_ids.index(reply.message_id) * 1e-6,
                        finish_reason=reply.finish_reason, stopped=reply.finish_reason == "abort",
                        model=self.conversations.backend.model_name)
@@ -332,7 +363,9 @@ class Replies:
             time_to_first_token_s=round(reply.first_token_at - self.started, 4) if reply.first_token_at else None,
             tokens_per_s=round((num_tokens - 1) / decode_time, 2) if num_tokens > 1 and decode_time > 0 else None,
             duration_s=round(now - self.started, 4), draft_tokens=reply.draft_tokens,
-            accepted_draft_tokens=reply.accepted_draft_tokens)
+            accepted_draft_tokens=reply.accepted_draft_tokens, reasoning_tokens=reply.reasoning_tokens,
+            thinking_s=round((reply.thinking_ended_at or now) - reply.first_token_at, 2)
+            if reply.reasoning_tokens and reply.first_token_at else None)
         token_ids = []
         if self.conversations.renders_now:  # the tokens as generated, tool calls included
             token_ids = self.template.assistant_segment(self.history, reply.text, reply.token_ids)

@@ -19,6 +19,7 @@ from localchat.app.protocol.conversations import (
     ConversationTree,
     ConversationUpdate,
     EditMessage,
+    EndThinkingResult,
     Message,
     Regenerate,
     SamplingSettings,
@@ -125,6 +126,14 @@ class ConversationController(Controller):
         are kept as far as they got, marked stopped."""
         store.get_conversation(conversation_id)
         return StopResult(stopped=await conversations.stop(conversation_id, data.message_id))
+
+    @post("/{conversation_id:str}/end-thinking", status_code=200)
+    async def end_thinking(self, conversation_id: Id, data: JSONBody[StopRequest], store: StoreDep,
+                           conversations: ConversationsDep) -> EndThinkingResult:
+        """The running replies of the conversation (or the one writing `message_id`) close their thinking now and go
+        on with their answers (a thinking model's: see /health's `thinking`). The stop endpoint ends them whole."""
+        store.get_conversation(conversation_id)
+        return await conversations.end_thinking(conversation_id, data.message_id)
 
     @get("/{conversation_id:str}/export", operation_class=MarkdownOrJSON)
     async def export(self, conversation_id: Id, store: StoreDep,

@@ -111,13 +111,14 @@ class EmbeddedBackend:
             raise BackendRequestError(f"the text has {num_chars:,} characters: more than fit in this engine's "
                                       f"max_model_len of {self.max_model_len} tokens")
 
-    async def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
-        """The chat's prompt token ids (with the tools, for a template that renders them), tokenized off the event
-        loop."""
+    async def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
+                                  variables: dict | None = None) -> list[int]:
+        """The chat's prompt token ids (with the tools, for a template that renders them, and the template's
+        variables), tokenized off the event loop."""
         llm = self.ensure_ready()
         self.check_chat()
         self.check_text_size(sum(len(m["content"]) for m in messages) + len(str(tools or "")))
-        return await asyncio.to_thread(llm.apply_chat_template, messages, tools)
+        return await asyncio.to_thread(llm.apply_chat_template, messages, tools, variables)
 
     async def tokenize(self, prompt: str | list[int]) -> list[int]:
         llm = self.ensure_ready()
@@ -165,6 +166,15 @@ class EmbeddedBackend:
     async def abort(self, request_id: str) -> None:
         if self.llm is not None:
             await self.llm.abort(request_id)
+
+    @property
+    def thinks(self) -> bool | None:
+        """Whether the model marks its thinking (None until it is loaded)."""
+        return self.template.thinks if self.template else None
+
+    async def end_thinking(self, request_id: str) -> bool:
+        """The request's replies close their thinking now; False if it has none to close."""
+        return self.llm is not None and await self.llm.end_thinking(request_id)
 
     async def stats(self) -> dict[str, float]:
         return await self.llm.stats() if self.llm is not None else {}

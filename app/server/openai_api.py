@@ -29,6 +29,7 @@ from localchat.app.protocol.openai import (
     CompletionChoice,
     CompletionLogprobs,
     CompletionRequest,
+    CompletionTokensDetails,
     FunctionCallDelta,
     Model,
     ModelList,
@@ -42,7 +43,8 @@ from localchat.app.protocol.openai import (
 from localchat.app.protocol.system import ErrorBody, ErrorDetail
 from localchat.app.server.active_requests import ActiveRequests
 from localchat.app.server.backends import Backend, BackendDep, BackendRequestError, Update, failure_message
-from localchat.app.server.config import MAX_CHOICES, MAX_PROMPTS, quoted
+from localchat.app.server.chat_template import template_variables
+from localchat.app.server.config import MAX_CHOICES, MAX_PROMPTS, ServerConfig, quoted
 from localchat.app.server.openapi import JSONOrEventStream
 from localchat.app.server.sampling import Sampling, chat_sampling, completion_sampling
 from localchat.app.server.tool_calls import CallReader, StreamedReply, finish_reason, template_chat
@@ -62,8 +64,10 @@ class OpenAIController(Controller):
 
     @post("/chat/completions", status_code=200, operation_class=JSONOrEventStream)
     async def chat_completions(self, data: JSONBody[ChatCompletionRequest], backend: BackendDep,
-                               active: NamedDependency[ActiveRequests]) -> Response[ChatCompletion]:
-        """Streamed (stream: true) as server-sent events of ChatCompletionChunk, ending with `data: [DONE]`."""
+                               active: NamedDependency[ActiveRequests], config: NamedDependency[ServerConfig]
+                               ) -> Response[ChatCompletion]:
+        """Streamed (stream: true) as server-sent events of ChatCompletionChunk, ending with `data: [DONE]`. A thinking
+        model's thinking comes apart from its answer, as reasoning_content (max_tokens counts both)."""
         req = data
         _check_model(req, backend)
         if req.top_logprobs is not None and not req.logprobs:
@@ -71,14 +75,16 @@ class OpenAIController(Controller):
         if not req.messages:
             raise ValidationException("messages must not be empty")
         syntax = backend.tool_syntax  # the model's: ready, _check_model asked
-        sampling = _checked(chat_sampling, req, syntax)
+        sampling = _checked(chat_sampling, req, syntax, config.thinking_token_budget)
         try:
             messages = [{"role": m.template_role, "content": m.text(), "tool_calls": m.tool_calls,
-                         "tool_call_id": m.tool_call_id} for m in req.messages]
+                         "tool_call_id": m.tool_call_id, "reasoning_content": m.reasoning_content}
+                        for m in req.messages]
             chat, template_tools = template_chat(messages, sampling.tools, syntax)
+            variables = template_variables(backend.template, req.chat_template_kwargs, req.reasoning_effort)
         except ValueError as error:
             raise ValidationException(str(error)) from None
-        prompt = await backend.apply_chat_template(chat, template_tools)
+        prompt = await backend.apply_chat_template(chat, template_tools, variables)
         job = await _Job.open(backend, active, [prompt], sampling.params)
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -125,7 +131,9 @@ def _check_model(req: SamplingFields, backend: Backend) -> None:
 def _chat_choice(backend: Backend, output: CompletionOutput, calls: CallReader | None) -> ChatChoice:
     """A whole reply, its tool calls read out of it."""
     content, tool_calls = calls.read(output.text) if calls else (output.text, [])
-    return ChatChoice(index=output.index, message=AssistantMessage(content=content, tool_calls=tool_calls or None),
+    message = AssistantMessage(role="assistant", content=content, reasoning_content=output.reasoning or None,
+                               tool_calls=tool_calls or None)
+    return ChatChoice(index=output.index, message=message,
                       finish_reason=finish_reason(output.finish_reason, tool_calls),
                       logprobs=_chat_logprobs(backend, output.logprobs))
 
@@ -163,6 +171,7 @@ class _Job:
         self.prompt_tokens = [0] * len(streams)
         self.cached_tokens = [0] * len(streams)
         self.completion_tokens = 0
+        self.reasoning_tokens: dict[int, int] = {}  # by choice: each reply's total
 
     @classmethod
     async def open(cls, backend: Backend, active: ActiveRequests, prompts: list[list[int]], params: SamplingParams):
@@ -214,6 +223,8 @@ class _Job:
         for out in update.outputs:
             self.completion_tokens += len(out.token_ids)
             out.index += i * self.n
+            if out.num_reasoning_tokens:
+                self.reasoning_tokens[out.index] = out.num_reasoning_tokens
 
     async def collect(self) -> list[CompletionOutput]:
         whole = RequestOutput(self.id, [], 0, [])
@@ -223,9 +234,12 @@ class _Job:
 
     def usage(self) -> Usage:
         prompt = sum(self.prompt_tokens)
+        reasoning = sum(self.reasoning_tokens.values())
         return Usage(prompt_tokens=prompt, completion_tokens=self.completion_tokens,
                      total_tokens=prompt + self.completion_tokens,
-                     prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(self.cached_tokens)))
+                     prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(self.cached_tokens)),
+                     completion_tokens_details=CompletionTokensDetails(reasoning_tokens=reasoning)
+                     if reasoning else None)
 
 
 def _encode(value) -> str:
@@ -247,7 +261,8 @@ async def _chat_chunks(job: _Job, include_usage: bool, calls: CallReader | None)
                 delta, reason = ChunkDelta(content=o.text or None), o.finish_reason
             else:
                 delta, reason = _tool_delta(replies[o.index], o.text, o.finish_reason)
-            if delta.content or delta.tool_calls or reason or o.logprobs:
+            delta.reasoning_content = o.reasoning or None
+            if delta.content or delta.reasoning_content or delta.tool_calls or reason or o.logprobs:
                 choices.append(ChunkChoice(index=o.index, delta=delta, finish_reason=reason,
                                            logprobs=_chat_logprobs(job.backend, o.logprobs)))
         if choices:

@@ -46,6 +46,7 @@ class RemoteBackend:
     template = None
     tool_syntax: ToolSyntax = IN_SYSTEM_PROMPT  # the server's template is unknown here: calls are taught as text
     can_chat = True
+    thinks = None  # not known here: a server that takes reasoning apart streams it (reasoning_content), kept apart
 
     def __init__(self, url: str, model: str | None = None, api_key: str | None = None):
         self.url = url.rstrip("/").removesuffix("/v1")
@@ -132,9 +133,12 @@ class RemoteBackend:
                     outputs = []
                     for choice in chunk.choices:
                         text = choice.delta.get("content") or ""
-                        if text:
+                        # llama.cpp's and DeepSeek's name, and vLLM's newer one
+                        reasoning = choice.delta.get("reasoning_content") or choice.delta.get("reasoning") or ""
+                        if text or reasoning:
                             self.counters.generated_tokens += 1
-                        outputs.append(CompletionOutput(choice.index, text, [], choice.finish_reason))
+                        outputs.append(CompletionOutput(choice.index, text, [], choice.finish_reason,
+                                                        reasoning=reasoning))
                         if choice.finish_reason:
                             finished.add(choice.index)
                     if chunk.usage:
@@ -161,6 +165,10 @@ class RemoteBackend:
         if response is not None:
             await response.aclose()  # the remote server aborts a request whose client went away
 
+    async def end_thinking(self, request_id: str) -> bool:
+        raise BackendRequestError(f"{self.url} runs the replies: it cannot be told to end a reply's thinking here",
+                                  409)
+
     async def proxy(self, method: str, path: str, body: bytes | None) -> httpx.Response:
         """Forward one /v1 request; the caller streams the response and closes it."""
         self.ensure_ready()
@@ -184,7 +192,8 @@ class RemoteBackend:
         self.check_switch()
 
     # prompts are chat messages here: the remote server renders and tokenizes them (renders_templates is False)
-    async def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+    async def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
+                                  variables: dict | None = None) -> list[int]:
         raise BackendRequestError(f"{self.url} renders its own chat template")
 
     async def tokenize(self, prompt: str | list[int]) -> list[int]:

@@ -54,29 +54,42 @@ class Sampling:
     calls: CallReader | None = None
 
 
-def reply_sampling(settings: SamplingSettings, n: int, syntax: ToolSyntax = IN_SYSTEM_PROMPT) -> Sampling:
-    """A conversation's n replies, written in the model's tool syntax."""
+def reply_sampling(settings: SamplingSettings, n: int, syntax: ToolSyntax = IN_SYSTEM_PROMPT,
+                   thinking_token_budget: int | None = None) -> Sampling:
+    """A conversation's n replies, written in the model's tool syntax; thinking_token_budget: the server's default,
+    where the settings name none."""
     values = {name: getattr(settings, name) for name in SHARED_FIELDS}
-    values |= {"n": n, "seed": settings.seed, "max_tokens": settings.max_tokens, "stop": list(settings.stop)}
+    values |= {"n": n, "seed": settings.seed, "max_tokens": settings.max_tokens, "stop": list(settings.stop),
+               "thinking_token_budget": _or(settings.thinking_token_budget, thinking_token_budget)}
     shape = ReplyShape(tools=settings.tools, tool_choice=settings.tool_choice,
                        format=JSONObjectFormat() if settings.json_mode else None, format_field="json_mode")
     return _build(values, shape, syntax)
 
 
-def chat_sampling(req: ChatCompletionRequest, syntax: ToolSyntax) -> Sampling:
-    """A /v1/chat/completions request (max_completion_tokens is OpenAI's newer name for max_tokens)."""
+def chat_sampling(req: ChatCompletionRequest, syntax: ToolSyntax, thinking_token_budget: int | None = None
+                  ) -> Sampling:
+    """A /v1/chat/completions request (max_completion_tokens is OpenAI's newer name for max_tokens);
+    thinking_token_budget: the server's default, where the request names none."""
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     choice = req.tool_choice
     shape = ReplyShape(tools=req.tools or [], tool_choice=choice if isinstance(choice, str) else "auto",
                        named=choice.function.name if isinstance(choice, NamedToolChoice) else None,
                        parallel=req.parallel_tool_calls, format=req.response_format)
-    return _build(_openai_values(req, max_tokens, (req.top_logprobs or 0) if req.logprobs else None), shape, syntax)
+    values = _openai_values(req, max_tokens, (req.top_logprobs or 0) if req.logprobs else None)
+    values["thinking_token_budget"] = _or(req.thinking_token_budget, thinking_token_budget)
+    return _build(values, shape, syntax)
 
 
 def completion_sampling(req: CompletionRequest) -> Sampling:
-    """A /v1/completions request: plain text, no tools."""
+    """A /v1/completions request: plain text as the model writes it (a thinking model's markers and all), no
+    tools."""
     max_tokens = req.max_tokens if req.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
-    return _build(_openai_values(req, max_tokens, req.logprobs), ReplyShape(), IN_SYSTEM_PROMPT)
+    values = _openai_values(req, max_tokens, req.logprobs) | {"separate_reasoning": False}
+    return _build(values, ReplyShape(), IN_SYSTEM_PROMPT)
+
+
+def _or(value, default):
+    return default if value is None else value
 
 
 def _openai_values(req: SamplingFields, max_tokens: int | None, logprobs: int | None) -> dict:
@@ -123,4 +136,6 @@ def openai_fields(params: SamplingParams) -> dict:
         fields["seed"] = params.seed
     if params.stop:
         fields["stop"] = params.stop
+    if params.thinking_token_budget is not None:
+        fields["thinking_token_budget"] = params.thinking_token_budget  # vLLM's name
     return fields

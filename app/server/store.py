@@ -105,11 +105,13 @@ MIGRATIONS = [
     CREATE INDEX messages_by_conversation ON messages (conversation_id, created_at);
     CREATE INDEX messages_by_parent ON messages (parent_id);
     """ + SEARCH_TRIGGERS,
+    # a thinking model's reply: its thinking, apart from its answer (content)
+    "ALTER TABLE messages ADD COLUMN reasoning_content TEXT",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _MESSAGE_COLUMNS = ("id, conversation_id, parent_id, role, content, token_ids, finish_reason, stopped, model, "
-                    "stats, created_at, tool_calls, tool_call_id")
+                    "stats, created_at, tool_calls, tool_call_id, reasoning_content")
 # a conversation's row, its message count and the model of its latest reply
 _CONVERSATION_COLUMNS = (
     "c.*, (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count, "
@@ -270,11 +272,11 @@ class Store:
         try:
             with self._transaction():
                 self.db.execute(f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES "
-                                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                 (message.id, message.conversation_id, message.parent_id, message.role,
                                  message.content, pack_tokens(token_ids), message.finish_reason, int(message.stopped),
                                  message.model, _json(message.stats), message.created_at, _json(message.tool_calls),
-                                 message.tool_call_id))
+                                 message.tool_call_id, message.reasoning_content))
                 self.db.execute("UPDATE conversations SET updated_at = max(updated_at, ?) WHERE id = ?",
                                 (message.created_at, message.conversation_id))
         except sqlite3.IntegrityError:  # a foreign key: nothing else in the row can fail
@@ -283,19 +285,20 @@ class Store:
         message.num_tokens = len(token_ids)
         return message
 
-    def set_partial_content(self, texts: list[tuple[str, str]]) -> None:
-        """The text so far of replies still being written (message id, text)."""
+    def set_partial_content(self, texts: list[tuple[str, str, str | None]]) -> None:
+        """The text so far of replies still being written (message id, answer, thinking)."""
         with self._transaction():
-            self.db.executemany("UPDATE messages SET content = ? WHERE id = ? AND finish_reason IS NULL",
-                                [(text, message_id) for message_id, text in texts])
+            self.db.executemany("UPDATE messages SET content = ?, reasoning_content = ? "
+                                "WHERE id = ? AND finish_reason IS NULL",
+                                [(text, reasoning, message_id) for message_id, text, reasoning in texts])
 
     def finish_message(self, message: Message, token_ids: list[int]) -> Message:
         """Store a reply whole (it was added unfinished). Nothing happens if its conversation is gone."""
         with self._transaction():
             self.db.execute("UPDATE messages SET content = ?, token_ids = ?, finish_reason = ?, stopped = ?, "
-                            "stats = ?, tool_calls = ? WHERE id = ?",
+                            "stats = ?, tool_calls = ?, reasoning_content = ? WHERE id = ?",
                             (message.content, pack_tokens(token_ids), message.finish_reason, int(message.stopped),
-                             _json(message.stats), _json(message.tool_calls), message.id))
+                             _json(message.stats), _json(message.tool_calls), message.reasoning_content, message.id))
             self.db.execute("UPDATE conversations SET updated_at = max(updated_at, ?) WHERE id = ?",
                             (time.time(), message.conversation_id))
         message.num_tokens = len(token_ids)
@@ -426,5 +429,5 @@ def _message(row: sqlite3.Row, with_tokens: bool) -> Message:
                    num_tokens=len(token_ids), finish_reason=row["finish_reason"], stopped=bool(row["stopped"]),
                    model=row["model"],
                    stats=_from_json(row["stats"], ReplyStats), tool_calls=_from_json(row["tool_calls"], list[ToolCall]),
-                   tool_call_id=row["tool_call_id"],
+                   tool_call_id=row["tool_call_id"], reasoning_content=row["reasoning_content"],
                    token_ids=token_ids if with_tokens else None)

@@ -73,10 +73,13 @@ def template_tools(tools: list[Tool] | None, syntax: ToolSyntax) -> list[dict] |
 def template_chat(messages: list[dict], tools: list[Tool] | None, syntax: ToolSyntax
                   ) -> tuple[list[dict], list[dict] | None]:
     """(messages, tools) as the chat template takes them, from messages {"role", "content"} with an assistant's
-    "tool_calls" (ToolCall list) or a tool message's "tool_call_id"."""
+    "tool_calls" (ToolCall list) and "reasoning_content" (its thinking: the template decides whether it is kept), or
+    a tool message's "tool_call_id"."""
     chat = []
     for message in messages:
         entry = {"role": message["role"], "content": message["content"]}
+        if reasoning := message.get("reasoning_content"):
+            entry["reasoning_content"] = reasoning
         if calls := message.get("tool_calls"):
             if syntax.template_renders_tools:
                 entry["tool_calls"] = [{"type": "function", "id": call.id, "function": {
