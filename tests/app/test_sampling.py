@@ -54,7 +54,9 @@ def test_a_required_call_is_the_grammar_in_the_models_syntax():
 
 def test_what_a_v1_request_leaves_out_changes_nothing():
     assert chat_sampling(chat_request(), HERMES).params == SamplingParams(max_tokens=None)
-    assert completion_sampling(CompletionRequest(prompt="Once")).params == SamplingParams(max_tokens=16)
+    # a completion is the text as the model writes it: a thinking model's markers are not taken out
+    assert completion_sampling(CompletionRequest(prompt="Once")).params == SamplingParams(max_tokens=16,
+                                                                                         separate_reasoning=False)
 
 
 def test_the_v1_only_fields_reach_the_params():
