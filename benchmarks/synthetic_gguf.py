@@ -12,7 +12,10 @@ noise; its size, memory and speed are those of a real file of its shape. Two sha
   merges from it): special tokens, byte fallbacks, the embedded model's tokens respelled, then pieces joined from
   those up to the full size; its chat template is Gemma's turns.
 
-    python benchmarks/synthetic_gguf.py OUT.gguf [--hidden 2048 --layers 16 --intermediate 8192]
+With --thinking, the llama shape's chat template is a thinking model's (DeepSeek-R1's layout on ChatML turns: the
+generation prompt opens a <think> block, earlier replies' thinking is dropped), for benchmarks/thinking.py.
+
+    python benchmarks/synthetic_gguf.py OUT.gguf [--hidden 2048 --layers 16 --intermediate 8192] [--thinking]
     python benchmarks/synthetic_gguf.py OUT.gguf --shape gemma3-270m
 """
 
@@ -65,10 +68,21 @@ def use_more_bits(layer: int, layers: int) -> bool:
     return layer < layers // 8 or layer >= 7 * layers // 8 or (layer - layers // 8) % 3 == 2
 
 
+THINKING_CHAT_TEMPLATE = (
+    "{%- for message in messages -%}{%- set content = message.content -%}"
+    "{%- if message.role == 'assistant' -%}{%- set content = content.split('</think>')[-1].lstrip() -%}{%- endif -%}"
+    "{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' -}}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n<think>\\n' -}}{%- endif -%}")
+
+
 def write_llama(writer: gguf.GGUFWriter, matrix, args: argparse.Namespace) -> None:
     source = gguf.GGUFReader(embedded_gguf_path())
     vocab = len(source.fields["tokenizer.ggml.tokens"].data)
-    copy_metadata(writer, source, skip=("llama.", "general.architecture", "general.file_type"))
+    skip = ("llama.", "general.architecture", "general.file_type") + (("tokenizer.chat_template",) if args.thinking
+                                                                        else ())
+    copy_metadata(writer, source, skip=skip)
+    if args.thinking:
+        writer.add_chat_template(THINKING_CHAT_TEMPLATE)
     writer.add_context_length(8192)
     writer.add_embedding_length(args.hidden)
     writer.add_block_count(args.layers)
@@ -184,6 +198,7 @@ def main() -> None:
     parser.add_argument("--intermediate", type=int, default=8192)
     parser.add_argument("--heads", type=int, default=32)
     parser.add_argument("--kv-heads", type=int, default=8)
+    parser.add_argument("--thinking", action="store_true", help="a thinking model's chat template")
     args = parser.parse_args()
     writer = gguf.GGUFWriter(args.out, "gemma3" if args.shape == "gemma3-270m" else "llama")
     rng = np.random.default_rng(0)

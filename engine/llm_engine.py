@@ -178,8 +178,10 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """One batch: what runs (the scheduler), one forward over its new tokens and drafts (the model runner), a
         token for each sequence whose tokens are all computed, and one after each draft token it keeps (the
-        sampler; their text: the output processor), what that changes (the scheduler: new tokens, replies started
-        and ended), and the deltas of the requests that changed."""
+        sampler; their text: the output processor), or in their place the marker a thinking reply must take (its
+        budget spent, or asked to answer now: output_processor.forced_tokens; computed at the next step, as a
+        prompt's tokens are), what that changes (the scheduler: new tokens, replies started and ended; a grammar
+        that waited for the answer starts), and the deltas of the requests that changed."""
         started = time.perf_counter()
         batch = self.scheduler.schedule()
         if not batch.seqs:
