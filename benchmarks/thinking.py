@@ -7,7 +7,9 @@ samples the same tokens for both, so the decode rates differ only by what taking
     .venv/bin/python benchmarks/thinking.py --model /tmp/llama-1b-thinking.gguf [--reps 3] [--cache-dir DIR]
 
 One stream, then 8 at once, each way in alternating order; the decode rate is (tokens - 1) / (last token - first
-token) as the client sees it, the medians are compared. Writes benchmarks/results/thinking.json.
+token) as the client sees it, the medians are compared. Then a conversation of four turns, each reply thinking (a
+budget of 32 tokens) before it answers: each turn's prompt drops the earlier replies' thinking, as the template
+renders it, and the prompt and cached tokens of each turn are reported. Writes benchmarks/results/thinking.json.
 """
 
 import argparse
@@ -37,6 +39,8 @@ from peers import (
 
 PROMPT = [{"role": "user", "content": "How many weeks are there in three and a half years? Think it through."}]
 STREAMS = (1, 8)
+SYSTEM = "You are a patient tutor. " * 12
+TURNS = ["What is a prime number?", "Is 91 one?", "And 97?", "Name the next prime after 97."]
 
 
 def stream(http: httpx.Client, path: str, body: dict) -> dict:
@@ -106,8 +110,11 @@ def main() -> int:
                     runs[f"{way}x{n}"].append(result)
                     log(f"rep {rep} {way} x{n}: {result['decode_tps']:.1f} tok/s a stream, "
                         f"{result['output_tps']:.1f} in all, {result['reasoning_tokens']} thinking tokens")
+        turns = multi_turn(http)
     shutil.rmtree(work, ignore_errors=True)
-    summary = {}
+    for k, turn in enumerate(turns, 1):
+        print(f"turn {k}: {turn['prompt_tokens']} prompt tokens, {turn['cached_tokens']} from the cache")
+    summary = {"turns": turns}
     for n in STREAMS:
         thinking = statistics.median(r["decode_tps"] for r in runs[f"thinkingx{n}"])
         plain = statistics.median(r["decode_tps"] for r in runs[f"plainx{n}"])
@@ -119,6 +126,22 @@ def main() -> int:
         {"machine": machine_info(), "model": str(args.model), "command": command, "max_tokens": args.max_tokens,
          "load_before": before, "load_after": load(), "summary": summary, "runs": runs}, indent=1))
     return 0
+
+
+def multi_turn(http: httpx.Client) -> list[dict]:
+    """A conversation of len(TURNS) turns whose replies think: each turn's prompt and cached tokens."""
+    settings = {"max_tokens": 64, "thinking_token_budget": 32, "temperature": 0.8, "seed": 1}
+    conversation = http.post("/api/conversations", json={"system_prompt": SYSTEM, "settings": settings}).json()["id"]
+    parent, turns = None, []
+    for text in TURNS:
+        with http.stream("POST", f"/api/conversations/{conversation}/messages",
+                         json={"content": text, "parent_id": parent}) as response:
+            events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+        reply = next(e["message"] for e in events if e["type"] == "done")
+        parent = reply["id"]
+        turns.append({key: reply["stats"][key] for key in ("prompt_tokens", "cached_tokens", "reasoning_tokens",
+                                                             "completion_tokens")})
+    return turns
 
 
 def prompt_text(gguf: Path) -> str:

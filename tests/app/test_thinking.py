@@ -11,13 +11,22 @@ import openai
 import pytest
 from transformers import AutoTokenizer
 
-from localchat.app.protocol.conversations import Message
+from localchat.app.protocol.conversations import Message, SamplingSettings
 from localchat.app.server.active_requests import ActiveRequests
 from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.conversations import Conversations
 from localchat.app.server.store import Store
 from localchat.app.server.tool_calls import IN_SYSTEM_PROMPT
-from support import R1_THINKING, SESSION_HOME, stream_api, stream_in_background, thinking_model_dir
+from support import (
+    QWEN3_THINKING,
+    R1_THINKING,
+    SESSION_HOME,
+    Server,
+    make_home,
+    stream_api,
+    stream_in_background,
+    thinking_model_dir,
+)
 
 SEEDED = {"temperature": 0.8, "seed": 7}
 SYSTEM = ("You are a careful assistant. Think step by step before you answer, check every figure twice, and answer "
@@ -148,6 +157,24 @@ def test_the_next_turns_prompt_is_the_templates_rendering_with_its_prefix_cached
           f"{second['stats']['cached_tokens']} from the cache")
 
 
+def test_a_conversations_enable_thinking_goes_to_the_template(tmp_path):
+    """Qwen3's shape: enable_thinking false renders an empty block in the generation prompt (the reply answers at
+    once); true (the default) leaves the reply to open its block."""
+    tokenizer = AutoTokenizer.from_pretrained(thinking_model_dir(SESSION_HOME / "cache" / "test-references"
+                                                                 / "thinking") / QWEN3_THINKING)
+    store = Store(tmp_path / "store.db")
+    conversations = Conversations(store, _Backend(ChatTemplate(tokenizer)), ActiveRequests())
+    for enable, ending in ((False, "<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+                           (True, "<|im_start|>assistant\n")):
+        conv = store.create_conversation("t", "", SamplingSettings(enable_thinking=enable))
+        user = Message(id=f"m_{enable}", conversation_id=conv.id, parent_id=None, role="user", content="Hi",
+                       created_at=time.time())
+        store.add_message(user, [])
+        prompt, _ = conversations.prompt(conv, [user])
+        assert tokenizer.decode(prompt).endswith(ending)
+    store.close()
+
+
 class _Backend:
     """What Conversations.prompt reads of a backend: a template and the model's name."""
 
@@ -204,3 +231,24 @@ def test_a_message_without_thinking_has_no_reasoning_field():
     encoded = msgspec.json.encode(Message(id="m", conversation_id="c", parent_id=None, role="user", content="x",
                                           created_at=time.time()))
     assert b"reasoning_content" not in encoded
+
+
+@pytest.fixture(scope="module")
+def front(thinking_server, tmp_path_factory):
+    """`localchat serve --engine-url` in front of the thinking server: the replies come from that server's stream."""
+    process = Server(make_home(tmp_path_factory.mktemp("front-home")),
+                     args=["--engine-url", f"{thinking_server.url}/v1"],
+                     env={"LOCALCHAT_ENGINE_API_KEY": thinking_server.token}).start()
+    yield process
+    process.stop()
+
+
+@pytest.mark.slow
+def test_a_remote_servers_reasoning_content_is_kept_apart(front):
+    with front.client() as api:
+        cid = api.post("/api/conversations", json={"settings": {**SEEDED, "max_tokens": 16,
+                                                                "thinking_token_budget": 5}}).json()["id"]
+        [reply] = done_messages(stream_api(api, f"/api/conversations/{cid}/messages", {"content": "Hello"}))
+        assert reply["reasoning_content"] and reply["content"]  # the budget went with the request
+        response = api.post(f"/api/conversations/{cid}/end-thinking", json={})
+        assert response.status_code == 200 and response.json() == {"ended": []}  # nothing runs: nothing to refuse
