@@ -13,7 +13,7 @@ from localchat.tui.screens.chat import ChatScreen
 from localchat.tui.screens.engine_error import EngineErrorScreen
 from localchat.tui.screens.fork_picker import ForkPicker
 from localchat.tui.screens.loading import LoadingScreen
-from localchat.tui.widgets.message_view import ChatMessage
+from localchat.tui.widgets.message_view import ChatMessage, MessageView
 
 
 class LocalChatApp(App):
@@ -83,7 +83,8 @@ class LocalChatApp(App):
             self.show_engine_error(f"Lost the connection to the engine: {error or type(error).__name__}")
 
     def help_groups(self) -> list[tuple[str, list[Binding]]]:
-        return [("Chat", ChatScreen.BINDINGS), ("Message", ChatMessage.BINDINGS), ("N replies", ForkPicker.BINDINGS),
+        return [("Chat", ChatScreen.BINDINGS), ("Message", [*ChatMessage.BINDINGS, *MessageView.BINDINGS]),
+                ("N replies", ForkPicker.BINDINGS),
                 ("App", [Binding(self.COMMAND_PALETTE_BINDING, "command_palette", "Command palette, themes"),
                          *App.BINDINGS[:1]])]
 

@@ -59,6 +59,17 @@ class TextAdded:
 
 
 @dataclass(frozen=True)
+class ThinkingAdded:
+    """A reply thought `reasoning` more (a thinking model's, before its answer): `reasoning_tokens` so far. `text`: the
+    answer's first text, where the same event began it (the tree holds all of both so far)."""
+
+    message_id: str
+    reasoning: str
+    reasoning_tokens: int
+    text: str
+
+
+@dataclass(frozen=True)
 class ReplyFinished:
     """A reply was stored: its text as saved, how it ended, its stats."""
 
@@ -73,7 +84,7 @@ class Failed:
     message: str
 
 
-Change = BranchShown | RepliesStarted | TextAdded | ReplyFinished | Failed
+Change = BranchShown | RepliesStarted | TextAdded | ThinkingAdded | ReplyFinished | Failed
 
 
 class ChatSession:
@@ -130,8 +141,8 @@ class ChatSession:
                 return self.stored_user_message(message)
             case StartEvent():
                 return self.started(event)
-            case DeltaEvent(message_id=message_id, text=text):
-                return self.text_added(message_id, text)
+            case DeltaEvent():
+                return self.text_added(event)
             case DoneEvent(message=message):
                 self.tree.add(message)
                 return ReplyFinished(message, shown=message.id == self.leaf)
@@ -155,10 +166,14 @@ class ChatSession:
             self.fork = Fork(event.parent_id, tuple(event.message_ids))
         return RepliesStarted(replies, self.fork, event.model, tuple(event.retokenized_from))
 
-    def text_added(self, message_id: str, text: str) -> TextAdded | None:
-        reply = self.tree.messages.get(message_id)
+    def text_added(self, event: DeltaEvent) -> TextAdded | ThinkingAdded | None:
+        reply = self.tree.messages.get(event.message_id)
         if reply is None:  # the chat was opened again meanwhile: the reply shows once it is stored
             return None
         # a new Message, not the one a view may hold: a view shows the text as it streams, the tree keeps it
-        self.tree.add(msgspec.structs.replace(reply, content=reply.content + text))
-        return TextAdded(message_id, text)
+        reasoning = (reply.reasoning_content or "") + event.reasoning
+        self.tree.add(msgspec.structs.replace(reply, content=reply.content + event.text,
+                                              reasoning_content=reasoning or None))
+        if event.reasoning:
+            return ThinkingAdded(event.message_id, event.reasoning, event.reasoning_tokens, event.text)
+        return TextAdded(event.message_id, event.text)

@@ -1,5 +1,6 @@
 """A stand-in for EngineClient with fixed data, for snapshots and for tests that need no model: the same
-methods, returning fixed Structs (fixed ids, timestamps and stats) so that every screenshot is the same."""
+methods, returning fixed Structs (fixed ids, timestamps and stats) so that every screenshot is the same. With
+thinking=True it plays a thinking model: a chat whose replies thought, and replies that think before they answer."""
 
 import asyncio
 from collections.abc import AsyncIterator
@@ -11,6 +12,7 @@ from localchat.app.protocol.conversations import (
     ConversationTree,
     DeltaEvent,
     DoneEvent,
+    EndThinkingResult,
     Message,
     ReplyStats,
     SamplingSettings,
@@ -27,16 +29,18 @@ from localchat.app.server.app import engine_limits
 T0 = 1_700_000_000.0
 
 
-def stats(prompt: int, cached: int, completion: int) -> ReplyStats:
+def stats(prompt: int, cached: int, completion: int, reasoning: int = 0, thinking_s: float | None = None
+          ) -> ReplyStats:
     return ReplyStats(prompt_tokens=prompt, cached_tokens=cached, completion_tokens=completion,
-                      time_to_first_token_s=0.12, tokens_per_s=42.5, duration_s=1.5)
+                      time_to_first_token_s=0.12, tokens_per_s=42.5, duration_s=1.5, reasoning_tokens=reasoning,
+                      thinking_s=thinking_s)
 
 
 def message(id: str, parent: str | None, role: str, content: str, at: float, reply_stats=None,
-            conversation: str = "c_sort") -> Message:
+            conversation: str = "c_sort", reasoning: str | None = None) -> Message:
     return Message(id=id, conversation_id=conversation, parent_id=parent, role=role, content=content,
-                   created_at=T0 + at, finish_reason="stop" if role == "assistant" else None, model="SmolLM2",
-                   stats=reply_stats)
+                   reasoning_content=reasoning, created_at=T0 + at,
+                   finish_reason="stop" if role == "assistant" else None, model="SmolLM2", stats=reply_stats)
 
 
 SORT_CODE = "Use `sorted()`:\n\n```python\nnumbers = [3, 1, 2]\nprint(sorted(numbers))  # [1, 2, 3]\n```"
@@ -52,6 +56,17 @@ MESSAGES = [
 
 FORKED = ["A **red** apple.", "A *green* leaf: calm and fresh.", "Blue, like the sea."]
 
+# a thinking model's chat (thinking=True): a question with two replies, each with its own thinking
+PRIME_THOUGHTS = ["91 is odd. Try 7: 7 × 13 = 91, so it has divisors.", "Check 3: 9 + 1 = 10, no. Check 7: yes, 13."]
+THINKING_MESSAGES = [
+    message("m_q1", None, "user", "Is 91 prime?", 21, conversation="c_think"),
+    message("m_r1", "m_q1", "assistant", "No: **91 = 7 × 13**.", 22, stats(30, 0, 40, 28, 3.4), "c_think",
+            PRIME_THOUGHTS[0]),
+    message("m_r2", "m_q1", "assistant", "No, it is 7 times 13.", 23, stats(30, 16, 52, 40, 12.2), "c_think",
+            PRIME_THOUGHTS[1]),
+]
+THOUGHTS = ["Red is bright.", "Green is calm.", "Blue is deep."]  # what new replies think (a thinking model's)
+
 
 def conversation(id: str, title: str, at: float, count: int, active_leaf: str | None = None) -> Conversation:
     return Conversation(id=id, title=title, system_prompt="Be brief.",
@@ -60,7 +75,7 @@ def conversation(id: str, title: str, at: float, count: int, active_leaf: str | 
 
 
 class FakeEngine:
-    def __init__(self):
+    def __init__(self, thinking: bool = False):
         self.conversations = {
             "c_sort": conversation("c_sort", "Sorting in Python", 10, len(MESSAGES), "m_a3"),
             "c_cats": conversation("c_cats", "Cats and their habits", 5, 0),
@@ -70,6 +85,13 @@ class FakeEngine:
         self.fail_with: Exception | None = None  # raised by every call, to play a lost engine
         self.hold: asyncio.Event | None = None  # when set, replies stream their first words and wait for it
         self.model, self.chat = "SmolLM2", True  # chat False: a base model (no chat template)
+        self.thinking = thinking  # a thinking model: its chat "c_think" is the newest, and replies think first
+        self.think_until_ended = False  # replies think on (THOUGHTS again and again) until end_thinking()
+        self.thinking_ended = asyncio.Event()
+        self.end_thinking_calls: list[tuple[str, str | None]] = []
+        if thinking:
+            self.conversations["c_think"] = conversation("c_think", "Primes", 20, len(THINKING_MESSAGES), "m_r1")
+            self.messages["c_think"] = list(THINKING_MESSAGES)
 
     def _check(self) -> None:
         if self.fail_with is not None:
@@ -80,7 +102,8 @@ class FakeEngine:
 
     async def health(self) -> Health:
         self._check()
-        return Health(status="ready", model=self.model, backend="embedded", pid=1, version="0", chat=self.chat)
+        return Health(status="ready", model=self.model, backend="embedded", pid=1, version="0", chat=self.chat,
+                      thinking=self.thinking)
 
     async def limits(self) -> Limits:
         return engine_limits()
@@ -122,6 +145,11 @@ class FakeEngine:
     async def stop(self, conversation_id: str, message_id: str | None = None) -> StopResult:
         return StopResult(stopped=[])
 
+    async def end_thinking(self, conversation_id: str, message_id: str | None = None) -> EndThinkingResult:
+        self.end_thinking_calls.append((conversation_id, message_id))
+        self.thinking_ended.set()
+        return EndThinkingResult(ended=[])
+
     def regenerate(self, conversation_id: str, message_id: str, n: int = 1, settings=None
                    ) -> AsyncIterator[StreamEvent]:
         parent = next(m for m in self.messages[conversation_id] if m.id == message_id)
@@ -132,13 +160,34 @@ class FakeEngine:
         first = len(self.messages[conversation_id])
         ids = [f"m_f{first + i}" for i in range(1, n + 1)]
         yield StartEvent(parent_id=parent_id, message_ids=ids)
+        thoughts: dict[str, list[str]] = {id: [] for id in ids}  # a reply's thinking, a token (word) an item
         for i, id in enumerate(ids):
+            if self.thinking:
+                async for event in self._thoughts(id, i):
+                    thoughts[id].append(event.reasoning)
+                    yield event
             for word in FORKED[i % len(FORKED)].split(" "):
                 yield DeltaEvent(message_id=id, index=i, text=word + " ")
                 if self.hold is not None:
                     await self.hold.wait()
         for i, id in enumerate(ids):
-            reply = message(id, parent_id, "assistant", FORKED[i % len(FORKED)], 20 + i, stats(88, 80, 8 + i),
-                            conversation_id)
+            thought = len(thoughts[id])  # tokens, counted in the reply's completion tokens too
+            reply_stats = stats(88, 80, 8 + i + thought, thought, 2.5 if self.thinking else None)
+            reply = message(id, parent_id, "assistant", FORKED[i % len(FORKED)], 20 + i, reply_stats,
+                            conversation_id, "".join(thoughts[id]) or None)
             self.messages[conversation_id].append(reply)
             yield DoneEvent(message=reply)
+
+    async def _thoughts(self, message_id: str, index: int) -> AsyncIterator[DeltaEvent]:
+        """A reply's thinking, a word (a token) per event: its THOUGHTS, and with think_until_ended, again and again
+        until end_thinking()."""
+        words = THOUGHTS[index % len(THOUGHTS)].split(" ")
+        count = 0
+        while count < len(words) or (self.think_until_ended and not self.thinking_ended.is_set()):
+            yield DeltaEvent(message_id=message_id, index=index, text="", reasoning=words[count % len(words)] + " ",
+                             reasoning_tokens=count + 1)
+            count += 1
+            if self.hold is not None:
+                await self.hold.wait()
+            if self.think_until_ended:
+                await asyncio.sleep(0.005)

@@ -86,3 +86,23 @@ def test_a_streamed_reply_grows_in_the_tree_not_in_the_message_a_view_holds():
     started = session.apply(msgspec.convert({"type": "start", "parent_id": "u1", "message_ids": ["a1"]}, StreamEvent))
     session.apply(msgspec.convert({"type": "delta", "message_id": "a1", "index": 0, "text": "Hi"}, StreamEvent))
     assert started.replies[0].content == "" and session.tree.messages["a1"].content == "Hi"
+
+
+def test_a_thinking_reply_grows_its_reasoning_apart_from_its_answer():
+    """A thinking model's deltas carry reasoning before the answer; one delta may end the one and begin the other."""
+    session = ChatSession()
+    session.new_chat(msgspec.convert(SCENARIOS["conversation"], Conversation))
+    session.apply(msgspec.convert({"type": "start", "parent_id": "u1", "message_ids": ["a1"]}, StreamEvent))
+
+    def delta(text: str, reasoning: str = "", tokens: int = 0):
+        return summary(session.apply(msgspec.convert({"type": "delta", "message_id": "a1", "index": 0, "text": text,
+                                                      "reasoning": reasoning, "reasoning_tokens": tokens},
+                                                     StreamEvent)))
+
+    assert delta("", "Hmm, ", 2) == {"change": "ThinkingAdded", "message_id": "a1", "reasoning": "Hmm, ",
+                                     "reasoning_tokens": 2, "text": ""}
+    assert delta("Hi", "cats.", 3) == {"change": "ThinkingAdded", "message_id": "a1", "reasoning": "cats.",
+                                       "reasoning_tokens": 3, "text": "Hi"}
+    assert delta("!", tokens=3) == {"change": "TextAdded", "message_id": "a1", "text": "!"}
+    reply = session.tree.messages["a1"]
+    assert (reply.reasoning_content, reply.content) == ("Hmm, cats.", "Hi!")

@@ -1,4 +1,5 @@
-"""Screenshots of the main screen with a branched chat and of the N-reply picker, from fixed data."""
+"""Screenshots of the main screen with a branched chat, of the N-reply picker, and of a thinking model's chat at
+80x24, from fixed data."""
 
 from fake_engine import FakeEngine
 from textual.pilot import Pilot
@@ -12,8 +13,8 @@ from localchat.tui.screens.fork_picker import ForkPicker
 SIZE = (120, 36)
 
 
-def app(tmp_path) -> LocalChatApp:
-    app = LocalChatApp(client=FakeEngine(), config_file=tmp_path / "tui.toml")
+def app(tmp_path, engine: FakeEngine | None = None) -> LocalChatApp:
+    app = LocalChatApp(client=engine or FakeEngine(), config_file=tmp_path / "tui.toml")
     app.animation_level = "none"  # a focused message scrolls into view at once: the same frame every run
     return app
 
@@ -48,3 +49,15 @@ def test_n_reply_picker(snap_compare, tmp_path):
 
     assert snap_compare(app(tmp_path), terminal_size=SIZE, run_before=three_replies)
 
+
+
+def test_a_thinking_models_chat_at_80x24(snap_compare, tmp_path):
+    async def thinking_expanded(pilot: Pilot) -> None:
+        screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen) and pilot.app.screen)
+        await wait_until(pilot, lambda: len(screen.view.views) == 2 and screen.view.views[-1].message.id == "m_r1")
+        screen.view.views[-1].focus()
+        await pilot.press("t")  # the reply's thinking, expanded above its answer
+        await pilot.pause()
+
+    assert snap_compare(app(tmp_path, FakeEngine(thinking=True)), terminal_size=(80, 24),
+                        run_before=thinking_expanded)

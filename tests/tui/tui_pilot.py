@@ -56,3 +56,15 @@ async def reply_written(pilot: Pilot, screen: ChatScreen, old: set[str] = frozen
         return (screen.generating_in is None and views and views[-1].message.role == "assistant"
                 and views[-1].message.id not in old and views[-1].message.stats is not None and views[-1])
     return await wait_until(pilot, done, timeout, "the reply")
+
+
+def thinking_title(view: MessageView) -> str:
+    """The line of a reply's thinking ("▶ Thought for 3.4 s"; "" where it has none)."""
+    block = view.thinking_block
+    return shown(block.query_one(".thinking-title", Static)) if block.display else ""
+
+
+def thinking_text(view: MessageView) -> str:
+    """A reply's thinking as shown once expanded ("" while it is collapsed)."""
+    block = view.thinking_block
+    return shown(block.query_one(".thinking-text", Static)) if block.display else ""

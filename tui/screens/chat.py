@@ -12,7 +12,15 @@ from textual.widgets import Footer, Header, Input, Static, TextArea
 from localchat.app.client.engine_client import EngineClient
 from localchat.app.protocol.conversations import Conversation, Message, SearchHit, StreamEvent
 from localchat.app.protocol.system import Health
-from localchat.tui.chat_session import BranchShown, ChatSession, Failed, RepliesStarted, ReplyFinished, TextAdded
+from localchat.tui.chat_session import (
+    BranchShown,
+    ChatSession,
+    Failed,
+    RepliesStarted,
+    ReplyFinished,
+    TextAdded,
+    ThinkingAdded,
+)
 from localchat.tui.engine_work import engine_work
 from localchat.tui.screens.branch_tree import BranchTreeScreen
 from localchat.tui.screens.confirm import ConfirmScreen
@@ -26,6 +34,7 @@ from localchat.tui.widgets.chat_list import ChatList
 from localchat.tui.widgets.composer import Composer
 from localchat.tui.widgets.conversation_view import ConversationView
 from localchat.tui.widgets.message_view import ChatMessage
+from localchat.tui.widgets.thinking_block import END_THINKING_KEY, ThinkingBlock
 
 DEFAULT_FORK_N = 3
 
@@ -44,6 +53,7 @@ class ChatScreen(Screen):
         Binding("ctrl+g", "fork", "Fork N", id="fork"),
         Binding("ctrl+t", "branch_tree", "Branches", id="branch_tree", show=False),
         Binding("escape", "stop", "Stop", id="stop"),
+        Binding(END_THINKING_KEY, "end_thinking", "Answer now", id="end_thinking"),  # shown while a reply thinks
         Binding("ctrl+s", "settings", "Settings", id="settings", show=False),
         Binding("f2", "rename", "Rename", id="rename", show=False),
         Binding("f8", "delete_chat", "Delete chat", id="delete_chat", show=False),
@@ -63,6 +73,7 @@ class ChatScreen(Screen):
         self.picker: ForkPicker | None = None
         self.model: str | None = None  # the model the engine runs (as replies record it)
         self.can_chat = True  # False: the model is a base model, which only continues text
+        self.thinks = False  # the model thinks before it answers: its thinking can be ended, its settings are shown
 
     def compose(self) -> ComposeResult:
         yield Header(icon="◆")
@@ -109,6 +120,7 @@ class ChatScreen(Screen):
         note above the message box says; sending is refused (can_generate)."""
         self.show_model(health.model)
         self.can_chat = health.chat is not False
+        self.thinks = health.thinking is True
         note = self.query_one("#base-model-note", Static)
         note.update("" if self.can_chat else base_model_notice(health.model))
         note.display = not self.can_chat
@@ -324,7 +336,8 @@ class ChatScreen(Screen):
     async def edit_settings(self) -> None:
         conversation = self.session.conversation or await self.create_chat()
         limits = await self.client.limits()
-        choice = await self.app.push_screen_wait(SettingsScreen(conversation, self.n_of(conversation.id), limits))
+        choice = await self.app.push_screen_wait(SettingsScreen(conversation, self.n_of(conversation.id), limits,
+                                                                thinking=self.thinks))
         if choice is not None:
             await self.save_settings(conversation.id, choice)
 
@@ -406,6 +419,30 @@ class ChatScreen(Screen):
     async def stop_generation(self) -> None:
         await self.client.stop(self.generating_in)
 
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action == "end_thinking":  # while a reply on screen thinks (else the key is free for others)
+            return self.thinks and any(view.thinking for view in self.view.views)
+        return True
+
+    def on_thinking_block_streaming(self, event: ThinkingBlock.Streaming) -> None:
+        self.refresh_bindings()
+
+    def action_end_thinking(self) -> None:
+        self.end_thinking()
+
+    @engine_work()
+    async def end_thinking(self) -> None:
+        """The replies being written stop thinking and answer now (esc stops them altogether)."""
+        if self.generating_in is not None:
+            await self.client.end_thinking(self.generating_in)
+
+    def end_thinking_key(self) -> str | None:
+        """The key that ends a reply's thinking, as the footer writes it; None where the model does not think."""
+        if not self.thinks:
+            return None
+        keys = self.app.keymap.get("end_thinking", END_THINKING_KEY)
+        return self.app.get_key_display(Binding(keys.split(",")[0], "end_thinking"))
+
     def write_replies(self, start) -> None:
         """Stream the events of start(conversation id) (a send, regenerate or edit) into the screen. The slot is
         taken now, before the worker runs: a second key press in between is refused (can_generate)."""
@@ -435,6 +472,11 @@ class ChatScreen(Screen):
             case TextAdded(message_id=message_id, text=text):
                 if (writer := self.writer(message_id)) is not None:
                     await writer.write(text)
+            case ThinkingAdded(message_id=message_id) as added:
+                if (writer := self.writer(message_id)) is not None:
+                    writer.think(added.reasoning, added.reasoning_tokens)
+                    if added.text:  # the answer began in the same event
+                        await writer.write(added.text)
             case ReplyFinished(message=message):
                 await self.show_finished(message)
             case Failed(message=message):
@@ -449,12 +491,13 @@ class ChatScreen(Screen):
                         f"{', '.join(started.retokenized_from)} were tokenized again for it.", title="Model")
         await self.show_branch()
         if started.fork is not None:
-            self.picker = ForkPicker(list(started.replies), stop=self.stop_generation)
+            self.picker = ForkPicker(list(started.replies), stop=self.stop_generation,
+                                     end_thinking=self.end_thinking if self.thinks else None)
             await self.app.push_screen(self.picker, self.pick_reply)
         elif self.focus_reply:
             self.view.view_of(started.replies[0].id).focus()
         for reply in started.replies:
-            self.writer(reply.id).start_stream()
+            self.writer(reply.id).start_stream(self.end_thinking_key())
 
     async def show_finished(self, message: Message) -> None:
         if self.picker is not None and self.picker.card_of(message.id) is not None:

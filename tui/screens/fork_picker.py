@@ -11,6 +11,7 @@ from textual.widgets import Footer, Label
 
 from localchat.app.protocol.conversations import Message
 from localchat.tui.widgets.message_view import MessageView
+from localchat.tui.widgets.thinking_block import END_THINKING_KEY, ThinkingBlock
 
 
 class ReplyCard(MessageView, can_focus=True):
@@ -24,11 +25,14 @@ class ForkPicker(ModalScreen[str | None]):
         Binding("enter", "pick_focused", "Continue from this one", id="fork_pick"),
         *(Binding(str(i), f"pick({i})", f"Pick {i}", show=False, id=f"fork_pick_{i}") for i in range(1, 10)),
         Binding("escape", "stop_or_close", "Stop / close", id="fork_close"),
+        Binding(END_THINKING_KEY, "end_thinking", "Answer now", id="end_thinking"),  # shown while a reply thinks
     ]
 
-    def __init__(self, replies: list[Message], stop: Callable[[], None]):
+    def __init__(self, replies: list[Message], stop: Callable[[], None],
+                 end_thinking: Callable[[], None] | None = None):
+        """stop: stops the replies; end_thinking: ends their thinking (None: the model does not think)."""
         super().__init__()
-        self.replies, self.stop = replies, stop
+        self.replies, self.stop, self.end_thinking = replies, stop, end_thinking
         self.finished: set[str] = set()
 
     def compose(self) -> ComposeResult:
@@ -62,7 +66,15 @@ class ForkPicker(ModalScreen[str | None]):
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         if action in ("pick", "pick_focused"):
             return not self.streaming
+        if action == "end_thinking":
+            return self.end_thinking is not None and any(card.thinking for card in self.cards)
         return True
+
+    def on_thinking_block_streaming(self, event: ThinkingBlock.Streaming) -> None:
+        self.refresh_bindings()
+
+    def action_end_thinking(self) -> None:
+        self.end_thinking()
 
     def action_pick(self, number: int) -> None:
         if number <= len(self.replies):

@@ -1,5 +1,6 @@
-"""A chat's system prompt and sampling settings, and N (how many replies "fork" asks for). Every field is checked
-against the engine's limits (GET /api/limits), the ones the web UI and the server use."""
+"""A chat's system prompt and sampling settings, and N (how many replies "fork" asks for); with a thinking model,
+whether it thinks and its thinking budget too. Every field is checked against the engine's limits (GET /api/limits),
+the ones the web UI and the server use."""
 
 from dataclasses import dataclass
 
@@ -42,9 +43,10 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="cancel"),
                 Binding("ctrl+s", "save", "Save", id="submit", priority=True)]
 
-    def __init__(self, conversation: Conversation, fork_n: int, limits: Limits):
+    def __init__(self, conversation: Conversation, fork_n: int, limits: Limits, thinking: bool = False):
+        """thinking: the model thinks before it answers (Health.thinking), so its thinking settings are shown."""
         super().__init__()
-        self.conversation, self.fork_n, self.limits = conversation, fork_n, limits
+        self.conversation, self.fork_n, self.limits, self.thinking = conversation, fork_n, limits, thinking
 
     def compose(self) -> ComposeResult:
         s = self.conversation.settings
@@ -63,6 +65,13 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                                 id="seed")
                     yield Label("N (fork)")
                     yield Input(str(self.fork_n), type="integer", id="fork-n", tooltip=self.describe("n"))
+                    if self.thinking:
+                        yield Label("Thinking budget")
+                        budget = s.thinking_token_budget
+                        yield Input("" if budget is None else str(budget), type="integer", placeholder="server default",
+                                    id="thinking-token-budget", tooltip=self.describe("thinking_token_budget"))
+                if self.thinking:
+                    yield Checkbox("Think before answering", s.enable_thinking, id="enable-thinking")
                 yield Label(f"Stop strings (one per line, at most {self.limits.max_stop_strings})")
                 yield TextArea("\n".join(s.stop), id="stop")
                 yield Checkbox("Replies are JSON objects", s.json_mode, id="json-mode")
@@ -113,8 +122,17 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
             raise ValueError(f"Tools: {error}") from None
         sampling = msgspec.structs.replace(self.conversation.settings, **numbers, seed=seed, stop=stop, tools=tools,
                                            json_mode=self.query_one("#json-mode", Checkbox).value,
-                                           tool_choice=self.query_one("#tool-choice", Select).value)
+                                           tool_choice=self.query_one("#tool-choice", Select).value,
+                                           **self.read_thinking())
         return ChatSettings(self.query_one("#system-prompt", TextArea).text, sampling, fork_n)
+
+    def read_thinking(self) -> dict:
+        """The thinking settings, where shown (else the chat keeps its own); raises ValueError like read()."""
+        if not self.thinking:
+            return {}
+        budget = (self.number("thinking_token_budget", "Thinking budget", int)
+                  if self.value("thinking-token-budget") else None)
+        return {"enable_thinking": self.query_one("#enable-thinking", Checkbox).value, "thinking_token_budget": budget}
 
     def action_save(self) -> None:
         try:

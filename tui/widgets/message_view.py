@@ -1,4 +1,5 @@
-"""One message: who wrote it, its Markdown (streamed while it is written), and a reply's stats."""
+"""One message: who wrote it, a thinking model's thinking (collapsed), its Markdown (streamed while it is written),
+and a reply's stats."""
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -10,6 +11,7 @@ from textual.widgets.markdown import MarkdownFence, MarkdownStream
 from localchat.app.markdown import author, message_markdown
 from localchat.app.protocol.conversations import Message, ReplyStats
 from localchat.tui.widgets.branch_switcher import BranchSwitcher
+from localchat.tui.widgets.thinking_block import ThinkingBlock
 
 
 def describe_stats(stats: ReplyStats) -> str:
@@ -20,19 +22,24 @@ def describe_stats(stats: ReplyStats) -> str:
         parts.append(f"{stats.tokens_per_s:.1f} tok/s")
     if stats.draft_tokens:
         parts.append(f"drafts {stats.accepted_draft_tokens / stats.draft_tokens:.0%} kept")
-    parts.append(f"{stats.completion_tokens} tokens")
+    thinking = f" ({stats.reasoning_tokens} thinking)" if stats.reasoning_tokens else ""
+    parts.append(f"{stats.completion_tokens} tokens{thinking}")
     parts.append(f"prompt {stats.prompt_tokens} ({stats.cached_tokens} cached)")
     return " · ".join(parts)
 
 
 class MessageView(Vertical):
-    """A message as shown; a reply being written grows through a MarkdownStream until finish()."""
+    """A message as shown; a reply being written grows through a MarkdownStream until finish(), after its thinking
+    (think()) if it thinks."""
+
+    BINDINGS = [Binding("t", "toggle_thinking", "Show thinking", id="toggle_thinking", show=False)]
 
     def __init__(self, message: Message, title: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.message = message
         self.title = title or author(message)
         self.stream: MarkdownStream | None = None
+        self.end_thinking_key: str | None = None  # while it is written: the key that ends its thinking, to hint at
         self.next_code_block = 0  # the one the next copy takes
         self.add_class(f"-{message.role}")
 
@@ -41,6 +48,7 @@ class MessageView(Vertical):
             yield Static(self.title, classes="message-role")
             yield BranchSwitcher(classes="branch-switcher")
             yield Static(classes="message-note")
+        yield ThinkingBlock(self.message)
         yield Markdown(message_markdown(self.message), classes="message-body")
         yield Static(classes="message-stats")
 
@@ -53,6 +61,15 @@ class MessageView(Vertical):
         return self.query_one(".message-body", Markdown)
 
     @property
+    def thinking_block(self) -> ThinkingBlock:
+        return self.query_one(ThinkingBlock)
+
+    @property
+    def thinking(self) -> bool:
+        """It is being written and thinks (no answer yet)."""
+        return self.thinking_block.streaming
+
+    @property
     def code_blocks(self) -> list[str]:
         return [fence.code for fence in self.query(MarkdownFence)]
 
@@ -63,12 +80,24 @@ class MessageView(Vertical):
     def show_position(self, index: int, count: int) -> None:
         self.query_one(BranchSwitcher).show_position(index, count)
 
-    def start_stream(self) -> None:
+    def start_stream(self, end_thinking_key: str | None = None) -> None:
+        """A reply begins; end_thinking_key: the key that ends its thinking (None: the model cannot be asked to)."""
         self.add_class("-streaming")
+        self.end_thinking_key = end_thinking_key
         self.query_one(".message-note", Static).update("writing…")
         self.stream = Markdown.get_stream(self.body)
 
+    def think(self, reasoning: str, tokens: int) -> None:
+        """More of the reply's thinking (`tokens` so far); the note says it thinks, and which key ends that."""
+        if not self.thinking:
+            hint = f" {self.end_thinking_key} answers now" if self.end_thinking_key else ""
+            self.query_one(".message-note", Static).update(f"thinking…{hint}")
+        self.thinking_block.add(reasoning, tokens)
+
     async def write(self, text: str) -> None:
+        if text and self.thinking:
+            self.thinking_block.end()
+            self.query_one(".message-note", Static).update("writing…")
         await self.stream.write(text)
 
     async def finish(self, message: Message) -> None:
@@ -78,6 +107,7 @@ class MessageView(Vertical):
             self.stream = None
         self.remove_class("-streaming")
         self.message = message
+        self.thinking_block.finish(message)
         markdown = message_markdown(message)  # a reply's tool calls show once they are read out of it
         if self.body.source != markdown:
             await self.body.update(markdown)
@@ -91,6 +121,14 @@ class MessageView(Vertical):
         stats.display = message.stats is not None
         if message.stats is not None:
             stats.update(describe_stats(message.stats))
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action == "toggle_thinking":
+            return self.thinking_block.display
+        return True
+
+    def action_toggle_thinking(self) -> None:
+        self.thinking_block.expanded = not self.thinking_block.expanded
 
 
 BRANCH = Binding.Group("Branch")  # ← and → as one footer entry
