@@ -6,6 +6,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -199,24 +200,34 @@ class LLMEngine:
         if logit_rows != list(range(len(logits))):  # a request's replies sample from its one row; a cut draft
             logits = logits[torch.tensor(logit_rows, device=logits.device)]
         kept = self.speculator.kept(self.sampler(logits, sample_rows), rows.drafts, num_scored)
-        forced = [self.output.forced_tokens(seq) for seq in rows.seqs]  # in place of what was sampled
-        kept = [SamplerOutput(list(f), [None] * len(f)) if f else k for k, f in zip(kept, forced)]
-        for j in range(max((len(k.token_ids) for k in kept), default=0)):  # the kept tokens in turn, as plain steps
-            taking = [(i, seq, k) for i, (seq, k) in enumerate(zip(rows.seqs, kept))
-                      if len(k.token_ids) > j and not seq.is_finished]
-            seqs = [seq for _, seq, _ in taking]
-            taken = SamplerOutput([k.token_ids[j] for _, _, k in taking], [k.logprobs[j] for _, _, k in taking])
-            stopped = self.output.add_tokens(seqs, taken, [bool(forced[i]) for i, _, _ in taking])
-            for request_id, error in self.scheduler.update(seqs, taken.token_ids, stopped).items():
-                self.output.fail(request_id, error)
-                self._end(request_id)
-        for seq, draft, k, f in zip(rows.seqs, rows.drafts, kept, forced):
+        replies = [ReplyTokens(list(k.token_ids), list(k.logprobs)) for k in kept]
+        self._take(rows.seqs, replies)
+        for seq, draft, reply in zip(rows.seqs, rows.drafts, replies):
             if draft:
-                self.scheduler.settle(seq, draft, 0 if f else len(k.token_ids) - 1)
+                self.scheduler.settle(seq, draft, reply.num_kept_draft_tokens)
             if seq.answer_matcher is not None and not seq.is_finished and self.output.answering(seq):
                 seq.matcher, seq.answer_matcher = seq.answer_matcher, None  # the answer begins: so does its grammar
         self.pace.observe(batch, time.perf_counter() - started)
         return self.output.deltas(rows.seqs)
+
+    def _take(self, seqs: list[Sequence], replies: list["ReplyTokens"]) -> None:
+        """Each sequence takes its reply's tokens, the first of every reply, then the second, ..., as plain steps
+        would; where a thinking reply must close its thinking (forced_tokens), before its first token or after a kept
+        draft token, the engine's tokens take the place of the rest."""
+        for seq, reply in zip(seqs, replies):
+            reply.force(0, self.output.forced_tokens(seq))
+        j = 0
+        while taking := [(seq, r) for seq, r in zip(seqs, replies) if len(r.token_ids) > j and not seq.is_finished]:
+            taking_seqs = [seq for seq, _ in taking]
+            taken = SamplerOutput([r.token_ids[j] for _, r in taking], [r.logprobs[j] for _, r in taking])
+            stopped = self.output.add_tokens(taking_seqs, taken, [j >= r.forced_from for _, r in taking])
+            for request_id, error in self.scheduler.update(taking_seqs, taken.token_ids, stopped).items():
+                self.output.fail(request_id, error)
+                self._end(request_id)
+            for seq, reply in taking:
+                if j + 1 < min(len(reply.token_ids), reply.forced_from) and not seq.is_finished:
+                    reply.force(j + 1, self.output.forced_tokens(seq))
+            j += 1
 
     def abort(self, request_id: str, save: bool = True) -> RequestOutput | None:
         """Stop a request and free its blocks (kept on disk unless save is False); its last delta, or None for an
@@ -284,6 +295,30 @@ class LLMEngine:
         stats = dataclasses.asdict(self.disk.stats)
         return {**{f"kv_disk_{name}": value for name, value in stats.items()},
                 "kv_disk_hit_rate": stats["hits"] / stats["lookups"] if stats["lookups"] else 0.0}
+
+
+@dataclass
+class ReplyTokens:
+    """What one reply takes in a step: the tokens the sampler kept (its own, then each draft token it agreed with),
+    where from the engine writes instead (forced_tokens: a thinking reply's closing marker), and their logprobs."""
+
+    token_ids: list[int]
+    logprobs: list
+    forced_from: int = 2**63  # the first token the engine wrote; past the end: none
+
+    def force(self, at: int, forced: tuple[int, ...]) -> None:
+        """From position `at` on, the engine's tokens `forced` in place of the sampled ones (none: nothing changes)."""
+        if forced:
+            self.token_ids = self.token_ids[:at] + list(forced)
+            self.logprobs = self.logprobs[:at] + [None] * len(forced)
+            self.forced_from = at
+
+    @property
+    def num_kept_draft_tokens(self) -> int:
+        """Of a scored draft, the tokens kept (whose K and V the step computed): each sampled token but the last agreed
+        with the draft token before it; where the engine's tokens took over early, every sampled one did."""
+        sampled = min(len(self.token_ids), self.forced_from)
+        return sampled if 0 < self.forced_from < 2**63 else max(sampled - 1, 0)
 
 
 def _eos_token_ids(source, model_config) -> set[int]:

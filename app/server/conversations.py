@@ -326,8 +326,9 @@ class Replies:
             self.prompt_tokens, self.cached_tokens = update.prompt_tokens, update.cached_tokens or 0
         for out in update.outputs:
             reply = self.replies[out.index]
+            thought = reply.reasoning_tokens
             reply.add(out)
-            if out.text or out.reasoning:
+            if out.text or out.reasoning or reply.reasoning_tokens != thought:  # a token of thinking, space or not
                 yield DeltaEvent(message_id=reply.message_id, index=out.index, text=out.text, reasoning=out.reasoning,
                                  reasoning_tokens=reply.reasoning_tokens)
         if self.prompt_tokens is not None:

@@ -70,6 +70,12 @@ def r1(models):
 
 
 @pytest.fixture(scope="module")
+def plain_r1(models):
+    """tiny-r1-thinking without speculation."""
+    return LLM(str(models / R1_THINKING), num_kv_blocks=128, speculative=False)
+
+
+@pytest.fixture(scope="module")
 def qwen3(models):
     return LLM(str(models / QWEN3_THINKING), num_kv_blocks=128)
 
@@ -178,7 +184,15 @@ def test_forked_replies_think_independently_each_as_its_own_request(r1):
         assert reply.num_reasoning_tokens == 6
 
 
-def test_speculation_changes_no_thinking_token(models, r1):
-    plain = LLM(str(models / R1_THINKING), num_kv_blocks=128, speculative=False)
-    params = SamplingParams(temperature=0.8, seed=9, max_tokens=40, thinking_token_budget=12)
-    assert plain.chat(CHAT, params)[0].outputs[0].token_ids == r1.chat(CHAT, params)[0].outputs[0].token_ids
+@pytest.mark.parametrize("budget", [1, 3, 6, 9])
+def test_speculation_changes_no_thinking_token_and_keeps_the_budget(r1, plain_r1, budget):
+    """Greedy, the tiny model repeats one token: drafts are kept several at a time, and the budget still ends the
+    thinking at its token, not at the end of a kept draft."""
+    for temperature in (0.0, 0.8):
+        params = SamplingParams(temperature=temperature, seed=9, max_tokens=30, thinking_token_budget=budget)
+        drafted, alone = r1.chat(CHAT, params)[0].outputs[0], plain_r1.chat(CHAT, params)[0].outputs[0]
+        assert drafted.token_ids == alone.token_ids
+        assert drafted.num_reasoning_tokens == alone.num_reasoning_tokens == budget
+        if temperature == 0.0:
+            assert drafted.num_accepted_tokens > 0  # drafts were kept: the case this checks
+

@@ -45,7 +45,7 @@ def test_keyboard_help_new_chat_newline_and_regenerate(chat, api):
     page.keyboard.press("Control+/")
     help_dialog = page.locator("#help-dialog")
     expect(help_dialog).to_be_visible()
-    for keys in ["Enter", "Shift+Enter", "Esc", "Alt+N", "Alt+R", "Ctrl+K"]:
+    for keys in ["Enter", "Shift+Enter", "Esc", "Alt+A", "Alt+N", "Alt+R", "Ctrl+K"]:
         expect(help_dialog.locator("kbd", has_text=keys).first).to_be_visible()
     page.keyboard.press("Escape")
     expect(help_dialog).to_be_hidden()

@@ -39,6 +39,7 @@ export const getConversation = (id) => json("GET", conversation(id));
 export const updateConversation = (id, fields) => json("PATCH", conversation(id), fields);
 export const deleteConversation = (id) => json("DELETE", conversation(id));
 export const stopReplies = (id) => json("POST", `${conversation(id)}/stop`, {});
+export const endThinking = (id) => json("POST", `${conversation(id)}/end-thinking`, {});
 export const search = (q) => json("GET", `/api/search?q=${encodeURIComponent(q)}`);
 export const getLimits = () => json("GET", "/api/limits");
 export const listModels = () => json("GET", "/api/models");

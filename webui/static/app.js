@@ -57,6 +57,7 @@ class App {
     $("settings").addEventListener("click", () => this.editSettings());
     $("toggle-branches").addEventListener("click", () => this.toggleBranches());
     $("stop").addEventListener("click", () => this.stop());
+    $("answer-now").addEventListener("click", () => this.answerNow());
     $("composer").addEventListener("submit", (event) => {
       event.preventDefault();
       this.send();
@@ -156,6 +157,7 @@ class App {
     else this.thread.clear();
     this.renderBranches();
     this.renderChats();
+    this.showAnswerNow();
     this.followWriting();
   }
 
@@ -244,6 +246,20 @@ class App {
     if (this.streaming) api.stopReplies(this.streaming).catch((e) => this.showError(e));
   }
 
+  /** The replies being written that still think (a thinking model's) end their thinking and answer now. */
+  answerNow() {
+    if (this.thinkingHere()) api.endThinking(this.streaming).catch((e) => this.showError(e));
+  }
+
+  /** Whether the open chat is the one whose replies are being written, and one of them still thinks. */
+  thinkingHere() {
+    return this.streaming === this.session.conversation?.id && this.session.tree.thinking();
+  }
+
+  showAnswerNow() {
+    $("answer-now").hidden = !this.thinkingHere();
+  }
+
   /** Escape: closes the menu or a drawer, else stops the replies being written. */
   escape() {
     if (!this.panels.closeTop()) this.stop();
@@ -279,8 +295,10 @@ class App {
       this.render();
     } else if (change instanceof TextAdded) {
       this.thread.textChanged(change.messageId);
+      this.showAnswerNow();
     } else if (change instanceof ReplyFinished) {
       this.thread.update(change.message);
+      this.showAnswerNow();
       this.renderBranches();
       const { conversation, leaf } = this.session;
       if (change.shown) $("export-markdown").href = api.exportUrl(conversation.id, "markdown", leaf);
@@ -290,8 +308,10 @@ class App {
   }
 
   /** A base model (no chat template) only continues text: the note where the composer is says so, and the
-   * composer is off until a chat model runs. */
+   * composer is off until a chat model runs. A thinking model's settings (whether it thinks, how long) show only for
+   * one. */
   showModelAbility() {
+    this.settings.showThinking(this.models.thinks);
     const note = $("base-model-note");
     const canChat = this.models.canChat;
     note.hidden = canChat;
@@ -304,6 +324,7 @@ class App {
     this.streaming = conversationId;
     $("send").hidden = Boolean(conversationId);
     $("stop").hidden = !conversationId;
+    this.showAnswerNow();
   }
 
   showError(error) {

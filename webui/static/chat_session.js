@@ -31,7 +31,7 @@ export class RepliesStarted {
   }
 }
 
-/** A reply grew by `text` (the tree holds all of it so far). */
+/** A reply grew by `text` of its answer, or by thinking (the tree holds all of both so far). */
 export class TextAdded {
   constructor(messageId, text) {
     this.messageId = messageId;
@@ -125,7 +125,7 @@ export class ChatSession {
       case "start":
         return this.started(event);
       case "delta":
-        return this.textAdded(event.message_id, event.text);
+        return this.textAdded(event);
       case "done":
         this.tree.add(event.message);
         return new ReplyFinished(event.message, event.message.id === this.leaf);
@@ -151,10 +151,21 @@ export class ChatSession {
     return new RepliesStarted(replies, this.fork, event.model ?? null, event.retokenized_from ?? []);
   }
 
-  textAdded(messageId, text) {
+  /** A delta: new answer text, or new thinking (a thinking model's, which comes first) with its count of tokens so
+   * far. How long the reply thought is measured here until the stored reply says (stats.thinking_s). */
+  textAdded({ message_id: messageId, text, reasoning = "", reasoning_tokens: reasoningTokens = 0 }) {
     const reply = this.tree.get(messageId);
     if (!reply) return null;  // the chat was opened again meanwhile: the reply shows once it is stored
-    reply.content += text;  // the views hold this message: they show the text as it grows
+    // the views hold this message: they show the thinking and the text as they grow
+    if (reasoning) {
+      reply.reasoning_content = (reply.reasoning_content ?? "") + reasoning;
+      reply.thinking_since ??= Date.now();
+    }
+    if (reasoningTokens) reply.reasoning_tokens = reasoningTokens;
+    if (text && reply.thinking_since && reply.thinking_s == null) {
+      reply.thinking_s = (Date.now() - reply.thinking_since) / 1000;
+    }
+    reply.content += text;
     return new TextAdded(messageId, text);
   }
 }

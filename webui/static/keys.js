@@ -6,6 +6,8 @@ const SHORTCUTS = [
   ["Enter", "Send the message", null, null],
   ["Shift+Enter", "New line", null, null],
   ["Esc", "Close the menu, or stop the reply being written", (e) => e.key === "Escape", "escape"],
+  ["Alt+A", "Answer now: end the thinking of the reply being written", (e) => e.altKey && e.code === "KeyA",
+    "answerNow"],
   ["Alt+N", "New chat", (e) => e.altKey && e.code === "KeyN", "newChat"],
   ["Alt+R", "Regenerate the last reply", (e) => e.altKey && e.code === "KeyR", "regenerateLast"],
   ["Alt+B", "Show or hide the branch tree", (e) => e.altKey && e.code === "KeyB", "toggleBranches"],

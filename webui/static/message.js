@@ -1,6 +1,8 @@
-// One message on screen: who wrote it, its ‹ n/m › branch switcher, its actions, its text and its stats.
+// One message on screen: who wrote it, its ‹ n/m › branch switcher, its actions, its thinking (a thinking model's),
+// its text and its stats.
 import { copyText, h } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
+import { ThinkingBlock } from "./thinking.js";
 import { isWriting } from "./tree.js";
 
 /** "0.21 s to first token · 35.2 tokens/s · 64% of drafts kept · 80 tokens · 41/57 prompt tokens cached · stopped" */
@@ -51,6 +53,7 @@ export class MessageView {
       this.position,
       h("button", { type: "button", class: "next", title: "Next branch", "aria-label": "Next branch", text: "›",
         onclick: () => actions.onSwitch(this.message.id, 1) }));
+    this.thinking = new ThinkingBlock();
     this.content = h("div", { class: "content" });
     this.stats = h("footer", { class: "stats" });
     const copy = h("button", { type: "button", class: "copy-message", text: "Copy",
@@ -64,7 +67,7 @@ export class MessageView {
     this.element = h("article", { class: `message ${message.role}${card ? " card" : ""}` },
       h("header", {}, h("span", { class: "role", text: AUTHORS[message.role] }),
         card ? null : this.switcher, h("span", { class: "actions" }, copy, rewrite)),
-      this.content, this.stats, pick);
+      this.thinking.element, this.content, this.stats, pick);
     this.element.dataset.id = message.id;
     this.show(message);
   }
@@ -76,16 +79,19 @@ export class MessageView {
     this.element.classList.toggle("streaming", writing);
     this.element.classList.toggle("stopped", Boolean(message.stopped));
     this.element.querySelectorAll(".regenerate, .edit, .pick").forEach((b) => { b.disabled = writing; });
+    this.thinking.show(this.message);
     this.renderText();
     this.stats.textContent = statsLine(message);
   }
 
-  /** Re-render the text at the next frame at most once: a streaming reply gets many deltas per frame. */
+  /** Re-render the thinking and the text at the next frame at most once: a streaming reply gets many deltas per
+   * frame. */
   textChanged() {
     if (this.pending) return;
     this.pending = true;
     requestAnimationFrame(() => {
       this.pending = false;
+      this.thinking.show(this.message);
       this.renderText();
     });
   }

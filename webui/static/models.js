@@ -1,6 +1,6 @@
 // The engine's model: a list of the models on this machine (GET /api/models), switching with the new model's
-// loading progress (GET /health), whether the model can chat (a base model only continues text), and a note when
-// the open chat was written with another model.
+// loading progress (GET /health), whether the model can chat (a base model only continues text) and whether it
+// thinks, and a note when the open chat was written with another model.
 import * as api from "./api.js";
 import { h } from "./dom.js";
 
@@ -18,6 +18,7 @@ export class ModelPicker {
     this.catalog = null;
     this.running = null;  // the served name of the model the engine runs
     this.canChat = true;  // false: a base model (no chat template), which only continues text
+    this.thinks = false;  // a thinking model: it thinks before it answers (<think>...</think>)
     this.chatId = null;  // the open chat
     this.chatModel = null;  // the model that wrote its latest reply
     this.started = null;  // what the last reply's start said about its model
@@ -29,6 +30,7 @@ export class ModelPicker {
     const health = await api.health();
     this.running = health.model;
     this.canChat = health.chat !== false;
+    this.thinks = health.thinking === true;
     this.select.replaceChildren(...this.catalog.models.map((m) => h("option", {
       value: m.name, text: m.served_name, title: m.name, disabled: !m.supported, selected: m.current,
     })));

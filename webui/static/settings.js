@@ -1,5 +1,7 @@
 // A chat's system prompt and sampling settings, edited in a dialog. The inputs' ranges are the server's
-// (GET /api/limits); a value it refuses all the same is shown in the dialog, which stays open.
+// (GET /api/limits); a value it refuses all the same is shown in the dialog, which stays open. A thinking model's
+// settings (whether it thinks first, and for how many tokens at most) are shown only while one runs, and kept as they
+// are while another does.
 import { h, setRange } from "./dom.js";
 
 // [name, label, step]; the names are SamplingSettings' fields
@@ -24,6 +26,14 @@ export class SettingsDialog {
     this.numbers = Object.fromEntries(NUMBER_FIELDS.map(([name, , step]) =>
       [name, h("input", { type: "number", name, step: String(step) })]));
     this.jsonMode = h("input", { type: "checkbox", name: "json_mode" });
+    this.enableThinking = h("input", { type: "checkbox", name: "enable_thinking",
+      onchange: () => { this.thinkingBudget.disabled = !this.enableThinking.checked; } });
+    this.thinkingBudget = h("input", { type: "number", name: "thinking_token_budget", step: "1",
+      placeholder: "the server's default" });
+    this.thinkingFields = h("fieldset", { class: "wide thinking-settings", hidden: true },
+      h("legend", { text: "Thinking" }),
+      h("label", { class: "check" }, this.enableThinking, "Think before answering"),
+      h("label", {}, "Thinking budget (tokens; empty: the server's default)", this.thinkingBudget));
     this.tools = h("textarea", { name: "tools", rows: 3, placeholder: '[{"type": "function", "function": {...}}]' });
     this.toolChoice = h("select", { name: "tool_choice" },
       ...["auto", "required", "none"].map((value) => h("option", { value, text: value })));
@@ -32,6 +42,7 @@ export class SettingsDialog {
       h("h2", { text: "Chat settings" }),
       h("label", { class: "wide" }, "System prompt", this.systemPrompt),
       h("div", { class: "grid" }, ...NUMBER_FIELDS.map(([name, label]) => h("label", {}, label, this.numbers[name]))),
+      this.thinkingFields,
       h("label", { class: "wide" }, "Stop strings", this.stop),
       h("label", { class: "wide check" }, this.jsonMode, "Replies are JSON objects"),
       h("label", { class: "wide" }, "Tools the model may call (JSON, OpenAI's format)", this.tools),
@@ -51,6 +62,12 @@ export class SettingsDialog {
   /** The ranges the server accepts: {name: {min, max}} for each sampling setting. */
   setLimits(limits) {
     for (const [name, input] of Object.entries(this.numbers)) setRange(input, limits[name]);
+    setRange(this.thinkingBudget, limits.thinking_token_budget);
+  }
+
+  /** Whether the model thinks before it answers: its settings are shown then. */
+  showThinking(thinks) {
+    this.thinkingFields.hidden = !thinks;
   }
 
   /** Shows the chat's settings; Save calls `save({system_prompt, settings})`, and closes the dialog once it is done. */
@@ -62,6 +79,9 @@ export class SettingsDialog {
     const tools = conversation.settings.tools;
     this.tools.value = tools.length ? JSON.stringify(tools, null, 2) : "";
     this.toolChoice.value = conversation.settings.tool_choice;
+    this.enableThinking.checked = conversation.settings.enable_thinking;
+    this.thinkingBudget.value = conversation.settings.thinking_token_budget ?? "";
+    this.thinkingBudget.disabled = !this.enableThinking.checked;
     for (const [name, input] of Object.entries(this.numbers)) input.value = conversation.settings[name] ?? "";
     this.showError(null);
     this.dialog.showModal();
@@ -89,7 +109,8 @@ export class SettingsDialog {
       throw new Error(`Tools: not JSON (${error.message})`);
     }
     const settings = { stop: this.stop.value.split("\n").filter((s) => s !== ""), json_mode: this.jsonMode.checked,
-      tools, tool_choice: this.toolChoice.value };
+      tools, tool_choice: this.toolChoice.value, enable_thinking: this.enableThinking.checked,
+      thinking_token_budget: this.thinkingBudget.value === "" ? null : Number(this.thinkingBudget.value) };
     for (const [name, input] of Object.entries(this.numbers)) {
       if (input.value !== "") settings[name] = Number(input.value);  // empty: the default (no seed)
     }

@@ -3,6 +3,9 @@
 /** A reply still being written (by this page or another client): it has no finish reason yet. */
 export const isWriting = (message) => message.role === "assistant" && message.finish_reason == null;
 
+/** A reply still in its thinking (a thinking model's): being written, with thinking so far and no answer yet. */
+export const isThinking = (message) => isWriting(message) && Boolean(message.reasoning_content) && !message.content;
+
 export class Tree {
   constructor(messages = []) {
     this.byId = new Map();
@@ -25,7 +28,8 @@ export class Tree {
   merge(messages) {
     const changed = messages.filter((m) => {
       const known = this.get(m.id);
-      return !known || known.content !== m.content || known.finish_reason !== m.finish_reason;
+      return !known || known.content !== m.content || known.reasoning_content !== m.reasoning_content ||
+        known.finish_reason !== m.finish_reason;
     });
     changed.forEach((m) => this.add(m));
     return changed.length > 0;
@@ -34,6 +38,11 @@ export class Tree {
   /** Whether some reply is still being written. */
   writing() {
     return [...this.byId.values()].some(isWriting);
+  }
+
+  /** Whether some reply is still in its thinking. */
+  thinking() {
+    return [...this.byId.values()].some(isThinking);
   }
 
   get(id) {
