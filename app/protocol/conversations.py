@@ -46,6 +46,10 @@ class SamplingSettings(Struct, kw_only=True, forbid_unknown_fields=True):
     # server's default, serve.toml's thinking_token_budget; no limit if it has none)
     enable_thinking: bool = True
     thinking_token_budget: ThinkingBudget | None = None
+    # what happens when the chat outgrows the model's context (None: the server's default, serve.toml's
+    # context_overflow): "stop" refuses, "truncate_middle" keeps the system prompt and the first exchange and leaves
+    # out the oldest after it, "rolling_window" leaves out the oldest (app/server/context_budget.py)
+    context_overflow: Literal["stop", "truncate_middle", "rolling_window"] | None = None
 
 
 class Conversation(Struct, kw_only=True):
@@ -58,6 +62,7 @@ class Conversation(Struct, kw_only=True):
     message_count: int = 0
     active_leaf: str | None = None  # the message that ends the branch last shown (a UI sets it)
     model: str | None = None  # the model that wrote its latest reply (None: no reply yet)
+    summary_of: str | None = None  # the conversation it was started from, by a summary of it (POST .../summarize)
 
 
 class ConversationCreate(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -86,6 +91,14 @@ class ReplyStats(Struct, kw_only=True):
     # thinking models: the reply's tokens of reasoning (counted in completion_tokens too), and how long it thought
     reasoning_tokens: int = 0
     thinking_s: float | None = None
+    # the context: the tokens the reply and its prompt hold of the model's length (context_limit; None: not known,
+    # a remote engine's), and what a cut left out of the branch to fit (none: 0): from the message first_kept_id on,
+    # the model saw the branch whole (and the system prompt, and with truncate_middle the first exchange, before)
+    context_tokens: int = 0
+    context_limit: int | None = None
+    dropped_messages: int = 0
+    dropped_tokens: int = 0
+    first_kept_id: str | None = None
 
 
 class Message(Struct, kw_only=True, omit_defaults=True):
@@ -108,9 +121,16 @@ class Message(Struct, kw_only=True, omit_defaults=True):
     tool_call_id: str | None = None  # a tool message: the call whose result it is
 
 
+class ContextUse(Struct):
+    tokens: int  # of the active branch, as its last reply saw them (its prompt and itself), and any message after it
+    limit: int | None  # the model's context (None: not known, a remote engine's)
+
+
 class ConversationTree(Struct):
     conversation: Conversation
     messages: list[Message]  # every branch; children in the order they were written
+    context: ContextUse | None = None  # the active branch's use of the model's context (None: no branch yet)
+    summaries: list[str] = msgspec.field(default_factory=list)  # the conversations started from a summary of it
 
 
 class SendMessage(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -133,6 +153,10 @@ class EditMessage(Struct, kw_only=True, forbid_unknown_fields=True):
     content: NonBlankText
     n: ReplyCount = 1
     settings: SamplingSettings | None = None
+
+
+class SummarizeRequest(Struct, kw_only=True, forbid_unknown_fields=True):
+    leaf: str | None = None  # the branch that ends here (None: the active branch, else the newest message)
 
 
 class StopRequest(Struct, kw_only=True, forbid_unknown_fields=True):

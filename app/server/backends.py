@@ -104,6 +104,10 @@ class Backend(Protocol):
         """How the model writes tool calls: its template's syntax, or Hermes' taught in a system message."""
 
     @property
+    def max_model_len(self) -> int | None:
+        """The model's context in tokens, a prompt and its reply (None: not known, or not loaded)."""
+
+    @property
     def thinks(self) -> bool | None:
         """Whether the model thinks before it answers, marking its thinking (None: not known, or not loaded)."""
 

@@ -5,6 +5,7 @@ import os
 import tomllib
 from dataclasses import dataclass
 
+from localchat.app.server.context_budget import DEFAULT_POLICY, POLICIES
 from localchat.engine.dirs import user_dir
 from localchat.engine.sampling_params import check_limit
 
@@ -42,6 +43,8 @@ class ServerConfig:
     # a thinking model's replies think at most this many tokens unless a request or a conversation says otherwise
     # (None: no limit but max_tokens)
     thinking_token_budget: int | None = None
+    # what a conversation that outgrows the model's context does, unless it says otherwise (context_budget.py)
+    context_overflow: str = DEFAULT_POLICY
 
     def __post_init__(self) -> None:
         if not (isinstance(self.kv_disk_gb, int | float) and self.kv_disk_gb >= 0):
@@ -49,6 +52,8 @@ class ServerConfig:
         if self.speculative not in SPECULATIVE:
             raise ValueError(f"speculative must be \"on\" or \"off\", got {self.speculative!r}")
         check_limit("thinking_token_budget", self.thinking_token_budget)
+        if self.context_overflow not in POLICIES:
+            raise ValueError(f"context_overflow must be one of {', '.join(POLICIES)}; got {self.context_overflow!r}")
 
     @classmethod
     def from_env(cls, **overrides) -> "ServerConfig":
@@ -76,7 +81,7 @@ class ServerConfig:
 
 
 SETTINGS_IN_FILE = ("model", "kv_blocks", "max_model_len", "quantization", "kv_disk_gb", "speculative",
-                    "thinking_token_budget")
+                    "thinking_token_budget", "context_overflow")
 
 
 def read_settings_file() -> dict:

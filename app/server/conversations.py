@@ -17,7 +17,10 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
+import msgspec
+
 from localchat.app.protocol.conversations import (
+    ContextUse,
     Conversation,
     DeltaEvent,
     DoneEvent,
@@ -30,8 +33,9 @@ from localchat.app.protocol.conversations import (
     StreamEvent,
 )
 from localchat.app.server.active_requests import ActiveRequest, ActiveRequests
-from localchat.app.server.backends import Backend, Update, failure_message
+from localchat.app.server.backends import Backend, BackendRequestError, Update, failure_message
 from localchat.app.server.chat_template import ChatTemplate
+from localchat.app.server.context_budget import DEFAULT_POLICY, Cut, choose_cut, reply_room
 from localchat.app.server.sampling import Sampling, reply_sampling
 from localchat.app.server.store import Store, StoreError, new_id
 from localchat.app.server.tool_calls import finish_reason, template_chat, template_tools
@@ -42,8 +46,21 @@ TITLE_LENGTH = 60
 SAVE_INTERVAL_S = 1.0  # a streaming reply's text is saved this often
 STOP_WAIT_S = 10.0  # how long a delete waits for its stopped replies to be saved
 MAX_DRAFT_SOURCES = 8  # earlier replies to the same message (regenerate, edit) that a new reply may draft from
+# a fresh start from a summary (summarize): what the model is asked, at most how long it writes, and how the new
+# conversation's system prompt and title say where it comes from
+SUMMARY_REQUEST = ("Write a summary of our conversation so far for whoever continues it: every fact, name, number, "
+                   "decision and open question it needs, in a few short paragraphs.")
+SUMMARY_MAX_TOKENS = 512
+SUMMARY_HEADING = "A summary of an earlier conversation, which this one continues:\n\n"
+SUMMARY_TITLE = "Summary: "
 
 log = logging.getLogger("localchat.app")
+
+
+def shown_leaf(conversation: Conversation, messages: list[Message]) -> Message | None:
+    """The message that ends the branch shown: the active leaf, else the newest message (None: no messages)."""
+    by_id = {m.id: m for m in messages}
+    return by_id.get(conversation.active_leaf) or (messages[-1] if messages else None)
 
 
 def _path_to(message: Message, by_id: dict[str, Message]) -> list[Message]:
@@ -56,10 +73,11 @@ def _path_to(message: Message, by_id: dict[str, Message]) -> list[Message]:
 
 class Conversations:
     def __init__(self, store: Store, backend: Backend, active: ActiveRequests,
-                 thinking_token_budget: int | None = None):
-        """thinking_token_budget: the server's default (serve.toml), for conversations that set none."""
+                 thinking_token_budget: int | None = None, context_overflow: str = DEFAULT_POLICY):
+        """thinking_token_budget and context_overflow: the server's defaults (serve.toml), for conversations that set
+        none."""
         self.store, self.backend, self.active = store, backend, active
-        self.thinking_token_budget = thinking_token_budget
+        self.thinking_token_budget, self.context_overflow = thinking_token_budget, context_overflow
 
     # --- the branch as a chat and as token ids (pure: run off the event loop, see to_thread) ---
 
@@ -92,31 +110,71 @@ class Conversations:
         chat = self.chat(conversation, [*path, message])
         return self.template(conversation).segment(chat[:-1], chat[-1])
 
-    def prompt(self, conversation: Conversation, path: list[Message]
+    def prompt(self, conversation: Conversation, path: list[Message], cut: Cut | None = None
                ) -> tuple[list[int] | list[dict[str, str]], list[tuple[str, list[int]]]]:
-        """The prompt for a reply after `path` (which ends with the message replied to), and the segments
-        it had to render again (messages stored without token ids), for the store."""
+        """The prompt for a reply after `path` (which ends with the message replied to), leaving out the messages
+        `cut` names, and the segments it had to render again (messages stored without token ids), for the store.
+        The first message after a cut is rendered again where it follows what it follows now."""
         chat = self.chat(conversation, path)
         if not self.backend.renders_templates:
             return chat, []
         template = self.template(conversation)
-        if template.thinks:
-            return template.prompt(chat), []
         system = len(chat) - len(path)
+        kept = [i for i in range(len(path)) if cut is None or not cut.start <= i < cut.first_kept]
+        if template.thinks:
+            return template.prompt(chat[:system] + [chat[system + i] for i in kept]), []
         ids = template.segment([], chat[0]) if system else []
-        repaired = []
-        for i, message in enumerate(path):
+        history, repaired = chat[:system], []
+        for i in kept:
+            message = path[i]
             segment = message.token_ids
-            if not segment or message.model != self.backend.model_name:  # written by another model or backend
-                history = chat[: system + i]
+            after_cut = cut is not None and cut.num_messages > 0 and i == cut.first_kept
+            if after_cut or not segment or message.model != self.backend.model_name:  # or another model's
                 if message.role == "assistant" and not message.tool_calls:
                     segment = template.assistant_segment(history, message.content, template.encode(message.content))
                 else:
                     segment = template.segment(history, chat[system + i])
-                if message.model in (None, self.backend.model_name):
+                if not after_cut and message.model in (None, self.backend.model_name):
                     repaired.append((message.id, segment))
+            history = [*history, chat[system + i]]
             ids += segment
-        return ids + template.generation_prompt(chat), repaired
+        return ids + template.generation_prompt(history), repaired
+
+    def fitted_prompt(self, conversation: Conversation, path: list[Message], settings: SamplingSettings
+                      ) -> tuple[list[int] | list[dict[str, str]], list[tuple[str, list[int]]], "Fit | None"]:
+        """prompt(), cut to fit the model's context by the conversation's context_overflow policy
+        (context_budget.py): with the fit it made (None where the engine is another server's, which refuses a prompt
+        too long itself). ContextFull where it cannot fit."""
+        limit = self.backend.max_model_len
+        if not self.backend.renders_templates or limit is None:
+            return *self.prompt(conversation, path), None
+        prompts: dict[Cut, tuple] = {}
+
+        def size(cut: Cut) -> int:
+            if cut not in prompts:
+                prompts[cut] = self.prompt(conversation, path, cut)
+            return len(prompts[cut][0])
+
+        policy = settings.context_overflow or self.context_overflow
+        cut = choose_cut(path, policy, limit, reply_room(settings.max_tokens, limit), size)
+        ids, repaired = prompts[cut]
+        dropped = size(Cut(cut.start, cut.start)) - len(ids)
+        first_kept = path[cut.first_kept].id if cut.num_messages else None
+        return ids, repaired, Fit(limit, cut.num_messages, dropped, first_kept)
+
+    def context_use(self, conversation: Conversation, messages: list[Message]) -> ContextUse | None:
+        """The context the active branch (else the newest message's) uses: its last reply's prompt and reply, and the
+        messages after it (their stored token ids); None for a conversation without messages."""
+        leaf = shown_leaf(conversation, messages)
+        if leaf is None:
+            return None
+        tokens = 0
+        for message in reversed(_path_to(leaf, {m.id: m for m in messages})):
+            if message.role == "assistant" and message.stats is not None:
+                tokens += message.stats.context_tokens or message.stats.prompt_tokens + message.stats.completion_tokens
+                break
+            tokens += message.num_tokens
+        return ContextUse(tokens=tokens, limit=self.backend.max_model_len)
 
     def token_sequences(self, conversation: Conversation) -> list[list[int]]:
         """The tokens of each branch (root to leaf) as the engine saw them: every prompt and reply of the
@@ -184,10 +242,10 @@ class Conversations:
         sampling = reply_sampling(settings, n, self.backend.tool_syntax, self.thinking_token_budget)
         self.backend.check_chat()
         path = self.store.path(conversation.id, parent.id)
-        prompt, repaired = await asyncio.to_thread(self.prompt, conversation, path)
+        prompt, repaired, fit = await asyncio.to_thread(self.fitted_prompt, conversation, path, settings)
         if repaired:
             self.store.set_token_ids(repaired)
-        replies = Replies(self, conversation, path, parent, sampling, uuid.uuid4().hex)
+        replies = Replies(self, conversation, path, parent, sampling, uuid.uuid4().hex, fit)
         beside = self.store.replies_beside(conversation.id, parent, MAX_DRAFT_SOURCES)
         replies.stream = await self.backend.open(prompt, sampling.params, replies.request_id, beside)
         self.active.add(replies.request_id, conversation.id, replies.message_ids)
@@ -199,6 +257,40 @@ class Conversations:
             raise
         self.store.set_active_leaf(conversation.id, replies.message_ids[0])  # the newest branch is shown
         return replies
+
+    async def summarize(self, conversation: Conversation, leaf_id: str | None) -> Conversation:
+        """A new conversation that starts from the model's summary of a branch (default: the one shown): the summary
+        closes its system prompt, and it links to this one (summary_of). The branch is cut to fit the context as
+        its replies would be, by truncate_middle where the conversation's policy is to stop."""
+        self.backend.check_chat()
+        leaf = (self.store.get_message(conversation.id, leaf_id) if leaf_id is not None
+                else shown_leaf(conversation, self.store.messages(conversation.id)))
+        if leaf is None:
+            raise ValueError("the conversation has no messages to summarize")
+        request = Message(id=new_id("m"), conversation_id=conversation.id, parent_id=leaf.id, role="user",
+                          content=SUMMARY_REQUEST, created_at=time.time(), model=self.backend.model_name)
+        path = [*self.store.path(conversation.id, leaf.id), request]
+        settings = msgspec.structs.replace(
+            conversation.settings, max_tokens=SUMMARY_MAX_TOKENS, json_mode=False, tool_choice="none",
+            context_overflow="truncate_middle" if conversation.settings.context_overflow == "stop"
+            else conversation.settings.context_overflow)
+        sampling = reply_sampling(settings, 1, self.backend.tool_syntax, self.thinking_token_budget)
+        prompt, _, _ = await asyncio.to_thread(self.fitted_prompt, conversation, path, settings)
+        request_id = uuid.uuid4().hex
+        stream = await self.backend.open(prompt, sampling.params, request_id)
+        self.active.add(request_id, conversation.id, [])
+        summary = ""
+        try:
+            async for update in stream:
+                summary += "".join(out.text for out in update.outputs)
+        finally:
+            self.active.remove(request_id)
+            await self.backend.abort(request_id)
+        if not summary.strip():
+            raise BackendRequestError("the model wrote an empty summary: try again, or with another model", 502)
+        system = "\n\n".join(part for part in (conversation.system_prompt, SUMMARY_HEADING + summary.strip()) if part)
+        title = f"{SUMMARY_TITLE}{conversation.title}"[:TITLE_LENGTH]
+        return self.store.create_conversation(title, system, conversation.settings, summary_of=conversation.id)
 
     async def stop(self, conversation_id: str, message_id: str | None = None, wait: bool = False) -> list[str]:
         """Abort the conversation's requests (or the one writing message_id); with wait, return once their
@@ -225,6 +317,17 @@ class Conversations:
             await self.backend.abort(request_id)
         if wait and requests:
             await asyncio.wait([asyncio.create_task(r.done.wait()) for r in requests.values()], timeout=STOP_WAIT_S)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How a reply's prompt fits the model's context: its length (`limit`), and what a cut left out of the branch
+    (none: 0 messages); first_kept: the first message after the cut."""
+
+    limit: int
+    dropped_messages: int
+    dropped_tokens: int
+    first_kept: str | None
 
 
 @dataclass
@@ -266,10 +369,10 @@ class Replies:
     (a crash loses at most that much) and each one whole as it completes."""
 
     def __init__(self, conversations: Conversations, conversation: Conversation, path: list[Message],
-                 parent: Message, sampling: Sampling, request_id: str):
+                 parent: Message, sampling: Sampling, request_id: str, fit: Fit | None = None):
         self.conversations, self.conversation, self.path, self.parent = conversations, conversation, path, parent
         self.store = conversations.store
-        self.sampling, self.request_id = sampling, request_id
+        self.sampling, self.request_id, self.fit = sampling, request_id, fit
         self.replies = [PartialReply(new_id("m")) for _ in range(sampling.params.n)]
         self.stream: AsyncIterator[Update] | None = None
         self.started = time.monotonic()
@@ -366,7 +469,12 @@ class Replies:
             duration_s=round(now - self.started, 4), draft_tokens=reply.draft_tokens,
             accepted_draft_tokens=reply.accepted_draft_tokens, reasoning_tokens=reply.reasoning_tokens,
             thinking_s=round((reply.thinking_ended_at or now) - reply.first_token_at, 2)
-            if reply.reasoning_tokens and reply.first_token_at else None)
+            if reply.reasoning_tokens and reply.first_token_at else None,
+            context_tokens=(self.prompt_tokens or 0) + num_tokens, context_limit=self.fit.limit if self.fit else None)
+        if self.fit is not None and self.fit.dropped_messages:
+            message.stats.dropped_messages, message.stats.dropped_tokens = (self.fit.dropped_messages,
+                                                                            self.fit.dropped_tokens)
+            message.stats.first_kept_id = self.fit.first_kept
         token_ids = []
         if self.conversations.renders_now:  # the tokens as generated, tool calls included
             token_ids = self.template.assistant_segment(self.history, reply.text, reply.token_ids)

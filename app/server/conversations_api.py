@@ -28,11 +28,12 @@ from localchat.app.protocol.conversations import (
     StopRequest,
     StopResult,
     StreamEvent,
+    SummarizeRequest,
     UserEvent,
 )
 from localchat.app.server.backends import BackendRequestError
 from localchat.app.server.config import quoted
-from localchat.app.server.conversations import DEFAULT_TITLE, Conversations, Replies
+from localchat.app.server.conversations import DEFAULT_TITLE, Conversations, Replies, shown_leaf
 from localchat.app.server.openapi import EventStream, MarkdownOrJSON
 from localchat.app.server.sampling import reply_sampling
 from localchat.app.server.store import Store
@@ -56,9 +57,13 @@ class ConversationController(Controller):
         return store.list_conversations()
 
     @get("/{conversation_id:str}")
-    async def tree(self, conversation_id: Id, store: StoreDep,
+    async def tree(self, conversation_id: Id, store: StoreDep, conversations: ConversationsDep,
                    token_ids: FromQuery[bool] = False) -> ConversationTree:
-        return ConversationTree(store.get_conversation(conversation_id), store.messages(conversation_id, token_ids))
+        """Every message, and the context the active branch uses of the model's."""
+        conversation = store.get_conversation(conversation_id)
+        messages = store.messages(conversation_id, token_ids)
+        return ConversationTree(conversation, messages, conversations.context_use(conversation, messages),
+                                store.summaries_of(conversation_id))
 
     @patch("/{conversation_id:str}")
     async def update(self, conversation_id: Id, data: JSONBody[ConversationUpdate], store: StoreDep,
@@ -135,6 +140,20 @@ class ConversationController(Controller):
         store.get_conversation(conversation_id)
         return await conversations.end_thinking(conversation_id, data.message_id)
 
+    @post("/{conversation_id:str}/summarize", status_code=201)
+    async def summarize(self, conversation_id: Id, data: JSONBody[SummarizeRequest], store: StoreDep,
+                        conversations: ConversationsDep) -> Conversation:
+        """A fresh start: the model summarizes the branch that ends at `leaf` (default: the one shown), and a new
+        conversation begins from that summary (its system prompt ends with it), linked to this one (summary_of; this
+        one's tree lists it in summaries). Answers once the summary is written."""
+        conversation = store.get_conversation(conversation_id)
+        try:
+            return await conversations.summarize(conversation, data.leaf)
+        except ValueError as error:
+            if isinstance(error, BackendRequestError):
+                raise
+            raise ValidationException(str(error)) from None
+
     @get("/{conversation_id:str}/export", operation_class=MarkdownOrJSON)
     async def export(self, conversation_id: Id, store: StoreDep,
                      format: FromQuery[Literal["markdown", "json"]] = "markdown",
@@ -147,10 +166,9 @@ class ConversationController(Controller):
             tree = ConversationTree(conversation, store.messages(conversation_id))
             return Response(msgspec.json.format(msgspec.json.encode(tree)), media_type="application/json",
                             headers={"Content-Disposition": f'attachment; filename="{name}.json"'})
-        messages = store.messages(conversation_id)
-        if leaf is None and messages:
-            ids = {m.id for m in messages}
-            leaf = conversation.active_leaf if conversation.active_leaf in ids else messages[-1].id
+        if leaf is None:
+            shown = shown_leaf(conversation, store.messages(conversation_id))
+            leaf = shown.id if shown else None
         path = store.path(conversation_id, leaf) if leaf else []
         return Response(export_markdown(conversation, path), media_type="text/markdown",
                         headers={"Content-Disposition": f'attachment; filename="{name}.md"'})

@@ -46,6 +46,7 @@ class RemoteBackend:
     template = None
     tool_syntax: ToolSyntax = IN_SYSTEM_PROMPT  # the server's template is unknown here: calls are taught as text
     can_chat = True
+    max_model_len = None  # not known here: that server refuses a prompt too long itself
     thinks = None  # not known here: a server that takes reasoning apart streams it (reasoning_content), kept apart
 
     def __init__(self, url: str, model: str | None = None, api_key: str | None = None):

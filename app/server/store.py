@@ -107,6 +107,8 @@ MIGRATIONS = [
     """ + SEARCH_TRIGGERS,
     # a thinking model's reply: its thinking, apart from its answer (content)
     "ALTER TABLE messages ADD COLUMN reasoning_content TEXT",
+    # a conversation started from a summary of another (no foreign key: the other may be deleted, the link stays)
+    "ALTER TABLE conversations ADD COLUMN summary_of TEXT",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -218,14 +220,21 @@ class Store:
 
     # --- conversations ---
 
-    def create_conversation(self, title: str, system_prompt: str, settings: SamplingSettings) -> Conversation:
+    def create_conversation(self, title: str, system_prompt: str, settings: SamplingSettings,
+                            summary_of: str | None = None) -> Conversation:
+        """summary_of: the conversation whose summary this one starts from."""
         now = time.time()
         conversation = Conversation(id=new_id("c"), title=title, system_prompt=system_prompt, settings=settings,
-                                    created_at=now, updated_at=now)
-        self.db.execute("INSERT INTO conversations (id, title, system_prompt, settings, created_at, updated_at) "
-                        "VALUES (?, ?, ?, ?, ?, ?)",
-                        (conversation.id, title, system_prompt, _json(settings), now, now))
+                                    created_at=now, updated_at=now, summary_of=summary_of)
+        self.db.execute("INSERT INTO conversations (id, title, system_prompt, settings, created_at, updated_at, "
+                        "summary_of) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (conversation.id, title, system_prompt, _json(settings), now, now, summary_of))
         return conversation
+
+    def summaries_of(self, conversation_id: str) -> list[str]:
+        """The conversations started from a summary of this one, oldest first."""
+        return [row[0] for row in self.db.execute(
+            "SELECT id FROM conversations WHERE summary_of = ? ORDER BY created_at", (conversation_id,))]
 
     def list_conversations(self) -> list[Conversation]:
         """Newest activity first."""
@@ -410,7 +419,8 @@ def _conversation(row: sqlite3.Row) -> Conversation:
     return Conversation(id=row["id"], title=row["title"], system_prompt=row["system_prompt"],
                         settings=msgspec.json.decode(row["settings"], type=SamplingSettings),
                         created_at=row["created_at"], updated_at=row["updated_at"],
-                        message_count=row["message_count"], active_leaf=row["active_leaf"], model=row["model"])
+                        message_count=row["message_count"], active_leaf=row["active_leaf"], model=row["model"],
+                        summary_of=row["summary_of"])
 
 
 def _json(value) -> str | None:
