@@ -71,6 +71,17 @@ def thinking_server(tmp_path_factory) -> Iterator:
         yield process
 
 
+@pytest.fixture(scope="session")
+def small_context_server(tmp_path_factory) -> Iterator:
+    """A `localchat serve --max-model-len 512` of its own (the embedded model): a few turns reach the edge of its
+    context, where the conversation's context_overflow policy acts."""
+    from support import SMALL_CONTEXT, running_server
+
+    with running_server(tmp_path_factory.mktemp("small-context-home"), kv_blocks=256,
+                        args=["--max-model-len", str(SMALL_CONTEXT)]) as process:
+        yield process
+
+
 @pytest.fixture
 def api(server) -> httpx.Client:
     """An authorized HTTP client of the shared `server`."""

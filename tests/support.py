@@ -175,6 +175,7 @@ def stream_in_background(api: httpx.Client, path: str, body: dict
     return listener, events, writing
 
 
+SMALL_CONTEXT = 512  # the max_model_len of tests/conftest.py's small_context_server
 SECOND_MODEL_NAME = "tiny-llama"
 TOOLS_MODEL_NAME = "tiny-hermes"  # tiny-llama with a chat template that renders tools (tests/data/hermes_tools.jinja)
 

@@ -6,20 +6,18 @@ import json
 
 import pytest
 
-from support import running_server, sse_events, stream_api
+from support import SMALL_CONTEXT as LIMIT  # the engine's max_model_len: a few turns fit, then the prompt is cut
+from support import sse_events, stream_api
 
-LIMIT = 512  # the engine's max_model_len: a reply of 32 tokens has room, then the prompt must be cut
 SYSTEM = "You answer in one short sentence."
 QUESTION = ("Here is a long question about the history of the river and the old mill by the bridge, the town "
             "around it and the families who lived there for a hundred years: what happened in year {n}?")
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory):
-    with running_server(tmp_path_factory.mktemp("small-context-home"), kv_blocks=256,
-                        args=["--max-model-len", str(LIMIT)]) as server:
-        with server.client() as client:
-            yield client
+def api(small_context_server):
+    with small_context_server.client() as client:
+        yield client
 
 
 def chat(api, policy: str, turns: int) -> tuple[str, list[dict]]:
