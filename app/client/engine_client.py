@@ -9,6 +9,7 @@
 import asyncio
 import subprocess
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import httpx
 import msgspec
@@ -30,7 +31,9 @@ from localchat.app.protocol.conversations import (
     StopRequest,
     StopResult,
     StreamEvent,
+    SummarizeRequest,
 )
+from localchat.app.protocol.documents import Document
 from localchat.app.protocol.limits import Limits
 from localchat.app.protocol.models import ModelCatalog, ModelChoice
 from localchat.app.protocol.system import Health, LoginCode, SessionsRevoked
@@ -130,9 +133,12 @@ class EngineClient:
         return await self._call("GET", "/api/conversations", kind=list[Conversation])
 
     async def create_conversation(self, title: str | None = None, system_prompt: str = "",
-                                  settings: SamplingSettings | None = None) -> Conversation:
-        return await self._call("POST", "/api/conversations", ConversationCreate(title=title,
-                                system_prompt=system_prompt, settings=settings), kind=Conversation)
+                                  settings: SamplingSettings | None = None, documents: list[str] = ()
+                                  ) -> Conversation:
+        """documents: the ids of the documents it starts with (upload_document), after the system prompt."""
+        return await self._call("POST", "/api/conversations", ConversationCreate(
+            title=title, system_prompt=system_prompt, settings=settings, documents=list(documents)),
+            kind=Conversation)
 
     async def conversation(self, conversation_id: str, token_ids: bool = False) -> ConversationTree:
         params = {"token_ids": "true"} if token_ids else {}
@@ -151,12 +157,12 @@ class EngineClient:
 
     def send(self, conversation_id: str, content: str, parent_id: str | None = None, n: int = 1,
              settings: SamplingSettings | None = None, tool_call_id: str | None = None,
-             reply: bool = True) -> AsyncIterator[StreamEvent]:
+             reply: bool = True, documents: list[str] = ()) -> AsyncIterator[StreamEvent]:
         """A user message (or, with tool_call_id, a tool's result) under parent_id, then n replies (none without
-        reply)."""
+        reply). documents: the ids of the documents the message carries, before its text."""
         return self._events(f"/api/conversations/{conversation_id}/messages",
                             SendMessage(content=content, parent_id=parent_id, n=n, settings=settings,
-                                        tool_call_id=tool_call_id, reply=reply))
+                                        tool_call_id=tool_call_id, reply=reply, documents=list(documents)))
 
     def regenerate(self, conversation_id: str, message_id: str, n: int = 1,
                    settings: SamplingSettings | None = None) -> AsyncIterator[StreamEvent]:
@@ -177,12 +183,35 @@ class EngineClient:
         return await self._call("POST", f"/api/conversations/{conversation_id}/end-thinking",
                                 StopRequest(message_id=message_id), kind=EndThinkingResult)
 
+    async def summarize(self, conversation_id: str, leaf: str | None = None) -> Conversation:
+        """A new conversation that starts from the model's summary of the branch that ends at `leaf` (None: the one
+        shown), linked to this one (summary_of); answers once the summary is written (seconds)."""
+        return await self._call("POST", f"/api/conversations/{conversation_id}/summarize",
+                                SummarizeRequest(leaf=leaf), kind=Conversation)
+
     async def export(self, conversation_id: str, format: str = "markdown", leaf: str | None = None) -> str:
         params = {"format": format} | ({"leaf": leaf} if leaf else {})
         return (await self._call("GET", f"/api/conversations/{conversation_id}/export", **params)).decode()
 
     async def search(self, query: str, limit: int = 50) -> list[SearchHit]:
         return await self._call("GET", "/api/search", kind=list[SearchHit], q=query, limit=limit)
+
+
+    # --- documents ---
+
+    async def upload_document(self, path: str | Path) -> Document:
+        """Read a file into a document (its text, counted in tokens) that chats start from or messages carry."""
+        path = Path(path)
+        content = await asyncio.to_thread(path.read_bytes)
+        response = await self.http.post("/api/documents", files={"file": (path.name, content)})
+        raise_for_status(response.status_code, response.content)
+        return msgspec.json.decode(response.content, type=Document)
+
+    async def documents(self) -> list[Document]:
+        return await self._call("GET", "/api/documents", kind=list[Document])
+
+    async def delete_document(self, document_id: str) -> None:
+        await self._call("DELETE", f"/api/documents/{document_id}")
 
 
 def raise_for_status(status: int, body: bytes) -> None:

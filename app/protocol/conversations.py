@@ -1,11 +1,12 @@
 """localchat's conversations under /api: conversation trees and their messages, the requests that write replies,
 the event stream of a send, edit or regenerate, and search."""
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
+from localchat.app.protocol.documents import Document
 from localchat.app.protocol.limits import (
     FrequencyPenalty,
     MaxTokens,
@@ -23,6 +24,9 @@ from localchat.app.protocol.limits import (
     TopP,
 )
 from localchat.app.protocol.openai import Tool, ToolCall
+
+MAX_DOCUMENTS = 16  # of a conversation's start, or of one message
+DocumentIds = Annotated[list[str], msgspec.Meta(max_length=MAX_DOCUMENTS)]
 
 
 class SamplingSettings(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -63,12 +67,15 @@ class Conversation(Struct, kw_only=True):
     active_leaf: str | None = None  # the message that ends the branch last shown (a UI sets it)
     model: str | None = None  # the model that wrote its latest reply (None: no reply yet)
     summary_of: str | None = None  # the conversation it was started from, by a summary of it (POST .../summarize)
+    documents: list[str] = msgspec.field(default_factory=list)  # the documents it starts with (ids): after the system
+    # prompt, before the first message
 
 
 class ConversationCreate(Struct, kw_only=True, forbid_unknown_fields=True):
     title: Text | None = None  # None or "": a default title
     system_prompt: Text = ""
     settings: SamplingSettings | None = None
+    documents: DocumentIds = msgspec.field(default_factory=list)  # ids from POST /api/documents
 
 
 class ConversationUpdate(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -119,6 +126,8 @@ class Message(Struct, kw_only=True, omit_defaults=True):
     token_ids: list[int] | None = None  # only when asked for (?token_ids=true)
     tool_calls: list[ToolCall] | None = None  # an assistant's calls of the conversation's tools
     tool_call_id: str | None = None  # a tool message: the call whose result it is
+    documents: list[str] = msgspec.field(default_factory=list)  # a user message: the documents it carries, before
+    # its text
 
 
 class ContextUse(Struct):
@@ -131,6 +140,7 @@ class ConversationTree(Struct):
     messages: list[Message]  # every branch; children in the order they were written
     context: ContextUse | None = None  # the active branch's use of the model's context (None: no branch yet)
     summaries: list[str] = msgspec.field(default_factory=list)  # the conversations started from a summary of it
+    documents: list[Document] = msgspec.field(default_factory=list)  # every document it or a message of it carries
 
 
 class SendMessage(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -142,6 +152,7 @@ class SendMessage(Struct, kw_only=True, forbid_unknown_fields=True):
     # assistant message that called, or a result sent before this one for another of its calls)
     tool_call_id: str | None = None
     reply: bool = True  # False: store the message, write no reply (a first result of several)
+    documents: DocumentIds = msgspec.field(default_factory=list)  # ids from POST /api/documents, before its text
 
 
 class Regenerate(Struct, kw_only=True, forbid_unknown_fields=True):

@@ -58,3 +58,5 @@ class Limits(Struct, kw_only=True):
     sampling: dict[str, Limit]
     min_temperature: float  # a temperature is 0 (greedy) or at least this
     max_stop_strings: int
+    max_document_bytes: int  # of an upload to /api/documents
+    max_documents: int  # that a conversation starts with, or one message carries

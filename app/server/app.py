@@ -20,6 +20,7 @@ from litestar.response import Redirect
 from litestar.routes import HTTPRoute
 
 from localchat.app import paths
+from localchat.app.protocol.conversations import MAX_DOCUMENTS
 from localchat.app.protocol.limits import PATTERN_MEANINGS, Limit, Limits
 from localchat.app.protocol.system import ErrorBody, ErrorDetail, Health, LoginCode, SessionsRevoked
 from localchat.app.server.active_requests import ActiveRequests
@@ -27,6 +28,8 @@ from localchat.app.server.backends import Backend, BackendDep, BackendNotReady, 
 from localchat.app.server.config import MAX_REQUEST_BYTES, ServerConfig
 from localchat.app.server.conversations import Conversations
 from localchat.app.server.conversations_api import ConversationController, SearchController
+from localchat.app.server.documents import MAX_DOCUMENT_BYTES
+from localchat.app.server.documents_api import DocumentController
 from localchat.app.server.embedded_backend import EmbeddedBackend
 from localchat.app.server.json_body import JSONBodyRequest
 from localchat.app.server.models_api import ModelsController, remembered_model
@@ -156,7 +159,8 @@ class AuthController(Controller):
 def engine_limits() -> Limits:
     """The engine's sampling limits (sampling_params.LIMITS and friends) as GET /api/limits answers them."""
     return Limits(sampling={name: Limit(low, high) for name, (low, high) in LIMITS.items()},
-                  min_temperature=MIN_TEMPERATURE, max_stop_strings=MAX_STOP_STRINGS)
+                  min_temperature=MIN_TEMPERATURE, max_stop_strings=MAX_STOP_STRINGS,
+                  max_document_bytes=MAX_DOCUMENT_BYTES, max_documents=MAX_DOCUMENTS)
 
 
 class LimitsController(Controller):
@@ -254,7 +258,9 @@ def _unexpected_error(request: Request, error: Exception) -> Response:
 ERROR_RESPONSES = {status: ResponseSpec(ErrorBody, description=description) for status, description in [
     (400, "invalid request: the message names the problem"), (401, "no or a wrong API token"),
     (403, "a foreign Host header, or a cross-origin browser request"), (404, "no such conversation, message or model"),
-    (405, "method not allowed (the Allow header lists those that are)"), (413, "request body too large"),
+    (405, "method not allowed (the Allow header lists those that are)"),
+    (409, "the request conflicts with what is running or kept (a model still loading, a document in use)"),
+    (413, "request body too large"), (415, "an upload that is not a readable document (an image, a binary file)"),
     (500, "a bug: the engine log has the details"), (503, "the model is loading, failed, or the engine is stopping"),
 ]}
 
@@ -303,7 +309,7 @@ def create_app(settings: ServerConfig | None = None, *, backend: Backend | None 
     app = Litestar(
         route_handlers=[SystemController, AuthController, LimitsController, ModelsController,
                         OpenAIRelay if backend.relays_openai else OpenAIController,
-                        ConversationController, SearchController, *webui_routes],
+                        ConversationController, SearchController, DocumentController, *webui_routes],
         dependencies={"store": value(store), "backend": value(backend), "active": value(active),
                       "conversations": value(conversations), "codes": value(codes), "sessions": value(sessions),
                       "throughput": value(throughput), "config": value(settings)},

@@ -36,6 +36,7 @@ from localchat.app.server.active_requests import ActiveRequest, ActiveRequests
 from localchat.app.server.backends import Backend, BackendRequestError, Update, failure_message
 from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.context_budget import DEFAULT_POLICY, Cut, choose_cut, reply_room
+from localchat.app.server.documents import message_with_documents, system_with_documents
 from localchat.app.server.sampling import Sampling, reply_sampling
 from localchat.app.server.store import Store, StoreError, new_id
 from localchat.app.server.tool_calls import finish_reason, template_chat, template_tools
@@ -84,11 +85,17 @@ class Conversations:
     def chat(self, conversation: Conversation, path: list[Message]) -> list[dict]:
         """The branch as the chat template takes it: the conversation's tools (its settings') shape how its tool
         calls and results are written (tool_calls.template_chat)."""
-        system = [{"role": "system", "content": conversation.system_prompt}] if conversation.system_prompt else []
-        messages = system + [{"role": m.role, "content": m.content, "tool_calls": m.tool_calls,
-                              "tool_call_id": m.tool_call_id, "reasoning_content": m.reasoning_content}
-                             for m in path]
+        system_text = system_with_documents(conversation.system_prompt, self.document_texts(conversation.documents))
+        system = [{"role": "system", "content": system_text}] if system_text else []
+        messages = system + [{"role": m.role, "tool_calls": m.tool_calls, "tool_call_id": m.tool_call_id,
+                              "reasoning_content": m.reasoning_content,
+                              "content": message_with_documents(m.content, self.document_texts(m.documents))
+                              if m.documents else m.content} for m in path]
         return template_chat(messages, conversation.settings.tools, self.backend.tool_syntax)[0]
+
+    def document_texts(self, ids: list[str]) -> list[tuple[str, str]]:
+        """(name, text) of each of these documents."""
+        return [(document.name, text) for document, text in map(self.store.document, ids)]
 
     def template(self, conversation: Conversation) -> ChatTemplate:
         """The backend's chat template (renders_templates), rendering the conversation's tools where the template
@@ -186,14 +193,23 @@ class Conversations:
     async def forget(self, conversation: Conversation) -> None:
         """Before a conversation is deleted: drop the cached KV blocks that only it used (none with a remote server's
         own cache, nor with a base model: no chat of it is cached, and its prompts cannot be rendered)."""
+        await self._forget(lambda: self.token_sequences(conversation), conversation.id)
+
+    async def forget_text(self, system_text: str) -> None:
+        """Drop the cached KV blocks of a chat that starts with this system message (a deleted document's) that no
+        conversation shares."""
+        await self._forget(lambda: [self.backend.template.segment([], {"role": "system", "content": system_text})])
+
+    async def _forget(self, dropped, deleted: str | None = None) -> None:
+        """Drop the blocks of the token sequences dropped() gives that no conversation (but `deleted`) shares."""
         if not self.renders_now:
             return
 
         def sequences():
-            others = [c for c in self.store.list_conversations() if c.id != conversation.id]
-            return self.token_sequences(conversation), [s for c in others for s in self.token_sequences(c)]
-        dropped, kept = await asyncio.to_thread(sequences)
-        await self.backend.forget(dropped, kept)
+            others = [c for c in self.store.list_conversations() if c.id != deleted]
+            return dropped(), [s for c in others for s in self.token_sequences(c)]
+        dropped_sequences, kept = await asyncio.to_thread(sequences)
+        await self.backend.forget(dropped_sequences, kept)
 
     def user_segments(self, conversation: Conversation, messages: list[Message]) -> list[tuple[str, list[int]]]:
         """Every user message's segment again (after a system prompt change: a template may render the first
@@ -219,14 +235,16 @@ class Conversations:
             self.store.set_token_ids(updates)
 
     async def add_user_message(self, conversation: Conversation, parent_id: str | None, content: str,
-                               tool_call_id: str | None = None) -> Message:
-        """A user message, or (with tool_call_id) the result of one of the parent's tool calls."""
+                               tool_call_id: str | None = None, documents: list[str] = ()) -> Message:
+        """A user message (carrying these documents before its text), or (with tool_call_id) the result of one of
+        the parent's tool calls."""
         self.backend.check_chat()
         self.backend.check_text_size(len(content))
+        self.store.list_documents(list(documents))  # each one exists (a StoreError: 404)
         path = self.store.path(conversation.id, parent_id) if parent_id else []
         message = Message(id=new_id("m"), conversation_id=conversation.id, parent_id=parent_id,
                           role="tool" if tool_call_id else "user", content=content, created_at=time.time(),
-                          model=self.backend.model_name, tool_call_id=tool_call_id)
+                          model=self.backend.model_name, tool_call_id=tool_call_id, documents=list(documents))
         token_ids = await asyncio.to_thread(self.message_token_ids, conversation, path, message)
         self.store.add_message(message, token_ids)
         if conversation.message_count == 0 and conversation.title == DEFAULT_TITLE:

@@ -48,8 +48,12 @@ class ConversationController(Controller):
 
     @post("/")
     async def create(self, data: JSONBody[ConversationCreate], store: StoreDep) -> Conversation:
+        """documents: ids from POST /api/documents, placed after the system prompt (chats that start with the same
+        documents share their KV blocks)."""
         settings = _checked(data.settings or SamplingSettings())
-        return store.create_conversation(data.title or DEFAULT_TITLE, data.system_prompt, settings)
+        store.list_documents(data.documents)  # each one exists (404 otherwise)
+        return store.create_conversation(data.title or DEFAULT_TITLE, data.system_prompt, settings,
+                                         documents=data.documents)
 
     @get("/")
     async def list(self, store: StoreDep) -> list[Conversation]:
@@ -62,8 +66,9 @@ class ConversationController(Controller):
         """Every message, and the context the active branch uses of the model's."""
         conversation = store.get_conversation(conversation_id)
         messages = store.messages(conversation_id, token_ids)
+        carried = dict.fromkeys([*conversation.documents, *(d for m in messages for d in m.documents)])
         return ConversationTree(conversation, messages, conversations.context_use(conversation, messages),
-                                store.summaries_of(conversation_id))
+                                store.summaries_of(conversation_id), store.list_documents(list(carried)))
 
     @patch("/{conversation_id:str}")
     async def update(self, conversation_id: Id, data: JSONBody[ConversationUpdate], store: StoreDep,
@@ -101,7 +106,7 @@ class ConversationController(Controller):
         if data.tool_call_id is not None:
             _check_tool_result(store, parent, data.tool_call_id)
         return await _send(conversations, conversation, data.parent_id, data.content, data.n, data.settings,
-                           data.tool_call_id, data.reply)
+                           data.tool_call_id, data.reply, data.documents)
 
     @post("/{conversation_id:str}/messages/{message_id:str}/edit", status_code=200, operation_class=EventStream)
     async def edit(self, conversation_id: Id, message_id: Id, data: JSONBody[EditMessage], store: StoreDep,
@@ -218,11 +223,11 @@ def _check_tool_result(store: Store, parent: Message | None, tool_call_id: str) 
 
 async def _send(conversations: Conversations, conversation: Conversation, parent_id: str | None, content: str,
                 n: int, settings: SamplingSettings | None, tool_call_id: str | None = None,
-                reply: bool = True) -> ServerSentEvent:
-    if not content.strip() and tool_call_id is None:
+                reply: bool = True, documents: list[str] = ()) -> ServerSentEvent:
+    if not content.strip() and tool_call_id is None and not documents:
         raise ValidationException("the message is empty")
     conversations.backend.ensure_ready()
-    user = await conversations.add_user_message(conversation, parent_id, content, tool_call_id)
+    user = await conversations.add_user_message(conversation, parent_id, content, tool_call_id, documents)
     if not reply:
         return _event_stream(_only(UserEvent(message=user)))
     try:

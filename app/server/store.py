@@ -18,6 +18,7 @@ from pathlib import Path
 import msgspec
 
 from localchat.app.protocol.conversations import Conversation, Message, ReplyStats, SamplingSettings, SearchHit
+from localchat.app.protocol.documents import Document
 from localchat.app.protocol.openai import ToolCall
 from localchat.app.server.config import quoted
 
@@ -109,11 +110,26 @@ MIGRATIONS = [
     "ALTER TABLE messages ADD COLUMN reasoning_content TEXT",
     # a conversation started from a summary of another (no foreign key: the other may be deleted, the link stays)
     "ALTER TABLE conversations ADD COLUMN summary_of TEXT",
+    # documents (their text; the files are under the data folder), and the ones a conversation or a message carries
+    # (a JSON list of ids)
+    """
+    CREATE TABLE documents (
+        id          TEXT PRIMARY KEY,
+        name        TEXT NOT NULL,
+        media_type  TEXT NOT NULL,
+        text        TEXT NOT NULL,
+        tokens      INTEGER NOT NULL,
+        empty_pages TEXT NOT NULL DEFAULT '[]',
+        created_at  REAL NOT NULL
+    );
+    ALTER TABLE conversations ADD COLUMN documents TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE messages ADD COLUMN documents TEXT NOT NULL DEFAULT '[]';
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _MESSAGE_COLUMNS = ("id, conversation_id, parent_id, role, content, token_ids, finish_reason, stopped, model, "
-                    "stats, created_at, tool_calls, tool_call_id, reasoning_content")
+                    "stats, created_at, tool_calls, tool_call_id, reasoning_content, documents")
 # a conversation's row, its message count and the model of its latest reply
 _CONVERSATION_COLUMNS = (
     "c.*, (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count, "
@@ -221,14 +237,16 @@ class Store:
     # --- conversations ---
 
     def create_conversation(self, title: str, system_prompt: str, settings: SamplingSettings,
-                            summary_of: str | None = None) -> Conversation:
-        """summary_of: the conversation whose summary this one starts from."""
+                            summary_of: str | None = None, documents: list[str] = ()) -> Conversation:
+        """summary_of: the conversation whose summary this one starts from; documents: the ids of those it starts
+        with."""
         now = time.time()
         conversation = Conversation(id=new_id("c"), title=title, system_prompt=system_prompt, settings=settings,
-                                    created_at=now, updated_at=now, summary_of=summary_of)
+                                    created_at=now, updated_at=now, summary_of=summary_of, documents=list(documents))
         self.db.execute("INSERT INTO conversations (id, title, system_prompt, settings, created_at, updated_at, "
-                        "summary_of) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (conversation.id, title, system_prompt, _json(settings), now, now, summary_of))
+                        "summary_of, documents) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (conversation.id, title, system_prompt, _json(settings), now, now, summary_of,
+                         _json(conversation.documents)))
         return conversation
 
     def summaries_of(self, conversation_id: str) -> list[str]:
@@ -281,11 +299,11 @@ class Store:
         try:
             with self._transaction():
                 self.db.execute(f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES "
-                                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                 (message.id, message.conversation_id, message.parent_id, message.role,
                                  message.content, pack_tokens(token_ids), message.finish_reason, int(message.stopped),
                                  message.model, _json(message.stats), message.created_at, _json(message.tool_calls),
-                                 message.tool_call_id, message.reasoning_content))
+                                 message.tool_call_id, message.reasoning_content, _json(message.documents)))
                 self.db.execute("UPDATE conversations SET updated_at = max(updated_at, ?) WHERE id = ?",
                                 (message.created_at, message.conversation_id))
         except sqlite3.IntegrityError:  # a foreign key: nothing else in the row can fail
@@ -318,6 +336,41 @@ class Store:
         marked interrupted. Their token ids are rendered again when a prompt needs them. The count."""
         return self.db.execute("UPDATE messages SET finish_reason = 'interrupted', stopped = 1 "
                                "WHERE role = 'assistant' AND finish_reason IS NULL").rowcount
+
+    # --- documents ---
+
+    def add_document(self, document: Document, text: str) -> Document:
+        self.db.execute("INSERT INTO documents (id, name, media_type, text, tokens, empty_pages, created_at) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (document.id, document.name, document.media_type, text, document.tokens,
+                         _json(document.empty_pages), document.created_at))
+        return document
+
+    def list_documents(self, ids: list[str] | None = None) -> list[Document]:
+        """Every document (newest first), or those of `ids` in their order (a StoreError for an unknown one)."""
+        if ids is None:
+            rows = self.db.execute(f"SELECT {_DOCUMENT_COLUMNS} FROM documents ORDER BY created_at DESC").fetchall()
+            return [_document(row) for row in rows]
+        return [self.document(document_id)[0] for document_id in ids]
+
+    def document(self, document_id: str) -> tuple[Document, str]:
+        """A document and its text."""
+        row = self.db.execute(f"SELECT {_DOCUMENT_COLUMNS}, text FROM documents WHERE id = ?",
+                              (document_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"no document {quoted(document_id)}")
+        return _document(row), row["text"]
+
+    def document_users(self, document_id: str) -> list[str]:
+        """The conversations that carry the document (from their start, or in a message)."""
+        pattern = f'%{json_text(document_id)}%'
+        return [row[0] for row in self.db.execute(
+            "SELECT id FROM conversations WHERE documents LIKE ? UNION "
+            "SELECT DISTINCT conversation_id FROM messages WHERE documents LIKE ?", (pattern, pattern))]
+
+    def delete_document(self, document_id: str) -> None:
+        if self.db.execute("DELETE FROM documents WHERE id = ?", (document_id,)).rowcount == 0:
+            raise StoreError(f"no document {quoted(document_id)}")
 
     # --- browser sessions ---
 
@@ -420,7 +473,20 @@ def _conversation(row: sqlite3.Row) -> Conversation:
                         settings=msgspec.json.decode(row["settings"], type=SamplingSettings),
                         created_at=row["created_at"], updated_at=row["updated_at"],
                         message_count=row["message_count"], active_leaf=row["active_leaf"], model=row["model"],
-                        summary_of=row["summary_of"])
+                        summary_of=row["summary_of"], documents=msgspec.json.decode(row["documents"], type=list[str]))
+
+
+_DOCUMENT_COLUMNS = "id, name, media_type, tokens, empty_pages, length(text) AS chars, created_at"
+
+
+def _document(row: sqlite3.Row) -> Document:
+    return Document(id=row["id"], name=row["name"], media_type=row["media_type"], chars=row["chars"],
+                    tokens=row["tokens"], created_at=row["created_at"],
+                    empty_pages=msgspec.json.decode(row["empty_pages"], type=list[int]))
+
+
+def json_text(value: str) -> str:
+    return msgspec.json.encode(value).decode()
 
 
 def _json(value) -> str | None:
@@ -440,4 +506,5 @@ def _message(row: sqlite3.Row, with_tokens: bool) -> Message:
                    model=row["model"],
                    stats=_from_json(row["stats"], ReplyStats), tool_calls=_from_json(row["tool_calls"], list[ToolCall]),
                    tool_call_id=row["tool_call_id"], reasoning_content=row["reasoning_content"],
+                   documents=msgspec.json.decode(row["documents"], type=list[str]),
                    token_ids=token_ids if with_tokens else None)
