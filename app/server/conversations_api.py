@@ -116,7 +116,8 @@ class ConversationController(Controller):
         original = store.get_message(conversation_id, message_id)
         if original.role != "user":
             raise ValidationException(f"message {quoted(message_id)} is a reply; only user messages can be edited")
-        return await _send(conversations, conversation, original.parent_id, data.content, data.n, data.settings)
+        return await _send(conversations, conversation, original.parent_id, data.content, data.n, data.settings,
+                           documents=original.documents)  # the edited message carries the same documents
 
     @post("/{conversation_id:str}/messages/{message_id:str}/regenerate", status_code=200,
           operation_class=EventStream)

@@ -86,6 +86,12 @@ def test_a_message_carries_its_documents_before_its_text(api):
     assert reply["stats"]["prompt_tokens"] > document["tokens"]
     user = next(m for m in api.get(f"/api/conversations/{conversation}").json()["messages"] if m["role"] == "user")
     assert user["documents"] == [document["id"]] and user["content"] == "What did the miller write down?"
+    events = stream_api(api, f"/api/conversations/{conversation}/messages/{user['id']}/edit",
+                        {"content": "And the price of bread?", "settings": {"temperature": 0.0, "max_tokens": 4}})
+    edited = next(e["message"] for e in events if e["type"] == "user")
+    assert edited["documents"] == [document["id"]]  # an edit keeps what the message carried
+    edited_reply = next(e["message"] for e in events if e["type"] == "done")
+    assert edited_reply["stats"]["cached_tokens"] >= 0.9 * document["tokens"]
 
 
 def test_a_document_in_use_is_not_deleted_and_a_deleted_conversation_leaves_it(api):
