@@ -83,6 +83,7 @@ class ConversationUpdate(Struct, kw_only=True, forbid_unknown_fields=True):
     system_prompt: Text | UnsetType = UNSET
     settings: SamplingSettings | UnsetType = UNSET
     active_leaf: str | UnsetType = UNSET  # a message of this conversation
+    documents: DocumentIds | UnsetType = UNSET  # what it starts with: only while it has no messages (409 after)
 
 
 class ReplyStats(Struct, kw_only=True):

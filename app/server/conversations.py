@@ -171,10 +171,14 @@ class Conversations:
 
     def context_use(self, conversation: Conversation, messages: list[Message]) -> ContextUse | None:
         """The context the active branch (else the newest message's) uses: its last reply's prompt and reply, and the
-        messages after it (their stored token ids); None for a conversation without messages."""
+        messages after it (their stored token ids); before the first message, its documents'; None for a conversation
+        without either."""
         leaf = shown_leaf(conversation, messages)
-        if leaf is None:
-            return None
+        if leaf is None:  # what its documents hold, before its first message
+            if not conversation.documents:
+                return None
+            tokens = sum(d.tokens for d in self.store.list_documents(conversation.documents))
+            return ContextUse(tokens=tokens, limit=self.backend.max_model_len)
         tokens = 0
         for message in reversed(_path_to(leaf, {m.id: m for m in messages})):
             if message.role == "assistant" and message.stats is not None:

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 import msgspec
 from litestar import Controller, Response, delete, get, patch, post
 from litestar.di import NamedDependency
-from litestar.exceptions import ValidationException
+from litestar.exceptions import HTTPException, ValidationException
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 from msgspec import UNSET
@@ -73,16 +73,23 @@ class ConversationController(Controller):
     @patch("/{conversation_id:str}")
     async def update(self, conversation_id: Id, data: JSONBody[ConversationUpdate], store: StoreDep,
                      conversations: ConversationsDep) -> Conversation:
-        """Rename, set the system prompt or the sampling settings, or the branch to show (active_leaf)."""
+        """Rename, set the system prompt or the sampling settings, the branch to show (active_leaf), or, while it has
+        no messages, the documents it starts with."""
         before = store.get_conversation(conversation_id)
         if data.settings is not UNSET:
             _checked(data.settings)
+        if data.documents is not UNSET:
+            if before.message_count:
+                raise HTTPException(status_code=409, detail="a conversation's documents are set before its first "
+                                                            "message: start a new chat, or attach them to a message")
+            store.list_documents(data.documents)  # each one exists (404 otherwise)
         if data.active_leaf is not UNSET:
             store.get_message(conversation_id, data.active_leaf)
             store.set_active_leaf(conversation_id, data.active_leaf)
         store.update_conversation(conversation_id, title=None if data.title is UNSET else data.title,
                                   system_prompt=None if data.system_prompt is UNSET else data.system_prompt,
-                                  settings=None if data.settings is UNSET else data.settings)
+                                  settings=None if data.settings is UNSET else data.settings,
+                                  documents=None if data.documents is UNSET else data.documents)
         after = store.get_conversation(conversation_id)
         if after.system_prompt != before.system_prompt or after.settings.tools != before.settings.tools:
             await conversations.retokenize(after)  # both are written into the prompt's first segment

@@ -268,9 +268,10 @@ class Store:
         return _conversation(row)
 
     def update_conversation(self, conversation_id: str, *, title: str | None = None,
-                            system_prompt: str | None = None, settings: SamplingSettings | None = None) -> None:
-        fields = {"title": title, "system_prompt": system_prompt,
-                  "settings": _json(settings)}
+                            system_prompt: str | None = None, settings: SamplingSettings | None = None,
+                            documents: list[str] | None = None) -> None:
+        fields = {"title": title, "system_prompt": system_prompt, "settings": _json(settings),
+                  "documents": _json(documents)}
         fields = {k: v for k, v in fields.items() if v is not None}
         if not fields:
             return

@@ -161,3 +161,14 @@ def test_a_chat_after_a_restart_finds_the_document_on_disk(tmp_path):
     assert reply["stats"]["cached_tokens"] >= 0.9 * document["tokens"]
     print(f"after a restart: {reply['stats']['cached_tokens']} of {reply['stats']['prompt_tokens']} prompt tokens "
           f"cached from the disk tier ({document['tokens']}-token document)")
+
+
+def test_a_chat_without_messages_may_be_set_to_start_from_documents(api):
+    document = upload(api, "mill-patch.txt", TEXT.encode()).json()
+    conversation = api.post("/api/conversations", json={}).json()["id"]
+    patched = api.patch(f"/api/conversations/{conversation}", json={"documents": [document["id"]]})
+    assert patched.status_code == 200 and patched.json()["documents"] == [document["id"]]
+    assert api.get(f"/api/conversations/{conversation}").json()["context"]["tokens"] == document["tokens"]
+    first_reply(api, conversation)
+    late = api.patch(f"/api/conversations/{conversation}", json={"documents": []})
+    assert late.status_code == 409 and "before its first message" in late.json()["error"]["message"]

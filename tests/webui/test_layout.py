@@ -75,7 +75,8 @@ def test_every_control_fits(browser, server, api, long_chat, size, color_scheme)
         dialog = page.locator("#settings-dialog")
         # a thinking model's settings are hidden: the shared server's model does not think
         fields = dialog.locator(":is(input, textarea, select, button):visible")
-        assert fields.count() == 16  # 9 numbers, system prompt, stop strings, JSON mode, tools, tool choice, 2 buttons
+        # 9 numbers, system prompt, context policy, stop strings, JSON mode, tools, tool choice, 2 buttons
+        assert fields.count() == 17
         for field in fields.all():  # each whole inside the dialog, where the dialog scrolls to it
             field.scroll_into_view_if_needed()
             expect(field).to_be_in_viewport(ratio=1)

@@ -10,7 +10,9 @@ export class ApiError extends Error {
 
 async function send(method, path, body) {
   const init = { method, headers: {} };
-  if (body !== undefined) {
+  if (body instanceof FormData) {
+    init.body = body;  // multipart: the browser writes its Content-Type with the boundary
+  } else if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
@@ -34,17 +36,26 @@ const conversation = (id) => `/api/conversations/${encodeURIComponent(id)}`;
 const message = (id, messageId) => `${conversation(id)}/messages/${encodeURIComponent(messageId)}`;
 
 export const listConversations = () => json("GET", "/api/conversations");
-export const createConversation = () => json("POST", "/api/conversations", {});
+export const createConversation = (fields = {}) => json("POST", "/api/conversations", fields);
 export const getConversation = (id) => json("GET", conversation(id));
 export const updateConversation = (id, fields) => json("PATCH", conversation(id), fields);
 export const deleteConversation = (id) => json("DELETE", conversation(id));
 export const stopReplies = (id) => json("POST", `${conversation(id)}/stop`, {});
 export const endThinking = (id) => json("POST", `${conversation(id)}/end-thinking`, {});
+export const summarize = (id, leaf) => json("POST", `${conversation(id)}/summarize`, leaf ? { leaf } : {});
 export const search = (q) => json("GET", `/api/search?q=${encodeURIComponent(q)}`);
 export const getLimits = () => json("GET", "/api/limits");
 export const listModels = () => json("GET", "/api/models");
 export const switchModel = (model) => json("POST", "/api/models/current", { model });
 export const health = () => json("GET", "/health");
+export const deleteDocument = (id) => json("DELETE", `/api/documents/${encodeURIComponent(id)}`);
+
+/** A file uploaded as a document: its text is read once and kept (the answer is the Document). */
+export function uploadDocument(file) {
+  const form = new FormData();
+  form.append("file", file);
+  return json("POST", "/api/documents", form);
+}
 
 export function exportUrl(id, format, leaf) {
   const query = new URLSearchParams({ format });
@@ -57,8 +68,9 @@ async function* stream(path, body) {
   yield* readEvents(await send("POST", path, body));
 }
 
-export const sendMessage = (id, content, parentId, n) =>
-  stream(`${conversation(id)}/messages`, { content, parent_id: parentId, n });
+/** `documents`: the ids of the documents the message carries (before its text). */
+export const sendMessage = (id, content, parentId, n, documents = []) =>
+  stream(`${conversation(id)}/messages`, { content, parent_id: parentId, n, ...(documents.length && { documents }) });
 export const editMessage = (id, messageId, content, n) =>
   stream(`${message(id, messageId)}/edit`, { content, n });
 export const regenerate = (id, messageId, n) => stream(`${message(id, messageId)}/regenerate`, { n });

@@ -3,12 +3,15 @@
 import * as api from "./api.js";
 import { BranchTreeView } from "./branches.js";
 import { BranchShown, ChatSession, Failed, ReplyFinished, RepliesStarted, TextAdded } from "./chat_session.js";
+import { ContextGauge, contextUse } from "./context.js";
+import { Attachments, documentChips } from "./documents.js";
 import { copyText, setRange } from "./dom.js";
 import { fillHelp, installShortcuts } from "./keys.js";
 import { ModelPicker } from "./models.js";
 import { Panels } from "./panels.js";
 import { SettingsDialog } from "./settings.js";
 import { Sidebar } from "./sidebar.js";
+import { SummaryLinks } from "./summary_links.js";
 import { ThreadView } from "./thread.js";
 
 const $ = (id) => document.getElementById(id);
@@ -21,12 +24,15 @@ class App {
     this.streaming = null;  // the id of the chat whose replies are being written
     this.openings = 0;  // a chat opened later wins over one still loading
     this.following = null;  // the timer that reloads a chat while another client writes its replies
+    this.contextLimit = null;  // the model's context in tokens, as the server last said (null: not known)
+    this.summaries = [];  // the ids of the chats started from a summary of the open one
+    this.documents = new Map();  // id -> Document: those of the chats opened and the files attached
     this.thread = new ThreadView($("thread"), {
       onSwitch: (id, step) => this.switchSibling(id, step),
       onEdit: (id, text) => this.edit(id, text),
       onRegenerate: (id) => this.regenerate(id),
       onPick: (id) => this.pickBranch(id),
-    });
+    }, this.documents);
     this.branches = new BranchTreeView($("branches"), (id) => {
       this.panels.closeDrawers();
       this.pickBranch(id);
@@ -45,6 +51,11 @@ class App {
       onSearch: (query) => this.search(query),
     });
     this.settings = new SettingsDialog($("settings-dialog"));
+    this.gauge = new ContextGauge({ gauge: $("context-gauge"), warning: $("context-warning"), summarize: $("summarize") },
+      () => this.summarize());
+    this.summaryLinks = new SummaryLinks($("summary-of"), $("continued-in"));
+    this.attachments = new Attachments({ input: $("attach-input"), button: $("attach"), dropTarget: $("chat"),
+      dropZone: $("composer"), list: $("attachments") }, this.documents, (message) => this.showError(message));
     this.models = new ModelPicker($("model"), $("model-status"), $("model-note"), (e) => this.showError(e),
       () => this.showModelAbility());
     fillHelp($("help-dialog"));
@@ -108,6 +119,9 @@ class App {
     if (opening !== this.openings) return;
     if (this.session.conversation?.id !== id) this.thread.clear();
     this.session.open(tree, messageId);
+    this.contextLimit = tree.context?.limit ?? this.contextLimit;
+    this.summaries = tree.summaries;
+    this.learnDocuments(tree);
     this.render();
     if (messageId) {
       this.rememberLeaf();
@@ -122,9 +136,10 @@ class App {
     if (!id || this.streaming || !this.session.tree.writing()) return;
     this.following = setTimeout(async () => {
       try {
-        const { messages } = await api.getConversation(id);
+        const tree = await api.getConversation(id);
+        this.learnDocuments(tree);
         if (this.session.conversation?.id !== id || this.streaming) return;
-        if (this.session.tree.merge(messages)) this.render();
+        if (this.session.tree.merge(tree.messages)) this.render();
         else this.followWriting();
       } catch (error) {
         this.showError(error);
@@ -139,6 +154,25 @@ class App {
     $("chat-title").title = title;
     document.title = c ? `${c.title} · localchat` : "localchat";
     this.models.showChat(c?.id ?? null, c?.model ?? null);
+    this.summaryLinks.show(c, this.summaries, this.conversations);
+  }
+
+  /** The documents a chat (GET /api/conversations/{id}) or its messages carry, to show them by name. */
+  learnDocuments(tree) {
+    for (const document of tree.documents ?? []) this.documents.set(document.id, document);
+  }
+
+  /** The documents the open chat starts from. */
+  showChatDocuments() {
+    const chips = documentChips(this.session.conversation?.documents, this.documents);
+    $("chat-documents").hidden = !chips;
+    $("chat-documents").replaceChildren(...(chips ? ["This chat starts from", chips] : []));
+  }
+
+  /** How much of the model's context the shown branch uses. */
+  showContext() {
+    const policy = this.session.conversation?.settings.context_overflow ?? null;
+    this.gauge.show(contextUse(this.session.path(), this.contextLimit), policy);
   }
 
   render() {
@@ -155,6 +189,8 @@ class App {
     }
     if (this.session.leaf) this.thread.render(this.session);
     else this.thread.clear();
+    this.showChatDocuments();
+    this.showContext();
     this.renderBranches();
     this.renderChats();
     this.showAnswerNow();
@@ -205,6 +241,7 @@ class App {
   useLimits(limits) {
     setRange($("replies"), limits.sampling.n);
     this.settings.setLimits(limits.sampling);
+    this.attachments.setLimits(limits.max_document_bytes, limits.max_documents);
   }
 
   /** How many replies to write; a fork of several is one request: the box goes back to 1 once it is sent. */
@@ -215,15 +252,39 @@ class App {
     return replies;
   }
 
+  /** Sends the message with the attached documents: a chat's first message makes them the documents the chat starts
+   * from, a later one carries them. */
   async send() {
     const input = $("message");
     const content = input.value;
-    if (!content.trim() || this.streaming) return;
-    if (!this.session.conversation) await this.newChat();
+    if ((!content.trim() && this.attachments.empty) || this.streaming) return;
     input.value = "";
+    let documents = await this.attachments.take();  // once they are uploaded
+    if (!content.trim() && !documents.length) return;  // the only attachments were refused
+    if (!this.session.leaf && content.trim() && documents.length) {
+      await this.startChatWith(documents);
+      documents = [];
+    } else if (!this.session.conversation) {
+      await this.newChat();
+    }
     const { conversation, fork } = this.session;
     const parentId = fork ? fork.ids[0] : this.session.savedLeaf();
-    await this.stream(api.sendMessage(conversation.id, content, parentId, this.takeReplies()));
+    const events = api.sendMessage(conversation.id, content, parentId, this.takeReplies(), documents);
+    if (await this.stream(events)) return;
+    if (!input.value) input.value = content;  // refused (past the context's edge): the text stays
+    this.attachments.restore(documents);
+  }
+
+  /** The open chat, empty (or none yet), set to start from `documents`: after its system prompt, where chats that
+   * start from the same documents share their cached tokens. */
+  async startChatWith(documents) {
+    const empty = this.session.conversation;
+    const conversation = empty ? await api.updateConversation(empty.id, { documents })
+      : await api.createConversation({ documents });
+    this.conversations = [conversation, ...this.conversations.filter((c) => c.id !== conversation.id)];
+    this.session.newChat(conversation);
+    this.summaries = [];
+    this.render();
   }
 
   async edit(id, content) {
@@ -265,13 +326,15 @@ class App {
     if (!this.panels.closeTop()) this.stop();
   }
 
-  /** Show the events of a send, edit or regenerate as they come. */
+  /** Show the events of a send, edit or regenerate as they come; whether any came (false: the request was refused). */
   async stream(events) {
     const conversationId = this.session.conversation.id;
+    let answered = false;
     this.setStreaming(conversationId);
     this.showError(null);
     try {
       for await (const event of events) {
+        answered = true;
         if (this.session.conversation?.id !== conversationId) continue;  // another chat was opened meanwhile
         this.handle(event);
       }
@@ -282,6 +345,7 @@ class App {
       await this.refreshChats();
       this.followWriting();
     }
+    return answered;
   }
 
   /** Render what one event of the reply stream changed (the session applies it). */
@@ -297,7 +361,10 @@ class App {
       this.thread.textChanged(change.messageId);
       this.showAnswerNow();
     } else if (change instanceof ReplyFinished) {
+      this.contextLimit = change.message.stats?.context_limit ?? this.contextLimit;
       this.thread.update(change.message);
+      this.thread.showCut(this.session);
+      this.showContext();
       this.showAnswerNow();
       this.renderBranches();
       const { conversation, leaf } = this.session;
@@ -317,7 +384,7 @@ class App {
     note.hidden = canChat;
     note.textContent = canChat ? "" : `${this.models.running} is a base model without a chat template: it only ` +
       "continues text; it answers /v1/completions. Choose a chat model in the Model list to chat.";
-    for (const id of ["message", "replies", "send"]) $(id).disabled = !canChat;
+    for (const id of ["message", "replies", "send", "attach"]) $(id).disabled = !canChat;
   }
 
   setStreaming(conversationId) {
@@ -341,8 +408,25 @@ class App {
     this.conversations.unshift(conversation);
     this.thread.clear();
     this.session.newChat(conversation);
+    this.summaries = [];
     this.render();
     $("message").focus();
+  }
+
+  /** A new chat that starts from the model's summary of the shown branch, opened once the summary is written (the
+   * gauge's button says "Summarizing…" meanwhile). */
+  async summarize() {
+    const source = this.session.conversation;
+    if (!source || this.streaming) return;
+    this.showError(null);
+    try {
+      const fresh = await api.summarize(source.id, this.session.savedLeaf());
+      this.conversations = await api.listConversations();
+      if (this.session.conversation?.id === source.id) await this.open(fresh.id);
+      else this.renderChats();
+    } catch (error) {
+      this.showError(error);
+    }
   }
 
   async rename(id, title) {

@@ -1,5 +1,6 @@
-// One message on screen: who wrote it, its ‹ n/m › branch switcher, its actions, its thinking (a thinking model's),
-// its text and its stats.
+// One message on screen: who wrote it, its ‹ n/m › branch switcher, its actions, the documents it carries, its
+// thinking (a thinking model's), its text and its stats.
+import { documentChips } from "./documents.js";
 import { copyText, h } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 import { ThinkingBlock } from "./thinking.js";
@@ -37,10 +38,11 @@ export function messageMarkdown(message) {
 
 /**
  * The view of one message. `actions`: onSwitch(id, step), onEdit(id, text), onRegenerate(id), onPick(id).
- * `card`: shown as one of n forked replies side by side, with a button to continue from it.
+ * `card`: shown as one of n forked replies side by side, with a button to continue from it. `documents`: the known
+ * documents (id -> Document), which name the message's.
  */
 export class MessageView {
-  constructor(message, actions, { card = false } = {}) {
+  constructor(message, actions, { card = false, documents = new Map() } = {}) {
     this.message = message;
     this.actions = actions;
     this.card = card;
@@ -67,7 +69,7 @@ export class MessageView {
     this.element = h("article", { class: `message ${message.role}${card ? " card" : ""}` },
       h("header", {}, h("span", { class: "role", text: AUTHORS[message.role] }),
         card ? null : this.switcher, h("span", { class: "actions" }, copy, rewrite)),
-      this.thinking.element, this.content, this.stats, pick);
+      documentChips(message.documents, documents), this.thinking.element, this.content, this.stats, pick);
     this.element.dataset.id = message.id;
     this.show(message);
   }

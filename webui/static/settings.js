@@ -1,7 +1,7 @@
 // A chat's system prompt and sampling settings, edited in a dialog. The inputs' ranges are the server's
 // (GET /api/limits); a value it refuses all the same is shown in the dialog, which stays open. A thinking model's
 // settings (whether it thinks first, and for how many tokens at most) are shown only while one runs, and kept as they
-// are while another does.
+// are while another does. What happens when the chat outgrows the model's context is its context_overflow policy.
 import { h, setRange } from "./dom.js";
 
 // [name, label, step]; the names are SamplingSettings' fields
@@ -15,6 +15,15 @@ const NUMBER_FIELDS = [
   ["frequency_penalty", "Frequency penalty", "any"],
   ["max_tokens", "Max tokens", 1],
   ["seed", "Seed (empty: random)", 1],
+];
+
+// [value, label, what it does]: SamplingSettings.context_overflow ("": null, the server's default)
+const CONTEXT_POLICIES = [
+  ["", "The server's default", "The server's setting (serve.toml's context_overflow): truncate the middle unless it is changed there."],
+  ["stop", "Stop", "A message that does not fit is refused: start a new chat from a summary."],
+  ["truncate_middle", "Truncate the middle",
+    "The system prompt and the first exchange stay; the oldest messages after them are left out."],
+  ["rolling_window", "Rolling window", "The oldest messages are left out."],
 ];
 
 export class SettingsDialog {
@@ -35,6 +44,9 @@ export class SettingsDialog {
       h("label", { class: "check" }, this.enableThinking, "Think before answering"),
       h("label", {}, "Thinking budget (tokens; empty: the server's default)", this.thinkingBudget));
     this.tools = h("textarea", { name: "tools", rows: 3, placeholder: '[{"type": "function", "function": {...}}]' });
+    this.contextPolicyNote = h("small", { class: "field-note" });
+    this.contextOverflow = h("select", { name: "context_overflow", onchange: () => this.showContextPolicy() },
+      ...CONTEXT_POLICIES.map(([value, text]) => h("option", { value, text })));
     this.toolChoice = h("select", { name: "tool_choice" },
       ...["auto", "required", "none"].map((value) => h("option", { value, text: value })));
     this.error = h("p", { class: "dialog-error", role: "alert", hidden: true });
@@ -43,6 +55,7 @@ export class SettingsDialog {
       h("label", { class: "wide" }, "System prompt", this.systemPrompt),
       h("div", { class: "grid" }, ...NUMBER_FIELDS.map(([name, label]) => h("label", {}, label, this.numbers[name]))),
       this.thinkingFields,
+      h("label", { class: "wide" }, "When the chat outgrows the context", this.contextOverflow, this.contextPolicyNote),
       h("label", { class: "wide" }, "Stop strings", this.stop),
       h("label", { class: "wide check" }, this.jsonMode, "Replies are JSON objects"),
       h("label", { class: "wide" }, "Tools the model may call (JSON, OpenAI's format)", this.tools),
@@ -82,6 +95,8 @@ export class SettingsDialog {
     this.enableThinking.checked = conversation.settings.enable_thinking;
     this.thinkingBudget.value = conversation.settings.thinking_token_budget ?? "";
     this.thinkingBudget.disabled = !this.enableThinking.checked;
+    this.contextOverflow.value = conversation.settings.context_overflow ?? "";
+    this.showContextPolicy();
     for (const [name, input] of Object.entries(this.numbers)) input.value = conversation.settings[name] ?? "";
     this.showError(null);
     this.dialog.showModal();
@@ -94,6 +109,10 @@ export class SettingsDialog {
     } catch (error) {
       this.showError(error.message);
     }
+  }
+
+  showContextPolicy() {
+    this.contextPolicyNote.textContent = CONTEXT_POLICIES.find(([value]) => value === this.contextOverflow.value)[2];
   }
 
   showError(message) {
@@ -110,7 +129,8 @@ export class SettingsDialog {
     }
     const settings = { stop: this.stop.value.split("\n").filter((s) => s !== ""), json_mode: this.jsonMode.checked,
       tools, tool_choice: this.toolChoice.value, enable_thinking: this.enableThinking.checked,
-      thinking_token_budget: this.thinkingBudget.value === "" ? null : Number(this.thinkingBudget.value) };
+      thinking_token_budget: this.thinkingBudget.value === "" ? null : Number(this.thinkingBudget.value),
+      context_overflow: this.contextOverflow.value || null };
     for (const [name, input] of Object.entries(this.numbers)) {
       if (input.value !== "") settings[name] = Number(input.value);  // empty: the default (no seed)
     }

@@ -1,14 +1,21 @@
-// The shown branch of a chat, root to leaf, and n forked replies side by side while one is to be picked.
+// The shown branch of a chat, root to leaf, and n forked replies side by side while one is to be picked; where a cut
+// to fit the model's context left earlier messages out, a marker before the first one it kept (those left out dimmed).
 // Each message keeps its view: showing another branch moves views; a streaming reply re-renders only itself.
+import { cutIn, cutMarker } from "./context.js";
 import { h } from "./dom.js";
 import { MessageView } from "./message.js";
 
+const cutKey = (cut) => (cut ? `${cut.firstKeptId}/${cut.count}` : null);
+
 export class ThreadView {
-  constructor(container, actions) {
+  /** `documents`: the known documents (id -> Document), which name those the messages carry. */
+  constructor(container, actions, documents) {
     this.container = container;
     this.actions = actions;
+    this.documents = documents;
     this.views = new Map();  // message id -> MessageView in the branch
     this.cards = new Map();  // message id -> MessageView as a fork card
+    this.cutShown = null;  // where the marker is ("first kept id/count"), null: none
   }
 
   clear() {
@@ -17,14 +24,19 @@ export class ThreadView {
     this.container.replaceChildren();
   }
 
-  /** A chat session's branch on screen (root..leaf, or root..fork.parentId followed by the fork's replies as cards). */
+  /** A chat session's branch on screen (root..leaf, or root..fork.parentId followed by the fork's replies as cards),
+   * with the marker of the latest cut. */
   render(session) {
     const { tree, fork } = session;
-    const nodes = session.path().map((message) => {
+    const path = session.path();
+    const cut = cutIn(path);
+    this.cutShown = cutKey(cut);
+    const nodes = path.flatMap((message) => {
       const view = this.viewOf(this.views, message);
       const siblings = tree.siblings(message.id);
       view.showPosition(siblings.indexOf(message.id), siblings.length);
-      return view.element;
+      view.element.classList.toggle("left-out", Boolean(cut?.leftOut.has(message.id)));
+      return message.id === cut?.firstKeptId ? [cutMarker(cut), view.element] : [view.element];
     });
     if (fork) {
       const cards = fork.ids.map((id) => this.viewOf(this.cards, tree.get(id), { card: true }).element);
@@ -37,10 +49,17 @@ export class ThreadView {
     if (atBottom) this.scrollToBottom();
   }
 
+  /** A message changed as a whole (a reply finished: its stats line shows). */
+  update(message) {
+    const atBottom = this.atBottom();
+    for (const views of [this.views, this.cards]) views.get(message.id)?.show(message);
+    if (atBottom) this.scrollToBottom();
+  }
+
   viewOf(views, message, options) {
     let view = views.get(message.id);
     if (!view) {
-      view = new MessageView(message, this.actions, options);
+      view = new MessageView(message, this.actions, { documents: this.documents, ...options });
       views.set(message.id, view);
     } else if (view.message !== message) {
       view.show(message);
@@ -48,18 +67,16 @@ export class ThreadView {
     return view;
   }
 
+  /** A reply finished: its stats may say that its prompt was cut elsewhere than the last one's (the marker moves). */
+  showCut(session) {
+    if (cutKey(cutIn(session.path())) !== this.cutShown) this.render(session);
+  }
+
   /** A streaming reply's text grew. */
   textChanged(id) {
     const atBottom = this.atBottom();
     for (const views of [this.views, this.cards]) views.get(id)?.textChanged();
     if (atBottom) requestAnimationFrame(() => this.scrollToBottom());
-  }
-
-  /** A message changed as a whole (a reply finished: its stats line shows). */
-  update(message) {
-    const atBottom = this.atBottom();
-    for (const views of [this.views, this.cards]) views.get(message.id)?.show(message);
-    if (atBottom) this.scrollToBottom();
   }
 
   atBottom() {
