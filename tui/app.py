@@ -13,6 +13,7 @@ from localchat.tui.screens.chat import ChatScreen
 from localchat.tui.screens.engine_error import EngineErrorScreen
 from localchat.tui.screens.fork_picker import ForkPicker
 from localchat.tui.screens.loading import LoadingScreen
+from localchat.tui.widgets.document_chips import AttachedChip
 from localchat.tui.widgets.message_view import ChatMessage, MessageView
 
 
@@ -84,7 +85,7 @@ class LocalChatApp(App):
 
     def help_groups(self) -> list[tuple[str, list[Binding]]]:
         return [("Chat", ChatScreen.BINDINGS), ("Message", [*ChatMessage.BINDINGS, *MessageView.BINDINGS]),
-                ("N replies", ForkPicker.BINDINGS),
+                ("N replies", ForkPicker.BINDINGS), ("Attached document", AttachedChip.BINDINGS),
                 ("App", [Binding(self.COMMAND_PALETTE_BINDING, "command_palette", "Command palette, themes"),
                          *App.BINDINGS[:1]])]
 

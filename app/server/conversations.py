@@ -171,20 +171,28 @@ class Conversations:
 
     def context_use(self, conversation: Conversation, messages: list[Message]) -> ContextUse | None:
         """The context the active branch (else the newest message's) uses: its last reply's prompt and reply, and the
-        messages after it (their stored token ids); before the first message, its documents'; None for a conversation
-        without either."""
+        messages after it (their stored token ids); before the first message, what its system prompt and documents
+        take; None for a conversation with none of these."""
         leaf = shown_leaf(conversation, messages)
-        if leaf is None:  # what its documents hold, before its first message
-            if not conversation.documents:
-                return None
-            tokens = sum(d.tokens for d in self.store.list_documents(conversation.documents))
-            return ContextUse(tokens=tokens, limit=self.backend.max_model_len)
+        if leaf is None:  # before its first message: what its system prompt and documents hold
+            return self._start_use(conversation)
         tokens = 0
         for message in reversed(_path_to(leaf, {m.id: m for m in messages})):
             if message.role == "assistant" and message.stats is not None:
                 tokens += message.stats.context_tokens or message.stats.prompt_tokens + message.stats.completion_tokens
                 break
             tokens += message.num_tokens
+        return ContextUse(tokens=tokens, limit=self.backend.max_model_len)
+
+    def _start_use(self, conversation: Conversation) -> ContextUse | None:
+        """The context a conversation's system prompt and documents take (None for one without either)."""
+        if not (conversation.system_prompt or conversation.documents):
+            return None
+        if self.renders_now:
+            chat = self.chat(conversation, [])
+            tokens = len(self.template(conversation).segment([], chat[0])) if chat else 0
+        else:  # a remote engine's tokenizer is its own: the documents' counts, where they were made
+            tokens = sum(d.tokens for d in self.store.list_documents(conversation.documents))
         return ContextUse(tokens=tokens, limit=self.backend.max_model_len)
 
     def token_sequences(self, conversation: Conversation) -> list[list[int]]:

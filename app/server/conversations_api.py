@@ -1,5 +1,6 @@
 """localchat's own API under /api: conversations as trees, replies streamed as server-sent events."""
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from typing import Annotated, Literal
@@ -67,7 +68,8 @@ class ConversationController(Controller):
         conversation = store.get_conversation(conversation_id)
         messages = store.messages(conversation_id, token_ids)
         carried = dict.fromkeys([*conversation.documents, *(d for m in messages for d in m.documents)])
-        return ConversationTree(conversation, messages, conversations.context_use(conversation, messages),
+        context = await asyncio.to_thread(conversations.context_use, conversation, messages)  # it may tokenize
+        return ConversationTree(conversation, messages, context,
                                 store.summaries_of(conversation_id), store.list_documents(list(carried)))
 
     @patch("/{conversation_id:str}")

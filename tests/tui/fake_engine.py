@@ -1,13 +1,18 @@
 """A stand-in for EngineClient with fixed data, for snapshots and for tests that need no model: the same
 methods, returning fixed Structs (fixed ids, timestamps and stats) so that every screenshot is the same. With
-thinking=True it plays a thinking model: a chat whose replies thought, and replies that think before they answer."""
+thinking=True it plays a thinking model: a chat whose replies thought, and replies that think before they answer. With
+long_chat=True, a model with a context of 8k tokens and a chat near its edge, whose last prompt was cut; chats begin
+from a summary of another (summarize), and files become documents (upload_document) that chats and messages carry."""
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import msgspec
 
+from localchat.app.client.engine_client import EngineError
 from localchat.app.protocol.conversations import (
+    ContextUse,
     Conversation,
     ConversationTree,
     DeltaEvent,
@@ -22,6 +27,7 @@ from localchat.app.protocol.conversations import (
     StreamEvent,
     UserEvent,
 )
+from localchat.app.protocol.documents import Document
 from localchat.app.protocol.limits import Limits
 from localchat.app.protocol.system import Health
 from localchat.app.server.app import engine_limits
@@ -37,10 +43,12 @@ def stats(prompt: int, cached: int, completion: int, reasoning: int = 0, thinkin
 
 
 def message(id: str, parent: str | None, role: str, content: str, at: float, reply_stats=None,
-            conversation: str = "c_sort", reasoning: str | None = None) -> Message:
+            conversation: str = "c_sort", reasoning: str | None = None, num_tokens: int = 0,
+            documents: list[str] = ()) -> Message:
     return Message(id=id, conversation_id=conversation, parent_id=parent, role=role, content=content,
-                   reasoning_content=reasoning, created_at=T0 + at,
-                   finish_reason="stop" if role == "assistant" else None, model="SmolLM2", stats=reply_stats)
+                   reasoning_content=reasoning, created_at=T0 + at, num_tokens=num_tokens,
+                   finish_reason="stop" if role == "assistant" else None, model="SmolLM2", stats=reply_stats,
+                   documents=list(documents))
 
 
 SORT_CODE = "Use `sorted()`:\n\n```python\nnumbers = [3, 1, 2]\nprint(sorted(numbers))  # [1, 2, 3]\n```"
@@ -67,6 +75,32 @@ THINKING_MESSAGES = [
 ]
 THOUGHTS = ["Red is bright.", "Green is calm.", "Blue is deep."]  # what new replies think (a thinking model's)
 
+# a long chat (long_chat=True) on a model with a context of 8k: five exchanges of long questions, the last reply's
+# prompt cut to fit (truncate_middle: the first exchange stays, the next two are left out), 6.8k of 8k in use
+CONTEXT_LIMIT = 8192
+LONG_CONTEXT = 7000  # the last reply's prompt and itself
+LONG_CUT = ("m_l7", 4)  # (the first message the last reply saw after its cut, the messages left out)
+
+
+def long_messages() -> list[Message]:
+    messages, parent = [], None
+    for turn in range(5):
+        question, answer = f"m_l{2 * turn + 1}", f"m_l{2 * turn + 2}"
+        context = 1500 * (turn + 1) if turn < 4 else LONG_CONTEXT
+        cut = {"dropped_messages": LONG_CUT[1], "dropped_tokens": 4600, "first_kept_id": LONG_CUT[0]} if turn == 4 \
+            else {}
+        reply_stats = msgspec.structs.replace(stats(context - 60, context - 200, 60), context_tokens=context,
+                                              context_limit=CONTEXT_LIMIT, **cut)
+        messages += [message(question, parent, "user", f"What happened at the mill in year {1900 + turn}?",
+                             40 + 2 * turn, conversation="c_long", num_tokens=1400),
+                     message(answer, question, "assistant", f"In {1900 + turn} the mill ground wheat.",
+                             41 + 2 * turn, reply_stats, "c_long")]
+        parent = answer
+    return messages
+
+
+SUMMARY = "We talked about the mill by the river, year by year from 1900."
+
 
 def conversation(id: str, title: str, at: float, count: int, active_leaf: str | None = None) -> Conversation:
     return Conversation(id=id, title=title, system_prompt="Be brief.",
@@ -75,7 +109,7 @@ def conversation(id: str, title: str, at: float, count: int, active_leaf: str | 
 
 
 class FakeEngine:
-    def __init__(self, thinking: bool = False):
+    def __init__(self, thinking: bool = False, long_chat: bool = False):
         self.conversations = {
             "c_sort": conversation("c_sort", "Sorting in Python", 10, len(MESSAGES), "m_a3"),
             "c_cats": conversation("c_cats", "Cats and their habits", 5, 0),
@@ -92,6 +126,15 @@ class FakeEngine:
         if thinking:
             self.conversations["c_think"] = conversation("c_think", "Primes", 20, len(THINKING_MESSAGES), "m_r1")
             self.messages["c_think"] = list(THINKING_MESSAGES)
+        self.context_limit = CONTEXT_LIMIT if long_chat else None  # None: as a remote engine, not known
+        if long_chat:
+            self.conversations["c_long"] = conversation("c_long", "The river and the mill", 50, 10, "m_l10")
+            self.messages["c_long"] = long_messages()
+        self.summary_hold: asyncio.Event | None = None  # when set, a summary is written once it is set
+        self.summarize_calls: list[tuple[str, str | None]] = []
+        self.refuse_with: EngineError | None = None  # raised by the next sends and regenerates, before any event
+        self.documents: dict[str, Document] = {}
+        self.sent: list[tuple[str, str, list[str]]] = []  # (conversation, text, documents) of every send
 
     def _check(self) -> None:
         if self.fail_with is not None:
@@ -112,9 +155,47 @@ class FakeEngine:
         self._check()
         return sorted(self.conversations.values(), key=lambda c: -c.updated_at)
 
+    async def create_conversation(self, title: str | None = None, system_prompt: str = "", settings=None,
+                                  documents: list[str] = ()) -> Conversation:
+        self._check()
+        id = f"c_new{len(self.conversations)}"
+        self.conversations[id] = msgspec.structs.replace(conversation(id, title or "New chat", 60, 0),
+                                                         system_prompt=system_prompt, documents=list(documents))
+        self.messages[id] = []
+        return self.conversations[id]
+
     async def conversation(self, conversation_id: str, token_ids: bool = False) -> ConversationTree:
         self._check()
-        return ConversationTree(self.conversations[conversation_id], list(self.messages[conversation_id]))
+        chat, messages = self.conversations[conversation_id], list(self.messages[conversation_id])
+        used = {i for m in [chat, *messages] for i in m.documents}
+        context = ContextUse(LONG_CONTEXT, self.context_limit) if conversation_id == "c_long" else None
+        summaries = [c.id for c in self.conversations.values() if c.summary_of == conversation_id]
+        return ConversationTree(chat, messages, context, summaries,
+                                [self.documents[i] for i in sorted(used) if i in self.documents])
+
+    async def summarize(self, conversation_id: str, leaf: str | None = None) -> Conversation:
+        self._check()
+        self.summarize_calls.append((conversation_id, leaf))
+        if self.summary_hold is not None:
+            await self.summary_hold.wait()
+        origin = self.conversations[conversation_id]
+        id = f"c_sum{len(self.summarize_calls)}"
+        self.conversations[id] = msgspec.structs.replace(
+            conversation(id, f"Summary: {origin.title}", 70, 0), summary_of=conversation_id,
+            system_prompt=f"{origin.system_prompt}\n\nA summary of an earlier conversation:\n\n{SUMMARY}")
+        self.messages[id] = []
+        return self.conversations[id]
+
+    async def upload_document(self, path: str | Path) -> Document:
+        self._check()
+        path = Path(path)
+        text = path.read_text()
+        if not text.strip():
+            raise EngineError(400, f'"{path.name}" holds no text')
+        document = Document(id=f"d_{len(self.documents) + 1}", name=path.name, media_type="text/plain",
+                            chars=len(text), tokens=len(text.split()), created_at=T0 + 80)
+        self.documents[document.id] = document
+        return document
 
     async def update_conversation(self, conversation_id: str, **fields) -> Conversation:
         self._check()
@@ -133,10 +214,13 @@ class FakeEngine:
                 for cid, messages in self.messages.items() for m in messages
                 if query and query.lower() in m.content.lower()][:limit]
 
-    async def send(self, conversation_id: str, text: str, parent_id: str | None, n: int = 1, settings=None
-                   ) -> AsyncIterator[StreamEvent]:
+    async def send(self, conversation_id: str, text: str, parent_id: str | None, n: int = 1, settings=None,
+                   documents: list[str] = ()) -> AsyncIterator[StreamEvent]:
+        self.sent.append((conversation_id, text, list(documents)))
+        if self.refuse_with is not None:
+            raise self.refuse_with
         user = message(f"m_s{len(self.messages[conversation_id])}", parent_id, "user", text, 30, None,
-                       conversation_id)
+                       conversation_id, num_tokens=12, documents=documents)
         self.messages[conversation_id].append(user)
         yield UserEvent(message=user)
         async for event in self._replies(conversation_id, user.id, n):

@@ -1,5 +1,5 @@
-"""Screenshots of the main screen with a branched chat, of the N-reply picker, and of a thinking model's chat at
-80x24, from fixed data."""
+"""Screenshots of the main screen with a branched chat, of the N-reply picker, and of a thinking model's chat and a
+long chat near the edge of the model's context at 80x24, from fixed data."""
 
 from fake_engine import FakeEngine
 from textual.pilot import Pilot
@@ -50,7 +50,6 @@ def test_n_reply_picker(snap_compare, tmp_path):
     assert snap_compare(app(tmp_path), terminal_size=SIZE, run_before=three_replies)
 
 
-
 def test_a_thinking_models_chat_at_80x24(snap_compare, tmp_path):
     async def thinking_expanded(pilot: Pilot) -> None:
         screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen) and pilot.app.screen)
@@ -61,3 +60,15 @@ def test_a_thinking_models_chat_at_80x24(snap_compare, tmp_path):
 
     assert snap_compare(app(tmp_path, FakeEngine(thinking=True)), terminal_size=(80, 24),
                         run_before=thinking_expanded)
+
+
+def test_a_long_chat_near_the_edge_of_the_context_at_80x24(snap_compare, tmp_path):
+    async def cut_in_view(pilot: Pilot) -> None:
+        screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen) and pilot.app.screen)
+        await wait_until(pilot, lambda: len(screen.view.views) == 10 and screen.view.cut_marker
+                         and screen.gauge.has_class("-near-limit"))
+        pilot.app.clear_notifications()  # the warning's toast: gone after a while, so left out of the picture
+        screen.view.cut_marker.scroll_visible(top=True)  # the header's warning, and the divider where the cut is
+        await pilot.pause()
+
+    assert snap_compare(app(tmp_path, FakeEngine(long_chat=True)), terminal_size=(80, 24), run_before=cut_in_view)

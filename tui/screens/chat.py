@@ -1,16 +1,18 @@
 """The main screen: the chat list, the branch on screen, and the message box. It renders a chat session
 (tui/chat_session.py: the open chat, its tree, the branch shown, the reply stream's events applied to them) and turns
-keys into the session's actions and the engine's requests."""
+keys into the session's actions and the engine's requests. Its parts for long chats (the context gauge, the cut, the
+summary and its links) and for documents are in long_chats.py and chat_documents.py."""
 
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Static, TextArea
+from textual.widgets import Footer, Input, Static, TextArea
 
-from localchat.app.client.engine_client import EngineClient
+from localchat.app.client.engine_client import EngineClient, EngineError
 from localchat.app.protocol.conversations import Conversation, Message, SearchHit, StreamEvent
+from localchat.app.protocol.documents import Document
 from localchat.app.protocol.system import Health
 from localchat.tui.chat_session import (
     BranchShown,
@@ -23,16 +25,21 @@ from localchat.tui.chat_session import (
 )
 from localchat.tui.engine_work import engine_work
 from localchat.tui.screens.branch_tree import BranchTreeScreen
+from localchat.tui.screens.chat_documents import ChatDocuments
 from localchat.tui.screens.confirm import ConfirmScreen
 from localchat.tui.screens.export import ExportChoice, ExportScreen
 from localchat.tui.screens.fork_picker import ForkPicker
+from localchat.tui.screens.long_chats import LongChats
 from localchat.tui.screens.models import ModelsScreen
 from localchat.tui.screens.prompt import PromptScreen
 from localchat.tui.screens.search import SearchScreen
 from localchat.tui.screens.settings import ChatSettings, SettingsScreen
+from localchat.tui.widgets.chat_links import ChatLinks
 from localchat.tui.widgets.chat_list import ChatList
 from localchat.tui.widgets.composer import Composer
+from localchat.tui.widgets.context_gauge import ChatHeader
 from localchat.tui.widgets.conversation_view import ConversationView
+from localchat.tui.widgets.document_chips import AttachedDocuments, DocumentChips
 from localchat.tui.widgets.message_view import ChatMessage
 from localchat.tui.widgets.thinking_block import END_THINKING_KEY, ThinkingBlock
 
@@ -44,7 +51,7 @@ def base_model_notice(model: str | None) -> str:
             "F4 switches to a chat model.")
 
 
-class ChatScreen(Screen):
+class ChatScreen(LongChats, ChatDocuments, Screen):
     # the footer shows the first keys (it must fit 80 columns); F1 lists every key
     BINDINGS = [
         Binding("f1", "help", "Help", id="help"),
@@ -60,6 +67,9 @@ class ChatScreen(Screen):
         Binding("ctrl+o", "export", "Export", id="export", show=False),
         Binding("ctrl+b", "toggle_sidebar", "Sidebar", id="toggle_sidebar", show=False),
         Binding("f4", "switch_model", "Switch model", id="switch_model", show=False),
+        Binding("f5", "summarize", "New chat from a summary of this one", id="summarize", show=False),
+        Binding("ctrl+l", "open_linked_chat", "Open the linked chat (summary)", id="open_linked_chat", show=False),
+        Binding("f3", "attach_document", "Attach a document", id="attach_document", show=False),
     ]
 
     def __init__(self, client: EngineClient):
@@ -76,13 +86,16 @@ class ChatScreen(Screen):
         self.thinks = False  # the model thinks before it answers: its thinking can be ended, its settings are shown
 
     def compose(self) -> ComposeResult:
-        yield Header(icon="◆")
+        yield ChatHeader(icon="◆")
         with Horizontal():
             with Vertical(id="sidebar"):
                 yield ChatList(id="chats")
             with Vertical(id="main"):
+                yield ChatLinks(id="chat-links")
+                yield DocumentChips(id="chat-documents")
                 yield ConversationView(id="conversation")
                 yield Static(id="base-model-note", markup=False)
+                yield AttachedDocuments(id="attached")
                 yield Composer(placeholder="Message (enter sends, shift+enter or ctrl+j: new line, ctrl+g: N replies, "
                                            "f1: keys)", id="composer")
         yield Footer(compact=True, show_command_palette=False)  # Ctrl+P is in the help (F1)
@@ -165,26 +178,43 @@ class ChatScreen(Screen):
     @engine_work(group="chats")
     async def load_chats(self, open_newest: bool = False) -> None:
         conversations = await self.client.list_conversations()
+        self.chat_titles = {conversation.id: conversation.title for conversation in conversations}
         shown = self.session.conversation
-        await self.query_one(ChatList).show(conversations, shown and shown.id)
         if shown is not None:  # its title and settings as stored (the first message names a chat)
             self.session.conversation = next((c for c in conversations if c.id == shown.id), shown)
             self.sub_title = self.session.conversation.title
+        await self.query_one(ChatList).show(conversations, shown and shown.id)
+        await self.show_links()
         if open_newest and conversations:
             await self.open(conversations[0].id)
 
     async def open(self, conversation_id: str, message_id: str | None = None) -> None:
         """A chat, on the branch through `message_id` (then remembered as its active one), else on its shown one."""
-        self.session.open(await self.client.conversation(conversation_id), message_id)
+        tree = await self.client.conversation(conversation_id)
+        self.session.open(tree, message_id)
         self.sub_title = self.session.conversation.title
-        await self.show_branch()
+        self.summaries = tree.summaries
+        self.documents = {document.id: document for document in [*self.attached.documents, *tree.documents]}
+        if tree.context is not None:
+            self.context_limit = tree.context.limit
+        await self.show_chat()
         self.note_other_model()
         if message_id is not None:
             await self.client.update_conversation(conversation_id, active_leaf=self.session.leaf)
 
+    async def show_chat(self) -> None:
+        """Render the open chat: its links, its documents, the branch shown."""
+        await self.show_links()
+        conversation = self.session.conversation
+        await self.query_one("#chat-documents", DocumentChips).show(
+            [self.documents[i] for i in conversation.documents if i in self.documents] if conversation else [])
+        await self.show_branch()
+
     async def show_branch(self) -> None:
-        """Render the session's branch."""
-        await self.view.show(self.session.tree, self.session.path())
+        """Render the session's branch, and what it uses of the model's context."""
+        path = self.session.path()
+        await self.view.show(self.session.tree, path, self.documents)
+        await self.show_context(path)
 
     @engine_work(group="chats")
     async def on_chat_list_opened(self, event: ChatList.Opened) -> None:
@@ -195,7 +225,8 @@ class ChatScreen(Screen):
         """An empty chat; it is created with its first message."""
         self.session.new_chat()
         self.sub_title = ""
-        self.run_worker(self.show_branch())
+        self.summaries = []
+        self.run_worker(self.show_chat())
         self.query_one(ChatList).index = None
         self.composer.focus()
 
@@ -350,11 +381,22 @@ class ChatScreen(Screen):
     def n_of(self, conversation_id: str) -> int:
         return self.fork_n.get(conversation_id, DEFAULT_FORK_N)
 
-    async def create_chat(self) -> Conversation:
-        self.session.new_chat(await self.client.create_conversation())
+    async def create_chat(self, documents: list[str] = ()) -> Conversation:
+        """documents: the ids of those it starts with."""
+        self.session.new_chat(await self.client.create_conversation(documents=documents))
+        await self.show_chat()
         conversation = self.session.conversation
         await self.query_one(ChatList).show(await self.client.list_conversations(), conversation.id)
         return conversation
+
+    async def start_with(self, conversation: Conversation | None, documents: list[str]) -> Conversation:
+        """A chat without messages (None: a new one) that starts with `documents` too."""
+        if conversation is None:
+            return await self.create_chat(documents)
+        self.session.conversation = await self.client.update_conversation(
+            conversation.id, documents=[*conversation.documents, *documents])
+        await self.show_chat()
+        return self.session.conversation
 
     # --- writing replies ---
 
@@ -370,10 +412,14 @@ class ChatScreen(Screen):
             self.regenerate(self.n_of(conversation.id))
 
     def send(self, n: int) -> None:
+        """The message box's text, with the documents attached: a chat without messages starts with them, else the
+        message carries them."""
         text = self.composer.text.strip()
         if text and self.can_generate():
             self.composer.clear()
-            self.write_replies(lambda conversation_id: self.client.send(conversation_id, text, self.session.leaf, n=n))
+            self.write_replies(lambda conversation_id, documents: self.client.send(
+                conversation_id, text, self.session.leaf, n=n, documents=documents),
+                typed=text, documents=self.attached.documents)
 
     def action_regenerate(self) -> None:
         self.regenerate(1)
@@ -382,7 +428,7 @@ class ChatScreen(Screen):
         if self.target is not None and self.can_generate():
             message_id = self.target.message.id
             self.focus_reply = isinstance(self.focused, ChatMessage)  # keep a focused message's keys (←/→) at hand
-            self.write_replies(lambda conversation_id: self.client.regenerate(conversation_id, message_id, n=n))
+            self.write_replies(lambda conversation_id, _: self.client.regenerate(conversation_id, message_id, n=n))
 
     def action_edit(self) -> None:
         target = self.target
@@ -395,7 +441,7 @@ class ChatScreen(Screen):
 
         def resend(content: str | None) -> None:
             if content and content.strip() != target.message.content and self.can_generate():
-                self.write_replies(lambda conversation_id: self.client.edit(conversation_id, message_id, content))
+                self.write_replies(lambda conversation_id, _: self.client.edit(conversation_id, message_id, content))
 
         self.app.push_screen(PromptScreen("Edit and resend (a new branch)", target.message.content, multiline=True,
                                           action="Send"), resend)
@@ -438,26 +484,45 @@ class ChatScreen(Screen):
 
     def end_thinking_key(self) -> str | None:
         """The key that ends a reply's thinking, as the footer writes it; None where the model does not think."""
-        if not self.thinks:
-            return None
-        keys = self.app.keymap.get("end_thinking", END_THINKING_KEY)
-        return self.app.get_key_display(Binding(keys.split(",")[0], "end_thinking"))
+        return self.key_of("end_thinking") if self.thinks else None
 
-    def write_replies(self, start) -> None:
-        """Stream the events of start(conversation id) (a send, regenerate or edit) into the screen. The slot is
-        taken now, before the worker runs: a second key press in between is refused (can_generate)."""
+    def key_of(self, binding_id: str) -> str:
+        """The (first) key of one of the screen's bindings, as the footer writes it, remapped or not."""
+        binding = next(binding for binding in self.BINDINGS if binding.id == binding_id)
+        keys = self.app.keymap.get(binding_id, binding.key)
+        return self.app.get_key_display(Binding(keys.split(",")[0], binding.action))
+
+    def write_replies(self, start, typed: str | None = None, documents: list[Document] = ()) -> None:
+        """Stream the events of start(conversation id, ids of the documents the message carries) (a send, regenerate
+        or edit) into the screen. The slot is taken now, before the worker runs: a second key press in between is
+        refused (can_generate). typed: the text sent from the message box, put back where the engine refuses it;
+        documents: the ones attached to it."""
         self.writing = True
-        self.stream_replies(start)
+        self.stream_replies(start, typed, list(documents))
 
     @engine_work(group="generation")
-    async def stream_replies(self, start) -> None:
+    async def stream_replies(self, start, typed: str | None, documents: list[Document]) -> None:
+        streamed = False
         try:
-            conversation = self.session.conversation or await self.create_chat()
+            conversation = self.session.conversation
+            if documents and self.starts_chat:  # the chat starts with them
+                conversation = await self.start_with(conversation, [document.id for document in documents])
+                await self.detach(documents)
+                documents = []
+            conversation = conversation or await self.create_chat()
             self.generating_in = conversation.id
-            async for event in start(conversation.id):
+            async for event in start(conversation.id, [document.id for document in documents]):
+                if not streamed:  # the message is stored with its documents
+                    streamed = True
+                    await self.detach(documents)
                 shown = self.session.conversation
                 if shown is not None and shown.id == conversation.id:
                     await self.show_event(event)
+        except EngineError:
+            if typed and not streamed and not self.composer.text.strip():  # refused: the text is back to edit
+                self.composer.text = typed
+                self.composer.move_cursor(self.composer.document.end)
+            raise
         finally:
             self.generating_in, self.writing, self.focus_reply = None, False, False
             self.load_chats()
@@ -505,6 +570,9 @@ class ChatScreen(Screen):
         elif (writer := self.writer(message.id)) is not None:
             await writer.finish(message)
             self.view.show_positions(self.session.tree)
+            if message.stats is not None and message.stats.context_limit is not None:
+                self.context_limit = message.stats.context_limit
+            await self.show_context(self.session.path())
 
     def writer(self, message_id: str):
         """Where a reply being written is shown: its card in the N-reply picker, else its message on screen."""

@@ -1,6 +1,6 @@
 """A chat's system prompt and sampling settings, and N (how many replies "fork" asks for); with a thinking model,
-whether it thinks and its thinking budget too. Every field is checked against the engine's limits (GET /api/limits),
-the ones the web UI and the server use."""
+whether it thinks and its thinking budget too; and what happens when the chat outgrows the model's context. Every
+field is checked against the engine's limits (GET /api/limits), the ones the web UI and the server use."""
 
 from dataclasses import dataclass
 
@@ -25,6 +25,16 @@ NUMBERS = [
     ("presence_penalty", "Presence penalty", "number"),
     ("frequency_penalty", "Frequency penalty", "number"),
     ("max_tokens", "Max tokens", "integer"),
+]
+
+# SamplingSettings.context_overflow: (label, value); None is the server's default (serve.toml's, truncate_middle
+# unless set)
+SERVER_DEFAULT = "default"  # the Select's value for None
+CONTEXT_OVERFLOW = [
+    ("Server default", SERVER_DEFAULT),
+    ("Stop: refuse to send", "stop"),
+    ("Truncate the middle: keep the first exchange", "truncate_middle"),
+    ("Rolling window: leave out the oldest", "rolling_window"),
 ]
 
 
@@ -81,6 +91,9 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                 yield Label("Tool choice")
                 yield Select([(choice, choice) for choice in ("auto", "required", "none")], value=s.tool_choice,
                              allow_blank=False, id="tool-choice")
+                yield Label("When the chat outgrows the model's context")
+                yield Select(CONTEXT_OVERFLOW, value=s.context_overflow or SERVER_DEFAULT, allow_blank=False,
+                             id="context-overflow")
             yield Label("", id="settings-error")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Cancel", id="cancel")
@@ -123,8 +136,13 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         sampling = msgspec.structs.replace(self.conversation.settings, **numbers, seed=seed, stop=stop, tools=tools,
                                            json_mode=self.query_one("#json-mode", Checkbox).value,
                                            tool_choice=self.query_one("#tool-choice", Select).value,
+                                           context_overflow=self.context_overflow(),
                                            **self.read_thinking())
         return ChatSettings(self.query_one("#system-prompt", TextArea).text, sampling, fork_n)
+
+    def context_overflow(self) -> str | None:
+        policy = self.query_one("#context-overflow", Select).value
+        return None if policy == SERVER_DEFAULT else policy
 
     def read_thinking(self) -> dict:
         """The thinking settings, where shown (else the chat keeps its own); raises ValueError like read()."""

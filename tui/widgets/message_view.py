@@ -1,5 +1,5 @@
-"""One message: who wrote it, a thinking model's thinking (collapsed), its Markdown (streamed while it is written),
-and a reply's stats."""
+"""One message: who wrote it, the documents it carries, a thinking model's thinking (collapsed), its Markdown (streamed
+while it is written), and a reply's stats."""
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -10,7 +10,9 @@ from textual.widgets.markdown import MarkdownFence, MarkdownStream
 
 from localchat.app.markdown import author, message_markdown
 from localchat.app.protocol.conversations import Message, ReplyStats
+from localchat.app.protocol.documents import Document
 from localchat.tui.widgets.branch_switcher import BranchSwitcher
+from localchat.tui.widgets.document_chips import DocumentChips
 from localchat.tui.widgets.thinking_block import ThinkingBlock
 
 
@@ -34,9 +36,12 @@ class MessageView(Vertical):
 
     BINDINGS = [Binding("t", "toggle_thinking", "Show thinking", id="toggle_thinking", show=False)]
 
-    def __init__(self, message: Message, title: str | None = None, **kwargs):
+    def __init__(self, message: Message, title: str | None = None, documents: dict[str, Document] | None = None,
+                 **kwargs):
+        """documents: the ones the message may carry, by id (those it does are shown)."""
         super().__init__(**kwargs)
         self.message = message
+        self.documents = [documents[i] for i in message.documents if i in documents] if documents else []
         self.title = title or author(message)
         self.stream: MarkdownStream | None = None
         self.end_thinking_key: str | None = None  # while it is written: the key that ends its thinking, to hint at
@@ -48,6 +53,7 @@ class MessageView(Vertical):
             yield Static(self.title, classes="message-role")
             yield BranchSwitcher(classes="branch-switcher")
             yield Static(classes="message-note")
+        yield DocumentChips(self.documents, classes="message-documents")
         yield ThinkingBlock(self.message)
         yield Markdown(message_markdown(self.message), classes="message-body")
         yield Static(classes="message-stats")
