@@ -3,7 +3,7 @@ comes near the edge, and where the last reply's prompt was cut to fit (app/serve
 
 from dataclasses import dataclass
 
-from localchat.app.protocol.conversations import ContextUse, Message
+from localchat.app.protocol.conversations import ContextUse, Message, branch_tokens
 
 NEAR_LIMIT = 0.8  # of the context: the gauge warns, and offers a new chat from a summary
 
@@ -44,16 +44,7 @@ def branch_use(path: list[Message], limit: int | None, documents_tokens: int = 0
     refuses a prompt too long itself)."""
     if limit is None or not (path or documents_tokens):
         return None
-    if not path:
-        return ContextUse(documents_tokens, limit)
-    tokens = 0
-    for message in reversed(path):
-        if message.role == "assistant" and message.stats is not None:
-            stats = message.stats
-            tokens += stats.context_tokens or stats.prompt_tokens + stats.completion_tokens
-            break
-        tokens += message.num_tokens
-    return ContextUse(tokens, limit)
+    return ContextUse(branch_tokens(path) if path else documents_tokens, limit)
 
 
 def last_cut(path: list[Message]) -> CutShown | None:

@@ -131,6 +131,18 @@ class Message(Struct, kw_only=True, omit_defaults=True):
     # its text
 
 
+def branch_tokens(path: list[Message]) -> int:
+    """The context a branch (root to leaf) uses, as ConversationTree.context counts it: its last reply's prompt and
+    reply (stats.context_tokens), and the messages after it (their token ids)."""
+    tokens = 0
+    for message in reversed(path):
+        if message.role == "assistant" and message.stats is not None:
+            stats = message.stats
+            return tokens + (stats.context_tokens or stats.prompt_tokens + stats.completion_tokens)
+        tokens += message.num_tokens
+    return tokens
+
+
 class ContextUse(Struct):
     tokens: int  # of the active branch, as its last reply saw them (its prompt and itself), and any message after it
     limit: int | None  # the model's context (None: not known, a remote engine's)

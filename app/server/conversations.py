@@ -31,6 +31,7 @@ from localchat.app.protocol.conversations import (
     SamplingSettings,
     StartEvent,
     StreamEvent,
+    branch_tokens,
 )
 from localchat.app.server.active_requests import ActiveRequest, ActiveRequests
 from localchat.app.server.backends import Backend, BackendRequestError, Update, failure_message
@@ -176,12 +177,7 @@ class Conversations:
         leaf = shown_leaf(conversation, messages)
         if leaf is None:  # before its first message: what its system prompt and documents hold
             return self._start_use(conversation)
-        tokens = 0
-        for message in reversed(_path_to(leaf, {m.id: m for m in messages})):
-            if message.role == "assistant" and message.stats is not None:
-                tokens += message.stats.context_tokens or message.stats.prompt_tokens + message.stats.completion_tokens
-                break
-            tokens += message.num_tokens
+        tokens = branch_tokens(_path_to(leaf, {m.id: m for m in messages}))
         return ContextUse(tokens=tokens, limit=self.backend.max_model_len)
 
     def _start_use(self, conversation: Conversation) -> ContextUse | None:
