@@ -3,6 +3,7 @@ KV blocks. A chat starts with documents (POST /api/conversations, "documents") o
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Annotated
 
 from litestar import Controller, delete, get, post
@@ -28,7 +29,13 @@ from localchat.app.server.documents import (
 )
 from localchat.app.server.store import Store, new_id
 
-Upload = Annotated[UploadFile, Body(media_type=RequestEncodingType.MULTI_PART)]
+
+@dataclass
+class DocumentUpload:
+    file: UploadFile  # the multipart form's field `file`
+
+
+Upload = Annotated[DocumentUpload, Body(media_type=RequestEncodingType.MULTI_PART)]
 
 
 class DocumentController(Controller):
@@ -39,8 +46,8 @@ class DocumentController(Controller):
         """A multipart upload (its file in the field `file`): plain text, Markdown, source code, HTML or PDF. Its text
         is read once and kept; `tokens` counts it as a prompt holds it. 413 over the size limit; 400 (or 415, for an
         image or a binary file) for a file without readable text or larger than the model's context."""
-        name = kept_name(data.filename)
-        content = await data.read()
+        name = kept_name(data.file.filename)
+        content = await data.file.read()
         if len(content) > MAX_DOCUMENT_BYTES:
             raise HTTPException(status_code=413, detail=f"{quoted(name)} has {len(content):,} bytes: documents may "
                                                         f"have {MAX_DOCUMENT_BYTES:,} at most")
