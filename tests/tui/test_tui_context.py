@@ -15,7 +15,7 @@ from localchat.app.client.engine_client import EngineError
 from localchat.app.protocol.conversations import ContextUse, SamplingSettings
 from localchat.tui.app import LocalChatApp
 from localchat.tui.context_budget import branch_use, gauge_text, tokens_text
-from localchat.tui.screens.attach import AttachScreen, path_completions
+from localchat.tui.screens.attach import AttachScreen, path_completions, typed_path
 from localchat.tui.screens.chat import ChatScreen
 from localchat.tui.screens.help import HelpScreen
 from localchat.tui.screens.settings import SettingsScreen
@@ -261,6 +261,10 @@ def test_a_path_completes_to_the_entries_of_its_folder(tmp_path):
     assert path_completions(folder + "mill-h") == [folder + "mill-history.md"]
     assert path_completions(folder + ".h") == [folder + ".hidden-mill"]
     assert path_completions(f"{tmp_path}/nowhere/x") == []
+    # a path from the root typed after the "~/" the dialog starts with is that path, as a shell reads it
+    assert typed_path(f"~/{folder}mill-h") == f"{folder}mill-h"
+    assert path_completions(f"~/{folder}mill-h") == [f"~/{folder}mill-history.md"]
+    assert typed_path("~/Documents/~/notes.txt") == "~/notes.txt"
 
 
 async def attach(pilot, path: str) -> AttachScreen:

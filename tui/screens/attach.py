@@ -21,9 +21,24 @@ from localchat.tui.engine_work import engine_work
 MATCHES_SHOWN = 12
 
 
+def typed_path(value: str) -> str:
+    """The path a value names: where a path from the root or home was typed after the one the dialog started with
+    ("~//tmp/notes.txt", "~/Documents/~/notes.txt"), that one, as a shell reads "~/" again."""
+    for restart in ("//", "/~/"):
+        at = value.rfind(restart)
+        if at != -1:
+            value = value[at + 1:]
+    return value
+
+
 def path_completions(value: str) -> list[str]:
     """`value` completed to each entry of its folder whose name begins with its last part (a folder ends with /),
     folders first; hidden entries only where that part begins with a dot."""
+    typed = typed_path(value)
+    return [value[: len(value) - len(typed)] + completion for completion in _completions(typed)]
+
+
+def _completions(value: str) -> list[str]:
     head = value[:value.rfind("/") + 1]  # "~/Doc" -> "~/", "notes" -> ""
     prefix = value[len(head):]
     folder = Path(os.path.expanduser(head)) if head else Path.cwd()
@@ -106,7 +121,7 @@ class AttachScreen(ModalScreen[Document | None]):
         status.update(text)
 
     def attach(self) -> None:
-        typed = self.path_input.value.strip()
+        typed = typed_path(self.path_input.value.strip())
         path = Path(typed).expanduser()
         if not typed:
             return
