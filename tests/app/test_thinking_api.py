@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 
 from localchat.app.protocol.conversations import Message, SamplingSettings
 from localchat.app.server.active_requests import ActiveRequests
-from localchat.app.server.chat_template import ChatTemplate
+from localchat.app.server.chat_template import ChatTemplate, template_variables
 from localchat.app.server.conversations import Conversations
 from localchat.app.server.store import Store
 from localchat.app.server.tool_calls import IN_SYSTEM_PROMPT
@@ -252,3 +252,23 @@ def test_a_remote_servers_reasoning_content_is_kept_apart(front):
         assert reply["reasoning_content"] and reply["content"]  # the budget went with the request
         response = api.post(f"/api/conversations/{cid}/end-thinking", json={})
         assert response.status_code == 200 and response.json() == {"ended": []}  # nothing runs: nothing to refuse
+
+
+def test_reasoning_effort_goes_to_the_templates_variable_of_that_name_or_to_enable_thinking():
+    models = thinking_model_dir(SESSION_HOME / "cache" / "test-references" / "thinking")
+    qwen3 = ChatTemplate(AutoTokenizer.from_pretrained(models / QWEN3_THINKING))  # has enable_thinking only
+    assert template_variables(qwen3, None, "none") == {"enable_thinking": False}
+    assert template_variables(qwen3, None, "high") == {}
+    assert template_variables(qwen3, {"enable_thinking": True}, "none") == {"enable_thinking": True}  # kwargs win
+    effort = ChatTemplate(AutoTokenizer.from_pretrained(models / QWEN3_THINKING))
+    effort.tokenizer = _WithTemplate(effort.tokenizer, "{{ reasoning_effort }} <think></think>")
+    assert template_variables(effort, {"x": 1}, "low") == {"x": 1, "reasoning_effort": "low"}
+    with pytest.raises(ValueError, match="may not set messages"):
+        template_variables(qwen3, {"messages": []}, None)
+
+
+class _WithTemplate:
+    """A tokenizer with another chat template (only the template is read)."""
+
+    def __init__(self, tokenizer, template: str):
+        self.tokenizer, self.chat_template = tokenizer, template
