@@ -54,7 +54,8 @@ async def test_f4_switches_the_model_and_a_chat_continued_with_it_says_so(two_mo
             old = {view.message.id for view in screen.view.views}
 
             await pick_model(pilot, SECOND_MODEL_NAME)
-            assert screen.title == f"localchat · {SECOND_MODEL_NAME}"
+            # the title follows once the screen's worker has the model list's answer (just after the list closes)
+            await wait_until(pilot, lambda: screen.title == f"localchat · {SECOND_MODEL_NAME}", what="the new title")
             assert (await client.health()).model == SECOND_MODEL_NAME
             # a notification shows once the app has handled its message, not at once
             await wait_until(pilot, lambda: any(f"Now running {SECOND_MODEL_NAME}" in n for n in notices(app)),
@@ -69,4 +70,4 @@ async def test_f4_switches_the_model_and_a_chat_continued_with_it_says_so(two_mo
                        for n in notices(app))
 
             await pick_model(pilot, EMBEDDED_NAME)  # back, for the other tests of this server
-            assert screen.title == f"localchat · {EMBEDDED_NAME}"
+            await wait_until(pilot, lambda: screen.title == f"localchat · {EMBEDDED_NAME}", what="the title again")
