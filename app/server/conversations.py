@@ -206,7 +206,12 @@ class Conversations:
     async def forget_text(self, system_text: str) -> None:
         """Drop the cached KV blocks of a chat that starts with this system message (a deleted document's) that no
         conversation shares."""
-        await self._forget(lambda: [self.backend.template.segment([], {"role": "system", "content": system_text})])
+        def start() -> list[list[int]]:
+            try:
+                return [self.backend.template.segment([], {"role": "system", "content": system_text})]
+            except Exception:  # a template that renders no chat of a system message alone: the blocks age out
+                return []
+        await self._forget(start)
 
     async def _forget(self, dropped, deleted: str | None = None) -> None:
         """Drop the blocks of the token sequences dropped() gives that no conversation (but `deleted`) shares."""
