@@ -9,6 +9,8 @@ import pytest
 from support import SMALL_CONTEXT as LIMIT  # the engine's max_model_len: a few turns fit, then the prompt is cut
 from support import sse_events, stream_api
 
+pytestmark = pytest.mark.slow  # real `localchat serve` processes: left out of `./dev test --fast`
+
 SYSTEM = "You answer in one short sentence."
 QUESTION = ("Here is a long question about the history of the river and the old mill by the bridge, the town "
             "around it and the families who lived there for a hundred years: what happened in year {n}?")

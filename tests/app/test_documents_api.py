@@ -8,6 +8,8 @@ import pytest
 
 from support import SMALL_CONTEXT, Server, make_home, stream_api
 
+pytestmark = pytest.mark.slow  # real `localchat serve` processes: left out of `./dev test --fast`
+
 LINES = [f"Entry {n}: the mill by the river ground {n * 7} sacks of wheat in the year {1850 + n}, and the miller "
          f"wrote down the price of bread, which was {n % 9 + 2} pence." for n in range(40)]
 TEXT = "\n".join(LINES)  # about 1,500 tokens
@@ -141,7 +143,6 @@ def test_a_document_larger_than_the_context_names_both_sizes(small_context_serve
     assert "tokens: more than the model's context of" in message and f"{SMALL_CONTEXT}" in message
 
 
-@pytest.mark.slow
 def test_a_chat_after_a_restart_finds_the_document_on_disk(tmp_path):
     home = make_home(tmp_path / "restart-home")
     server = Server(home, args=["--kv-blocks", "256"]).start()

@@ -28,6 +28,8 @@ from support import (
     thinking_model_dir,
 )
 
+pytestmark = pytest.mark.slow  # real `localchat serve` processes: left out of `./dev test --fast`
+
 SEEDED = {"temperature": 0.8, "seed": 7}
 SYSTEM = ("You are a careful assistant. Think step by step before you answer, check every figure twice, and answer "
           "in one short paragraph of plain words.")  # several KV blocks: turn 2 finds them cached
@@ -243,7 +245,6 @@ def front(thinking_server, tmp_path_factory):
     process.stop()
 
 
-@pytest.mark.slow
 def test_a_remote_servers_reasoning_content_is_kept_apart(front):
     with front.client() as api:
         cid = api.post("/api/conversations", json={"settings": {**SEEDED, "max_tokens": 16,
