@@ -96,13 +96,13 @@ class OutputProcessor:
         """The tokens the engine writes for seq in place of its next sampled one, if any: the closing marker of a
         thinking reply whose budget is spent or that was asked to answer now, the opening one of a reply whose
         answer has a grammar (the thinking comes first, free)."""
-        parser = self._reply(seq).detokenizer.reasoning
+        reply = self._reply(seq)
+        parser = reply.detokenizer.reasoning
         if parser is None:
             return ()
         request = self.requests[seq.request_id]
         budget = request.params.thinking_token_budget
-        if parser.thinking and (request.end_thinking or (budget is not None
-                                                         and self._reply(seq).num_reasoning_tokens >= budget)):
+        if parser.thinking and (request.end_thinking or (budget is not None and reply.num_reasoning_tokens >= budget)):
             return self.markers.closing_ids
         if parser.phase is Phase.BEFORE and seq.answer_matcher is not None and seq.num_output_tokens == 0:
             return self.markers.opening_ids

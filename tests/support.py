@@ -192,30 +192,41 @@ def second_model_dir(root: Path) -> Path:
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (folder / "model.safetensors").is_file():
-            import torch
-            from transformers import LlamaConfig, LlamaForCausalLM
-
             from localchat.engine.loader import resolve_model
 
-            tokenizer = resolve_model(None).tokenizer
-            torch.manual_seed(0)
-            config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                 max_position_embeddings=2048, tie_word_embeddings=True,
-                                 bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-            tmp = root / f".{SECOND_MODEL_NAME}-{os.getpid()}"
-            tokenizer.save_pretrained(tmp)
-            LlamaForCausalLM(config).save_pretrained(tmp)  # model.safetensors last: a complete folder
-            tmp.rename(folder)
+            write_tiny_llama(folder, resolve_model(None).tokenizer, seed=0)
         hermes = root / TOOLS_MODEL_NAME
         if not hermes.is_dir():
             tmp = root / f".{TOOLS_MODEL_NAME}-{os.getpid()}"
             shutil.copytree(folder, tmp)
             tmp.rename(hermes)
-        template = (Path(__file__).parent / "data" / "hermes_tools.jinja").read_text()
-        if (hermes / "chat_template.jinja").read_text() != template:  # new, or the test's template changed
-            (hermes / "chat_template.jinja").write_text(template)
+        use_template(hermes, "hermes_tools.jinja")
     return root
+
+
+def write_tiny_llama(folder: Path, tokenizer, seed: int) -> None:
+    """A 2-layer Llama of random weights (seeded) for `tokenizer`'s vocabulary, with it, written whole or not at all
+    (model.safetensors last, in a folder renamed into place)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id)
+    tmp = folder.with_name(f".{folder.name}-{os.getpid()}")
+    tokenizer.save_pretrained(tmp)
+    LlamaForCausalLM(config).save_pretrained(tmp)
+    tmp.rename(folder)
+
+
+def use_template(folder: Path, name: str) -> None:
+    """The test template tests/data/<name> as the model's chat template (written again when it changed)."""
+    template = (Path(__file__).parent / "data" / name).read_text()
+    kept = folder / "chat_template.jinja"
+    if not kept.is_file() or kept.read_text() != template:
+        kept.write_text(template)
 
 
 QWEN3_THINKING, R1_THINKING = "tiny-qwen3-thinking", "tiny-r1-thinking"
@@ -234,30 +245,16 @@ def thinking_model_dir(root: Path) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         qwen3 = root / QWEN3_THINKING
         if not (qwen3 / "model.safetensors").is_file():
-            import torch
-            from transformers import LlamaConfig, LlamaForCausalLM
-
             from localchat.engine.loader import resolve_model
 
             tokenizer = resolve_model(None).tokenizer
             tokenizer.add_tokens(["<think>", "</think>"], special_tokens=True)
-            torch.manual_seed(1)
-            config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                 max_position_embeddings=2048, tie_word_embeddings=True,
-                                 bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-            tmp = root / f".{QWEN3_THINKING}-{os.getpid()}"
-            tokenizer.save_pretrained(tmp)
-            LlamaForCausalLM(config).save_pretrained(tmp)
-            tmp.rename(qwen3)
+            write_tiny_llama(qwen3, tokenizer, seed=1)
         r1 = root / R1_THINKING
         if not r1.is_dir():
             tmp = root / f".{R1_THINKING}-{os.getpid()}"
             shutil.copytree(second_model_dir(root.parent / "second-model") / SECOND_MODEL_NAME, tmp)
             tmp.rename(r1)
-        for folder, name in ((qwen3, "qwen3_thinking.jinja"), (r1, "r1_thinking.jinja")):
-            template = (Path(__file__).parent / "data" / name).read_text()
-            if not (folder / "chat_template.jinja").is_file() or \
-                    (folder / "chat_template.jinja").read_text() != template:
-                (folder / "chat_template.jinja").write_text(template)
+        use_template(qwen3, "qwen3_thinking.jinja")
+        use_template(r1, "r1_thinking.jinja")
     return root

@@ -126,13 +126,24 @@ class Conversations:
         chat = self.chat(conversation, path)
         if not self.backend.renders_templates:
             return chat, []
+        return self._rendered(path, chat, *self._start(conversation, path, chat), cut)
+
+    def _start(self, conversation: Conversation, path: list[Message], chat: list[dict]
+               ) -> tuple[ChatTemplate, list[int]]:
+        """The conversation's template, and the ids of the chat's system message (its documents with it), rendered
+        once for every cut tried (a thinking template renders the whole chat instead: none)."""
         template = self.template(conversation)
+        has_system = len(chat) > len(path)
+        return template, template.segment([], chat[0]) if has_system and not template.thinks else []
+
+    def _rendered(self, path: list[Message], chat: list[dict], template: ChatTemplate, system_ids: list[int],
+                  cut: Cut | None) -> tuple[list[int], list[tuple[str, list[int]]]]:
+        """prompt()'s work, from the branch as the template takes it (chat) and its system message's ids."""
         system = len(chat) - len(path)
         kept = [i for i in range(len(path)) if cut is None or not cut.start <= i < cut.first_kept]
         if template.thinks:
             return template.prompt(chat[:system] + [chat[system + i] for i in kept]), []
-        ids = template.segment([], chat[0]) if system else []
-        history, repaired = chat[:system], []
+        ids, history, repaired = list(system_ids), chat[:system], []
         for i in kept:
             message = path[i]
             segment = message.token_ids
@@ -144,7 +155,7 @@ class Conversations:
                     segment = template.segment(history, chat[system + i])
                 if not after_cut and message.model in (None, self.backend.model_name):
                     repaired.append((message.id, segment))
-            history = [*history, chat[system + i]]
+            history.append(chat[system + i])
             ids += segment
         return ids + template.generation_prompt(history), repaired
 
@@ -152,15 +163,18 @@ class Conversations:
                       ) -> tuple[list[int] | list[dict[str, str]], list[tuple[str, list[int]]], "Fit | None"]:
         """prompt(), cut to fit the model's context by the conversation's context_overflow policy
         (context_budget.py): with the fit it made (None where the engine is another server's, which refuses a prompt
-        too long itself). ContextFull where it cannot fit."""
+        too long itself). ContextFull where it cannot fit. The branch (its documents read) and its system message are
+        rendered once, whatever the cuts tried."""
         limit = self.backend.max_model_len
         if not self.backend.renders_templates or limit is None:
             return *self.prompt(conversation, path), None
+        chat = self.chat(conversation, path)
+        start = self._start(conversation, path, chat)
         prompts: dict[Cut, tuple] = {}
 
         def size(cut: Cut) -> int:
             if cut not in prompts:
-                prompts[cut] = self.prompt(conversation, path, cut)
+                prompts[cut] = self._rendered(path, chat, *start, cut)
             return len(prompts[cut][0])
 
         policy = settings.context_overflow or self.context_overflow
