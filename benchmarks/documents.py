@@ -23,6 +23,7 @@ from peers import (
     RESULTS,
     free_port,
     load,
+    localchat_client,
     localchat_command,
     localchat_ready,
     log,
@@ -80,7 +81,7 @@ def run(model: str | None, args, work: Path) -> dict:
 
     with server() as proc:
         wait_ready(f"http://127.0.0.1:{port}/health", proc, work / "serve.log", localchat_ready)
-        http = client(home, port)
+        http = localchat_client(home, port)
         uploaded = http.post("/api/documents", files={"file": ("notes.txt", document_text(args.tokens).encode())})
         uploaded.raise_for_status()
         document = uploaded.json()
@@ -90,17 +91,11 @@ def run(model: str | None, args, work: Path) -> dict:
         log(f"{model or 'embedded'}: first {results['first_chat']}, second {results['second_chat']}")
     with server() as proc:  # the same home: its store and disk tier
         wait_ready(f"http://127.0.0.1:{port}/health", proc, work / "serve.log", localchat_ready)
-        results["after_restart"] = ask(client(home, port), document["id"])
+        results["after_restart"] = ask(localchat_client(home, port), document["id"])
         log(f"{model or 'embedded'}: after a restart {results['after_restart']}")
     results["load_after"] = load()
     shutil.rmtree(home, ignore_errors=True)
     return results
-
-
-def client(home: Path, port: int) -> httpx.Client:
-    token = (home / "config" / "token").read_text().strip()
-    return httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"},
-                        timeout=httpx.Timeout(30, read=900))
 
 
 def main() -> int:

@@ -125,6 +125,13 @@ def make_home(root: Path, cache_dir: str | None) -> Path:
     return home
 
 
+def localchat_client(home: Path, port: int, read_s: float = 900) -> httpx.Client:
+    """An authorized client of the `localchat serve` of this home on this port (a stream may wait read_s)."""
+    token = (home / "config" / "token").read_text().strip()
+    return httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"},
+                        timeout=httpx.Timeout(30, read=read_s))
+
+
 @contextlib.contextmanager
 def process(command: list[str], log_path: Path, env: dict | None = None):
     """A started process (its own session, output to log_path), stopped at the end: SIGTERM, then SIGKILL."""

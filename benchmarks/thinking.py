@@ -28,6 +28,7 @@ from peers import (
     RESULTS,
     free_port,
     load,
+    localchat_client,
     localchat_command,
     localchat_ready,
     log,
@@ -95,9 +96,7 @@ def main() -> int:
     before = load()
     with process(command, work / "serve.log", {**os.environ, "LOCALCHAT_HOME": str(home)}) as proc:
         wait_ready(f"http://127.0.0.1:{port}/health", proc, work / "serve.log", localchat_ready)
-        token = (home / "config" / "token").read_text().strip()
-        http = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"},
-                            timeout=httpx.Timeout(30, read=600))
+        http = localchat_client(home, port)
         prompt = prompt_text(args.model)
         common = {"max_tokens": args.max_tokens, "temperature": 0.8, "ignore_eos": True}
         ways = {"thinking": lambda seed: stream(http, "/v1/chat/completions", {"messages": PROMPT, "seed": seed,
