@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--thinking-token-budget", type=int, default=None,
                        help="a thinking model thinks at most this many tokens, then answers (default: no limit; a "
                             "request or a conversation may set its own)")
+    serve.add_argument("--ollama-port", type=int, default=None,
+                       help="also serve Ollama's API without the token on this loopback port (11434 is Ollama's): "
+                            "inference only, for clients that cannot send a token; any local program may use it")
     web = commands.add_parser("web", help="open the web UI in a browser through a one-time login URL")
     web.add_argument("--print", action="store_true", help="only print the one-time URL")
     chat = commands.add_parser("chat", help="ask one question and print the reply (nothing is stored)",
@@ -132,7 +135,7 @@ def serve(args) -> int:
                                    engine_model=args.engine_model, kv_blocks=args.kv_blocks,
                                    max_model_len=args.max_model_len, quantization=args.quantization,
                                    kv_disk_gb=args.kv_disk_gb, speculative=args.speculative,
-                                   thinking_token_budget=args.thinking_token_budget)
+                                   thinking_token_budget=args.thinking_token_budget, ollama_port=args.ollama_port)
     if not is_loopback(config.host):
         print(f"localchat: listening on {config.host}: reachable from other machines (token required)",
               file=sys.stderr)

@@ -29,6 +29,8 @@ class LocalModel:
     path: Path
     quantization: str | None = None  # a GGUF's main tensor type ("Q4_K", ...); None for safetensors
     memory_bytes: int | None = None  # what its weights take in memory, as the engine holds them
+    parameters: int | None = None  # weights in all, from the tensors' shapes
+    file_type: str | None = None  # a GGUF's general.file_type by llama.cpp's name ("Q4_K_M"); None for safetensors
 
     @property
     def supported(self) -> bool:
@@ -124,9 +126,29 @@ def _folder_model(folder: Path, source: str, name: str | None = None) -> LocalMo
         architecture = json.loads((folder / "config.json").read_text()).get("model_type")
     except (OSError, ValueError):
         architecture = None
-    size = sum(f.stat().st_size for f in folder.glob("*.safetensors"))  # stat follows the cache's symlinks
+    files = sorted(folder.glob("*.safetensors"))
+    size = sum(f.stat().st_size for f in files)  # stat follows the cache's symlinks
     # held in float32 on the CPU: twice a float16/bfloat16 checkpoint (the usual kind)
-    return LocalModel(name or str(folder), source, "safetensors", architecture, size, folder, None, 2 * size)
+    return LocalModel(name or str(folder), source, "safetensors", architecture, size, folder, None, 2 * size,
+                      _safetensors_parameters(files))
+
+
+def _safetensors_parameters(files: list[Path]) -> int | None:
+    """The weights of safetensors files, from their JSON headers (8 bytes of length, then the header)."""
+    total = 0
+    try:
+        for file in files:
+            with open(file, "rb") as f:
+                header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+            for name, tensor in header.items():
+                if name != "__metadata__":
+                    count = 1
+                    for dim in tensor["shape"]:
+                        count *= dim
+                    total += count
+    except (OSError, ValueError, KeyError, TypeError, struct.error):
+        return None
+    return total
 
 
 def _gguf_model(path: Path, source: str, name: str | None = None) -> LocalModel:
@@ -135,4 +157,15 @@ def _gguf_model(path: Path, source: str, name: str | None = None) -> LocalModel:
     except (OSError, ValueError, struct.error):
         return LocalModel(name or str(path), source, "gguf", None, path.stat().st_size, path)
     return LocalModel(name or str(path), source, "gguf", header.architecture, path.stat().st_size, path,
-                      header.quantization, header.held_bytes())
+                      header.quantization, header.held_bytes(), sum(t.num_elements for t in header.tensors),
+                      _file_type_name(header.metadata.get("general.file_type")))
+
+
+def _file_type_name(file_type) -> str | None:
+    """llama.cpp's name of a GGUF's general.file_type: 15 -> "Q4_K_M"."""
+    from gguf import LlamaFileType
+
+    try:
+        return LlamaFileType(file_type).name.removeprefix("MOSTLY_")
+    except ValueError:
+        return None

@@ -49,12 +49,15 @@ def server(tmp_path_factory) -> Iterator:
 @pytest.fixture(scope="session")
 def two_model_server(tmp_path_factory) -> Iterator:
     """A `localchat serve` of its own that finds a second model, `tiny-llama` (support.second_model_dir), for the
-    tests that switch models; it starts on the embedded one."""
-    from support import running_server, second_model_dir
+    tests that switch models; it starts on the embedded one, and serves Ollama's API without the token on
+    `ollama_port` too."""
+    from support import free_port, running_server, second_model_dir
 
     models = second_model_dir(Path(os.environ["LOCALCHAT_HOME"]) / "cache" / "test-references" / "second-model")
+    ollama_port = free_port()
     with running_server(tmp_path_factory.mktemp("two-models-home"), kv_blocks=256,
-                        env={"LOCALCHAT_MODEL_DIRS": str(models)}) as process:
+                        args=["--ollama-port", str(ollama_port)], env={"LOCALCHAT_MODEL_DIRS": str(models)}) as process:
+        process.ollama_port = ollama_port
         yield process
 
 

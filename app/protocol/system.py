@@ -13,7 +13,8 @@ class LoadProgress(Struct, kw_only=True):
 
 
 class Health(Struct, kw_only=True):
-    status: Literal["loading", "ready", "error", "stopping"]
+    # "unloaded": freed by a request's keep_alive 0 (Ollama's API); the next request that needs the model loads it
+    status: Literal["loading", "ready", "error", "stopping", "unloaded"]
     model: str | None
     backend: Literal["embedded", "remote"]
     pid: int

@@ -2,7 +2,6 @@
 
 import logging
 import os
-import re
 import time
 from collections import deque
 from importlib.metadata import version
@@ -11,7 +10,7 @@ import msgspec
 from litestar import Controller, Litestar, MediaType, Request, Response, delete, get, post
 from litestar.datastructures import Cookie, State
 from litestar.di import NamedDependency, Provide
-from litestar.exceptions import HTTPException, SerializationException, ValidationException
+from litestar.exceptions import HTTPException
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.plugins import JsonRenderPlugin
@@ -20,8 +19,9 @@ from litestar.response import Redirect
 from litestar.routes import HTTPRoute
 
 from localchat.app import paths
+from localchat.app.protocol import ollama
 from localchat.app.protocol.conversations import MAX_DOCUMENTS
-from localchat.app.protocol.limits import PATTERN_MEANINGS, Limit, Limits
+from localchat.app.protocol.limits import Limit, Limits
 from localchat.app.protocol.system import ErrorBody, ErrorDetail, Health, LoginCode, SessionsRevoked
 from localchat.app.server.active_requests import ActiveRequests
 from localchat.app.server.backends import Backend, BackendDep, BackendNotReady, BackendRequestError
@@ -31,8 +31,11 @@ from localchat.app.server.conversations_api import ConversationController, Searc
 from localchat.app.server.documents import MAX_DOCUMENT_BYTES
 from localchat.app.server.documents_api import DocumentController
 from localchat.app.server.embedded_backend import EmbeddedBackend
+from localchat.app.server.error_text import error_message
 from localchat.app.server.json_body import JSONBodyRequest
+from localchat.app.server.model_turns import ModelTurns
 from localchat.app.server.models_api import ModelsController, remembered_model
+from localchat.app.server.ollama_api import OllamaController, listener_root
 from localchat.app.server.openai_api import OpenAIController, OpenAIRelay
 from localchat.app.server.openapi import StructSchemas
 from localchat.app.server.remote_backend import RemoteBackend
@@ -41,6 +44,7 @@ from localchat.app.server.security import (
     LOGIN_CODE_TTL_S,
     BrowserSessions,
     LoginCodes,
+    OllamaListenerGuard,
     SecurityMiddleware,
     cookie_value,
 )
@@ -67,7 +71,8 @@ class SystemController(Controller):
     async def health(self, backend: BackendDep) -> Health:
         """Open to anyone on loopback: no conversation data, only whether the model is ready."""
         loading, error = backend.loading, backend.error
-        status = ("stopping" if backend.stopping else "error" if error else "ready" if loading.ready else "loading")
+        status = ("stopping" if backend.stopping else "error" if error else "ready" if loading.ready
+                  else "unloaded" if backend.unloaded else "loading")
         return Health(status=status, model=backend.model_name, backend=backend.kind, pid=os.getpid(),
                       version=VERSION, progress=None if loading.ready else loading.progress(), error=error,
                       chat=backend.can_chat if status == "ready" else None,
@@ -193,49 +198,9 @@ def _error(status: int, kind: str, message: str) -> Response:
 def _http_error(request: Request, error: HTTPException) -> Response:
     if error.status_code >= 500:
         return _unexpected_error(request, error)
-    message = error.detail
-    if isinstance(error.__cause__, SerializationException):
-        message = f"malformed JSON: {message}"
-    elif isinstance(error, ValidationException) and isinstance(error.extra, list) and error.extra:
-        message = "; ".join(_problem(item) for item in error.extra if isinstance(item, dict))
-    response = _error(error.status_code, "invalid_request_error", message)
+    response = _error(error.status_code, "invalid_request_error", error_message(error))
     response.headers.update(error.headers or {})  # a 405's Allow, a 401's WWW-Authenticate
     return response
-
-
-def _problem(item: dict) -> str:
-    """One of Litestar's validation problems, in words: `field: what is wrong`, or `field must ...` for a value
-    outside the limits on its field."""
-    key, detail = item.get("key"), item.get("message", "")
-    if key == "data" and detail == "'data'":
-        return "a JSON request body is required"
-    unknown = re.fullmatch(r"Object contains unknown field `(.+)`", detail)
-    if unknown:
-        detail = f"`{unknown[1]}` is not supported"
-    limit = _limit_words(detail)
-    if limit:
-        return f"{key} {limit}"
-    return detail if key == "data" else f"{key}: {detail}"
-
-
-_LIMIT = re.compile(r"Expected `(?P<type>\w+)`(?P<length> of length)? (?P<op>>=|<=) (?P<bound>\S+)")
-_LENGTH_UNITS = {"str": ("character", "characters"), "array": ("item", "items"), "object": ("entry", "entries")}
-_PATTERN_FAILURES = {f"Expected `str` matching regex {pattern!r}": meaning
-                     for pattern, meaning in PATTERN_MEANINGS.items()}
-
-
-def _limit_words(detail: str) -> str | None:
-    """msgspec's message for a value outside its field's limits (a Meta), in words; None for another message."""
-    if detail in _PATTERN_FAILURES:
-        return _PATTERN_FAILURES[detail]
-    limit = _LIMIT.fullmatch(detail)
-    if limit is None:
-        return None
-    most = "at least" if limit["op"] == ">=" else "at most"
-    if not limit["length"]:
-        return f"must be {most} {limit['bound']}"
-    one, many = _LENGTH_UNITS.get(limit["type"], ("entry", "entries"))
-    return f"must have {most} {limit['bound']} {one if limit['bound'] == '1' else many}"
 
 
 def _allow_every_method(request: Request) -> Response | None:
@@ -264,6 +229,11 @@ ERROR_RESPONSES = {status: ResponseSpec(ErrorBody, description=description) for 
     (500, "a bug: the engine log has the details"), (503, "the model is loading, failed, or the engine is stopping"),
 ]}
 
+# Ollama's routes answer errors in its shape (ollama_api.py)
+OLLAMA_ERROR_RESPONSES = {status: ResponseSpec(ollama.Error, description=spec.description)
+                          for status, spec in ERROR_RESPONSES.items()} | {
+    501: ResponseSpec(ollama.Error, description="the engine relays to another server (--engine-url)")}
+
 EXCEPTION_HANDLERS = {
     HTTPException: _http_error,
     StoreError: lambda request, error: _error(404, "not_found", str(error)),
@@ -282,6 +252,7 @@ def create_app(settings: ServerConfig | None = None, *, backend: Backend | None 
     token = token if token is not None else paths.load_or_create_token()
     active = ActiveRequests()
     conversations = Conversations(store, backend, active, settings.thinking_token_budget, settings.context_overflow)
+    turns = ModelTurns(backend, conversations, active)
     codes = LoginCodes()
     sessions = BrowserSessions(store)
     throughput = Throughput()
@@ -306,13 +277,15 @@ def create_app(settings: ServerConfig | None = None, *, backend: Backend | None 
     def value(obj):
         return Provide(lambda: obj, sync_to_thread=False, use_cache=True)
 
+    dependencies = {"store": value(store), "backend": value(backend), "active": value(active),
+                    "conversations": value(conversations), "codes": value(codes), "sessions": value(sessions),
+                    "throughput": value(throughput), "config": value(settings), "turns": value(turns)}
     app = Litestar(
         route_handlers=[SystemController, AuthController, LimitsController, ModelsController,
                         OpenAIRelay if backend.relays_openai else OpenAIController,
-                        ConversationController, SearchController, DocumentController, *webui_routes],
-        dependencies={"store": value(store), "backend": value(backend), "active": value(active),
-                      "conversations": value(conversations), "codes": value(codes), "sessions": value(sessions),
-                      "throughput": value(throughput), "config": value(settings)},
+                        ConversationController, SearchController, DocumentController, OllamaController,
+                        *webui_routes],
+        dependencies=dependencies,
         middleware=[DefineMiddleware(SecurityMiddleware, token=token, sessions=sessions,
                                      allowed_hosts=settings.allowed_hosts, allowed_origins=settings.allowed_origins)],
         exception_handlers=EXCEPTION_HANDLERS,
@@ -321,7 +294,8 @@ def create_app(settings: ServerConfig | None = None, *, backend: Backend | None 
         plugins=[StructSchemas()],
         on_startup=[on_startup],
         on_shutdown=[on_shutdown],
-        state=State({"stop_all": stop_all, "store": store, "backend": backend}),
+        state=State({"stop_all": stop_all, "store": store, "backend": backend,
+                     "ollama_listener": _ollama_listener(settings, dependencies) if settings.ollama_port else None}),
         request_max_body_size=MAX_REQUEST_BYTES,
         logging_config=None,  # `localchat serve` sets up logging (process.serve); _unexpected_error logs 500s
         # the schema is under /api: it needs the token, like everything it describes
@@ -329,6 +303,16 @@ def create_app(settings: ServerConfig | None = None, *, backend: Backend | None 
                                      render_plugins=[JsonRenderPlugin()]),
     )
     for route in app.routes:
+        errors = OLLAMA_ERROR_RESPONSES if route.path in ollama.PATHS else ERROR_RESPONSES
         for handler in getattr(route, "route_handlers", ()):
-            handler.responses = {**ERROR_RESPONSES, **(handler.responses or {})}
+            handler.responses = {**errors, **(handler.responses or {})}
     return app
+
+
+def _ollama_listener(settings: ServerConfig, dependencies: dict) -> Litestar:
+    """The app of the tokenless listener on settings.ollama_port: Ollama's API alone, on the main app's engine and
+    state (security.py says why it may go without the token)."""
+    return Litestar(route_handlers=[OllamaController, listener_root], dependencies=dependencies,
+                    middleware=[DefineMiddleware(OllamaListenerGuard, allowed_hosts=settings.allowed_hosts)],
+                    request_class=JSONBodyRequest, request_max_body_size=MAX_REQUEST_BYTES, logging_config=None,
+                    openapi_config=None)

@@ -79,6 +79,7 @@ class Backend(Protocol):
     model_name: str | None  # the name it serves, once known
     loading: Loading
     stopping: bool
+    unloaded: bool  # unload() freed the model: the next request that needs it loads it again (reload())
 
     # --- capabilities ---
     # prompts are token ids rendered here from the model's own chat template (`template`, tokenize, ...), and
@@ -137,6 +138,8 @@ class Backend(Protocol):
     # --- switching models (can_switch_models) ---
     def check_switch(self) -> None: ...
     async def switch(self, model: str) -> None: ...
+    async def unload(self) -> None: ...
+    def reload(self) -> None: ...
 
     # --- relaying /v1 (relays_openai) ---
     async def proxy(self, method: str, path: str, body: bytes | None) -> httpx.Response: ...

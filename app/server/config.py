@@ -45,6 +45,8 @@ class ServerConfig:
     thinking_token_budget: int | None = None
     # what a conversation that outgrows the model's context does, unless it says otherwise (context_budget.py)
     context_overflow: str = DEFAULT_POLICY
+    # a second listener on this loopback port for Ollama's API without the token (None: none); see security.py
+    ollama_port: int | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.kv_disk_gb, int | float) and self.kv_disk_gb >= 0):
@@ -52,6 +54,8 @@ class ServerConfig:
         if self.speculative not in SPECULATIVE:
             raise ValueError(f"speculative must be \"on\" or \"off\", got {self.speculative!r}")
         check_limit("thinking_token_budget", self.thinking_token_budget)
+        if self.ollama_port is not None and not (0 <= self.ollama_port <= 65535 and self.ollama_port != self.port):
+            raise ValueError(f"ollama_port must be a port other than {self.port}; got {self.ollama_port!r}")
         if self.context_overflow not in POLICIES:
             raise ValueError(f"context_overflow must be one of {', '.join(POLICIES)}; got {self.context_overflow!r}")
 
@@ -81,7 +85,7 @@ class ServerConfig:
 
 
 SETTINGS_IN_FILE = ("model", "kv_blocks", "max_model_len", "quantization", "kv_disk_gb", "speculative",
-                    "thinking_token_budget", "context_overflow")
+                    "thinking_token_budget", "context_overflow", "ollama_port")
 
 
 def read_settings_file() -> dict:

@@ -30,6 +30,7 @@ class EmbeddedBackend:
         self.loading = Loading()
         self.model_name: str | None = None
         self.stopping = False
+        self.unloaded = False  # by unload(): nothing is loading until a request needs the model
 
     def start(self) -> None:
         threading.Thread(target=self._load, name="localchat-load", daemon=True).start()
@@ -60,16 +61,33 @@ class EmbeddedBackend:
     async def switch(self, model: str) -> None:
         """Unload the model and load `model` in its place; returns once loading has begun (see health()).
         The caller has ended the running requests."""
-        if not (self.loading.ready or self.loading.error):
+        if not (self.loading.ready or self.loading.error or self.unloaded):
             raise BackendRequestError(f"{self.model_choice} is still loading: switch once it is ready", 409)
-        old, self.llm, self.template = self.llm, None, None
-        self.model_arg, self.model_name = model, None
-        self.loading = Loading(stage="unloading the previous model")
+        self.model_arg, self.unloaded = model, False
+        await self._unload("unloading the previous model")
+        self.start()
+
+    async def unload(self) -> None:
+        """Free the model's memory (keep_alive 0); the next request that needs it loads it again (reload()). The
+        caller has ended the running requests."""
+        if self.loading.ready:
+            self.unloaded = True
+            await self._unload("unloaded")
+
+    def reload(self) -> None:
+        """Load the unloaded model again (a no-op unless unload() ran)."""
+        if self.unloaded:
+            self.unloaded = False
+            self.loading = Loading()
+            self.start()
+
+    async def _unload(self, stage: str) -> None:
+        old, self.llm, self.template, self.model_name = self.llm, None, None, None
+        self.loading = Loading(stage=stage)
         if old is not None:
             await asyncio.to_thread(old.shutdown)
             del old
             await asyncio.to_thread(release_freed_memory)  # without it every switch of models grows RSS
-        self.start()
 
     @property
     def max_model_len(self) -> int | None:
@@ -88,6 +106,10 @@ class EmbeddedBackend:
     def ensure_ready(self):
         if self.stopping:
             raise BackendNotReady("the engine is stopping")
+        if self.unloaded:
+            self.reload()
+            raise BackendNotReady("the model was unloaded (keep_alive 0) and is loading again: retry once /health "
+                                  "says ready")
         if self.llm is None or self.error:
             raise BackendNotReady(f"the model failed to load: {self.loading.error}" if self.loading.error
                                   else self.error or f"the model is loading ({self.loading.stage})")

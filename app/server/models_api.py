@@ -10,7 +10,7 @@ from litestar.params import JSONBody
 
 from localchat.app import paths
 from localchat.app.protocol.models import ModelCatalog, ModelChoice, ModelInfo
-from localchat.app.server.backends import BackendDep, BackendRequestError
+from localchat.app.server.backends import Backend, BackendDep, BackendRequestError
 from localchat.app.server.config import quoted
 from localchat.app.server.conversations import Conversations
 from localchat.engine.dirs import write_atomically
@@ -37,15 +37,20 @@ class ModelsController(Controller):
         chosen = next((m for m in models if m.name == data.model), None)
         if chosen is None:
             raise NotFoundException(f"no model named {quoted(data.model)} on this machine (GET /api/models lists them)")
-        if not chosen.supported:
-            raise BackendRequestError(f"{chosen.name} has architecture {chosen.architecture or 'unknown'}, "
-                                      "which localchat does not run")
         if not (chosen.name == backend.model_choice and backend.loading.ready):
-            await conversations.stop_all(wait=True)
-            await backend.switch(chosen.name)
-            await asyncio.to_thread(write_atomically, paths.chosen_model_path(),
-                                    lambda tmp: tmp.write_text(chosen.name + "\n"))
+            await switch_model(backend, conversations, chosen)
         return _catalog(models, chosen.name)
+
+
+async def switch_model(backend: Backend, conversations: Conversations, chosen: LocalModel) -> None:
+    """Stop the running replies (each keeps its text, marked stopped), unload the model, start loading `chosen` and
+    remember it; a BackendRequestError for a model localchat does not run."""
+    if not chosen.supported:
+        raise BackendRequestError(f"{chosen.name} has architecture {chosen.architecture or 'unknown'}, "
+                                  "which localchat does not run")
+    await conversations.stop_all(wait=True)
+    await backend.switch(chosen.name)
+    await asyncio.to_thread(write_atomically, paths.chosen_model_path(), lambda tmp: tmp.write_text(chosen.name + "\n"))
 
 
 def _catalog(models: list[LocalModel], current: str) -> ModelCatalog:

@@ -85,7 +85,7 @@ class OpenAIController(Controller):
         except ValueError as error:
             raise ValidationException(str(error)) from None
         prompt = await backend.apply_chat_template(chat, template_tools, variables)
-        job = await _Job.open(backend, active, [prompt], sampling.params)
+        job = await EngineJob.open(backend, active, [prompt], sampling.params)
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return ServerSentEvent(_chat_chunks(job, include_usage, sampling.calls))
@@ -108,7 +108,7 @@ class OpenAIController(Controller):
             raise ValidationException(f"at most {MAX_PROMPTS} prompts and {MAX_CHOICES} choices (prompts times n) "
                                       f"per request, got {len(texts)} prompts with n={params.n}")
         prompts = [await backend.tokenize(p) for p in texts]
-        job = await _Job.open(backend, active, prompts, params)
+        job = await EngineJob.open(backend, active, prompts, params)
         echoes = [backend.detokenize(p) if req.echo else "" for p in prompts]
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -160,7 +160,7 @@ def _prompts(prompt) -> list[str | list[int]]:
                               "or a list of token id lists")
 
 
-class _Job:
+class EngineJob:
     """One engine request per prompt; reply k of prompt i is choice i * n + k."""
 
     def __init__(self, backend: Backend, active: ActiveRequests, streams: list, request_ids: list[str], n: int):
@@ -246,7 +246,7 @@ def _encode(value) -> str:
     return msgspec.json.encode(value).decode()
 
 
-async def _chat_chunks(job: _Job, include_usage: bool, calls: CallReader | None) -> AsyncIterator[str]:
+async def _chat_chunks(job: EngineJob, include_usage: bool, calls: CallReader | None) -> AsyncIterator[str]:
     first = [ChunkChoice(index=k, delta=ChunkDelta(role="assistant", content="")) for k in range(job.n)]
     yield _encode(ChatCompletionChunk(id=job.id, created=job.created, model=job.model, choices=first))
     replies = [calls.stream() for _ in range(job.n)] if calls else None
@@ -273,7 +273,7 @@ async def _chat_chunks(job: _Job, include_usage: bool, calls: CallReader | None)
     yield "[DONE]"
 
 
-async def _updates_or_error(job: _Job) -> AsyncIterator[Update | str]:
+async def _updates_or_error(job: EngineJob) -> AsyncIterator[Update | str]:
     """The job's updates; if it fails midway, the failure as one last event, an OpenAI error body, that the caller
     follows with `[DONE]` (as vLLM streams it): the client learns why instead of seeing the stream cut."""
     try:
@@ -297,7 +297,7 @@ def _tool_delta(reply: StreamedReply, text: str, reason: str | None) -> tuple[Ch
     return ChunkDelta(content=(content + rest) or None, tool_calls=deltas or None), finish_reason(reason, tool_calls)
 
 
-async def _completion_chunks(job: _Job, echoes: list[str], include_usage: bool) -> AsyncIterator[str]:
+async def _completion_chunks(job: EngineJob, echoes: list[str], include_usage: bool) -> AsyncIterator[str]:
     if any(echoes):
         choices = [CompletionChoice(index=i * job.n + k, text=echo, finish_reason=None)
                    for i, echo in enumerate(echoes) for k in range(job.n)]

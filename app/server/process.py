@@ -3,6 +3,7 @@ clients where it listens, logging, and a clean stop on SIGTERM (the client side:
 """
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -15,7 +16,15 @@ import uvicorn
 
 from localchat.app import engine_state
 from localchat.app.engine_state import EngineState
-from localchat.app.server.config import GRACEFUL_SHUTDOWN_S, ServerConfig, url_host
+from localchat.app.server.config import DEFAULT_HOST, GRACEFUL_SHUTDOWN_S, ServerConfig, url_host
+
+
+class ListenerServer(uvicorn.Server):
+    """A second port's server: the engine's EngineServer takes the signals and stops it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
 
 
 class EngineServer(uvicorn.Server):
@@ -26,11 +35,15 @@ class EngineServer(uvicorn.Server):
         super().__init__(config)
         self.stop_all = stop_all
 
+    listeners: list[uvicorn.Server] = []  # servers of the same app's other ports, which stop with it
+
     def handle_exit(self, sig, frame) -> None:
         if self.should_exit:
             self.force_exit = True
             return
         self.should_exit = True
+        for listener in self.listeners:
+            listener.should_exit = True
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -55,12 +68,22 @@ def serve(settings: ServerConfig) -> None:
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
         server = EngineServer(config, app.state["stop_all"])
+        serving = [server.serve(sockets=[sock])]
+        if settings.ollama_port:
+            listener_sock = _bind(DEFAULT_HOST, settings.ollama_port, "--ollama-port")
+            print(f"localchat: Ollama's API without the token on http://{DEFAULT_HOST}:{settings.ollama_port} "
+                  "(inference only)", file=sys.stderr, flush=True)
+            listener = ListenerServer(uvicorn.Config(app.state["ollama_listener"], log_level="warning",
+                                                     access_log=False, lifespan="off",
+                                                     timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S))
+            server.listeners = [listener]
+            serving.append(listener.serve(sockets=[listener_sock]))
         port = sock.getsockname()[1]
         engine_state.write_state(EngineState(pid=os.getpid(), host=settings.host, port=port,
                                              url=f"http://{url_host(settings.host)}:{port}", started_at=time.time(),
                                              backend="remote" if settings.engine_url else "embedded"))
         try:
-            server.run(sockets=[sock])
+            asyncio.run(_serve_all(serving))
         finally:
             engine_state.remove_state()
     finally:
@@ -71,7 +94,11 @@ def serve(settings: ServerConfig) -> None:
 
 
 
-def _bind(host: str, port: int) -> socket.socket:
+async def _serve_all(servers) -> None:
+    await asyncio.gather(*servers)
+
+
+def _bind(host: str, port: int, flag: str = "--port") -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -80,7 +107,7 @@ def _bind(host: str, port: int) -> socket.socket:
     except OSError as error:
         sock.close()
         if error.errno == errno.EADDRINUSE:
-            raise RuntimeError(f"port {port} on {host} is in use by another program; pick one with --port") from None
+            raise RuntimeError(f"port {port} on {host} is in use by another program; pick one with {flag}") from None
         raise RuntimeError(f"cannot listen on {host}:{port}: {error.strerror}") from None
     sock.listen(128)
     sock.set_inheritable(True)

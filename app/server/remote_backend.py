@@ -42,6 +42,7 @@ class RemoteBackend:
     kind = "remote"
     renders_templates = False
     can_switch_models = False
+    unloaded = False
     relays_openai = True
     template = None
     tool_syntax: ToolSyntax = IN_SYSTEM_PROMPT  # the server's template is unknown here: calls are taught as text
@@ -191,6 +192,12 @@ class RemoteBackend:
 
     async def switch(self, model: str) -> None:
         self.check_switch()
+
+    async def unload(self) -> None:
+        """The remote server keeps its model as it decides."""
+
+    def reload(self) -> None:
+        """Nothing was unloaded."""
 
     # prompts are chat messages here: the remote server renders and tokenizes them (renders_templates is False)
     async def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,

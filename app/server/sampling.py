@@ -1,7 +1,8 @@
-"""The one place where a request's settings become what the engine runs, for both APIs: a conversation's reply
-(SamplingSettings) and a /v1 request (its sampling fields, response_format, tools and tool_choice) give
-SamplingParams, the grammar its replies must match (JSON, or a required or named tool call) and the tools they may
-call. And the way back, for the remote backend: the OpenAI body fields that ask another server for SamplingParams.
+"""The one place where a request's settings become what the engine runs, for every API: a conversation's reply
+(SamplingSettings), a /v1 request (its sampling fields, response_format, tools and tool_choice) and an Ollama request
+(its options, format and tools) give SamplingParams, the grammar its replies must match (JSON, or a required or named
+tool call) and the tools they may call. And the way back, for the remote backend: the OpenAI body fields that ask
+another server for SamplingParams.
 
 Every function here raises ValueError for settings that cannot work; each API answers it with a 400 in its words.
 """
@@ -9,10 +10,12 @@ Every function here raises ValueError for settings that cannot work; each API an
 from dataclasses import dataclass, field
 
 from localchat.app.protocol.conversations import SamplingSettings
+from localchat.app.protocol.ollama import Options as OllamaOptions
 from localchat.app.protocol.openai import (
     ChatCompletionRequest,
     CompletionRequest,
     JSONObjectFormat,
+    JSONSchemaFormat,
     JSONSchemaResponseFormat,
     NamedToolChoice,
     ResponseFormat,
@@ -86,6 +89,32 @@ def completion_sampling(req: CompletionRequest) -> Sampling:
     max_tokens = req.max_tokens if req.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
     values = _openai_values(req, max_tokens, req.logprobs) | {"separate_reasoning": False}
     return _build(values, ReplyShape(), IN_SYSTEM_PROMPT)
+
+
+# what an Ollama request's options default to, as Ollama's own (its api.DefaultOptions)
+OLLAMA_DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "repetition_penalty": 1.0,
+                   "presence_penalty": 0.0, "frequency_penalty": 0.0}
+# Ollama's option names for SamplingParams' fields, where they differ
+OLLAMA_NAMES = {"repetition_penalty": "repeat_penalty"}
+
+
+def ollama_sampling(options: OllamaOptions | None, format: str | dict | None, tools: list[Tool], syntax: ToolSyntax,
+                    max_tokens: int, thinking_token_budget: int | None, separate_reasoning: bool) -> Sampling:
+    """An Ollama request (/api/chat, /api/generate): its options (num_predict already turned into max_tokens, which
+    the caller fits to the context), format ("json" or a JSON Schema) and tools."""
+    options = options or OllamaOptions()
+    values = {name: default if (value := getattr(options, OLLAMA_NAMES.get(name, name))) is None else value
+              for name, default in OLLAMA_DEFAULTS.items()}
+    values |= {"seed": options.seed, "stop": options.stop or [], "max_tokens": max_tokens,
+               "thinking_token_budget": thinking_token_budget, "separate_reasoning": separate_reasoning}
+    match format:
+        case "json":
+            shape_format = JSONObjectFormat()
+        case dict():
+            shape_format = JSONSchemaResponseFormat(JSONSchemaFormat(name="format", schema=format))
+        case _:
+            shape_format = None
+    return _build(values, ReplyShape(tools=tools, format=shape_format, format_field="format"), syntax)
 
 
 def _or(value, default):

@@ -6,6 +6,13 @@ requests to a port on 127.0.0.1, so:
   one-time login URL sets (HttpOnly, SameSite=Strict). The cookie holds a session value of its own, never the
   token: it expires after SESSION_TTL_S and `localchat logout` (or the page's sign-out) revokes it;
 - a state-changing request authenticated by that cookie must carry an Origin of this server.
+
+Ollama's API (ollama_api.py) is under /api like the rest: the token (`Authorization: Bearer`, which Ollama's clients
+can send) or a browser session. For clients that cannot send a header, `serve --ollama-port 11434` opens a second
+listener on loopback with Ollama's API alone and no token (OllamaListenerGuard): inference and the model list, never
+conversations, documents or settings; the same Host check; and closed to web pages: a request that a browser sends
+(it carries Origin or Sec-Fetch-Site) is refused, so no page the user opens can prompt the model or read the model
+list. Any program of any local user can use it while it is on: it is off unless asked for.
 """
 
 import hashlib
@@ -17,6 +24,7 @@ import time
 import msgspec
 from litestar.types import ASGIApp, Receive, Scope, Send
 
+from localchat.app.protocol import ollama
 from localchat.app.protocol.system import ErrorBody, ErrorDetail
 from localchat.app.server.store import Store
 
@@ -100,15 +108,16 @@ class SecurityMiddleware:
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         websocket = scope["type"] == "websocket"
+        path = scope["path"]
+        shape = "ollama" if path in ollama.PATHS else "openai"
         if host_name(headers.get("host", "")) not in self.allowed_hosts:
             return await _refuse(send, 403, "forbidden", "this server answers only to a loopback Host header",
-                                 websocket)
-        path = scope["path"]
+                                 websocket, shape)
         if any(path == p or path.startswith(p + "/") for p in PROTECTED_PREFIXES):
             # a websocket is state-changing: with the cookie it needs this server's Origin, as a POST does
             refusal = self.check_auth("WEBSOCKET" if websocket else scope["method"], headers)
             if refusal is not None:
-                return await _refuse(send, *refusal, websocket)
+                return await _refuse(send, *refusal, websocket, shape)
         return await self.app(scope, receive, send)
 
     def check_auth(self, method: str, headers: dict[str, str]) -> tuple[int, str, str] | None:
@@ -134,11 +143,38 @@ def cookie_value(header: str) -> str:
     return ""
 
 
-async def _refuse(send: Send, status: int, kind: str, message: str, websocket: bool = False) -> None:
+class OllamaListenerGuard:
+    """ASGI middleware of the tokenless Ollama listener (see the module docstring): the Host check, and no request
+    from a web page."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: tuple[str, ...]):
+        self.app, self.allowed_hosts = app, {h.lower() for h in allowed_hosts}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if scope["type"] != "http":
+            return await _refuse(send, 403, "forbidden", "this listener serves Ollama's HTTP API only", True)
+        if host_name(headers.get("host", "")) not in self.allowed_hosts:
+            return await _refuse(send, 403, "forbidden", "this server answers only to a loopback Host header",
+                                 shape="ollama")
+        if "origin" in headers or headers.get("sec-fetch-site", "none") != "none":
+            return await _refuse(send, 403, "forbidden", "web pages may not use this listener (it has no token); "
+                                 "a browser app must use the main port with a token", shape="ollama")
+        return await self.app(scope, receive, send)
+
+
+async def _refuse(send: Send, status: int, kind: str, message: str, websocket: bool = False,
+                  shape: str = "openai") -> None:
+    """An error answer before any route runs, in the shape of the API asked: OpenAI's (localchat's own), or
+    Ollama's `{"error": "..."}`."""
     if websocket:
         await send({"type": "websocket.close", "code": 1008, "reason": message})
         return
-    body = msgspec.json.encode(ErrorBody(ErrorDetail(message=message, type=kind, code=status)))
+    error = ollama.Error(message) if shape == "ollama" else ErrorBody(ErrorDetail(message=message, type=kind,
+                                                                                 code=status))
+    body = msgspec.json.encode(error)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="localchat"'))

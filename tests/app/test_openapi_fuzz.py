@@ -21,13 +21,17 @@ EXAMPLES_PER_OPERATION = 6
 # may be empty; and the rules between fields (a required tool call needs tools of distinct names and excludes a JSON
 # format; /v1: top_logprobs needs logprobs, echo excludes logprobs, the roles of the messages follow the chat
 # template, a prompt list holds one kind of item; a summary's request must fit beside the branch); and an upload must
-# hold readable text (an image is 415, a document larger than the context 400). These operations may answer 400 (or
-# 415) to a request the schema allows; all else is checked as everywhere.
+# hold readable text (an image is 415, a document larger than the context 400). Ollama's chat and generate refuse
+# images and what does not fit as those do, and its routes for what this app never does (pull, push, create, copy,
+# delete, embed) always answer 400. These operations may answer 400 (or 415) to a request the schema allows; all
+# else is checked as everywhere.
 REFUSED_FOR_MORE_THAN_THE_SCHEMA_STATES = [
     "/api/conversations", "/api/conversations/{conversation_id}", "/api/conversations/{conversation_id}/messages",
     "/api/conversations/{conversation_id}/messages/{message_id}/edit",
     "/api/conversations/{conversation_id}/messages/{message_id}/regenerate",
     "/api/conversations/{conversation_id}/summarize", "/api/documents", "/v1/chat/completions", "/v1/completions",
+    "/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/pull", "/api/push", "/api/create",
+    "/api/copy", "/api/delete",
 ]
 POSITIVE_STATUSES_WITH_400 = ["2xx", "3xx", "400", "401", "403", "404", "409", "415", "429", "5xx"]
 
