@@ -159,6 +159,9 @@ def test_refusals_in_ollamas_shape(client, server):
     with pytest.raises(ollama.ResponseError) as embed:
         client.embed(model=EMBEDDED, input="Hello")
     assert embed.value.status_code == 400 and "cannot embed" in embed.value.error
+    with pytest.raises(ollama.ResponseError) as thinking:
+        client.chat(model=EMBEDDED, messages=say("Hi"), think=True)
+    assert thinking.value.status_code == 400 and "does not support thinking" in thinking.value.error
     with pytest.raises(ollama.ResponseError) as bad:
         client.chat(model=EMBEDDED, messages=say("Hi"), options={"temperature": -1})
     assert bad.value.status_code == 400 and "temperature" in bad.value.error
@@ -166,6 +169,24 @@ def test_refusals_in_ollamas_shape(client, server):
     with pytest.raises(ollama.ResponseError) as unauthorized:
         ollama.Client(host=server.url).list()
     assert unauthorized.value.status_code == 401 and "token" in unauthorized.value.error
+
+
+def test_num_ctx_is_clamped_to_the_engines_context_and_a_chat_is_cut_to_fit_it(client, server):
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.token}"}) as api:
+        body = {"model": EMBEDDED, "messages": say("Hi"), "stream": False,
+                "options": {"num_ctx": 10_000_000, "num_predict": 2}}
+        engine = api.post("/api/chat", json=body)
+        limit = int(engine.headers["X-Localchat-Num-Ctx"])
+        assert engine.status_code == 200 and 0 < limit < 10_000_000 == body["options"]["num_ctx"]
+        assert limit == client.ps().models[0].context_length
+    history = [m for i in range(12) for m in (*say(f"Tell me fact number {i} about the sea."),
+                                              {"role": "assistant", "content": f"Fact {i}: the sea is salty."})]
+    whole = client.chat(model=EMBEDDED, messages=[*history, *say("Thanks.")], options={"num_predict": 2})
+    cut = client.chat(model=EMBEDDED, messages=[*history, *say("Thanks.")], options={"num_predict": 2, "num_ctx": 96})
+    assert whole.prompt_eval_count > 200 and cut.prompt_eval_count < 96  # the oldest messages left out, as Ollama
+    with pytest.raises(ollama.ResponseError) as too_long:
+        client.generate(model=EMBEDDED, prompt="sea " * 200, options={"num_ctx": 64})
+    assert too_long.value.status_code == 400 and "num_ctx" in too_long.value.error
 
 
 def test_a_request_naming_another_model_switches_to_it_and_back(client, server):

@@ -7,6 +7,7 @@ import json
 import time
 
 import msgspec
+import ollama
 import openai
 import pytest
 from transformers import AutoTokenizer
@@ -273,3 +274,21 @@ class _WithTemplate:
 
     def __init__(self, tokenizer, template: str):
         self.tokenizer, self.chat_template = tokenizer, template
+
+
+def test_ollamas_think_keeps_the_thinking_apart_and_false_turns_it_off(thinking_server):
+    """Ollama's API: message.thinking (and generate's thinking) hold the thinking, whole and streamed alike; think
+    false reaches a template that can turn it off (Qwen3's enable_thinking). Ends on the model it started with."""
+    client = ollama.Client(host=thinking_server.url, headers={"Authorization": f"Bearer {thinking_server.token}"})
+    ask = dict(messages=[{"role": "user", "content": "Hi"}], options={"num_predict": 24, **SEEDED})
+    whole = client.chat(model=R1_THINKING, think=True, **ask)
+    assert whole.message.thinking and "<think>" not in whole.message.thinking + whole.message.content
+    streamed = list(client.chat(model=R1_THINKING, think=True, stream=True, **ask))
+    assert "".join(p.message.thinking or "" for p in streamed) == whole.message.thinking
+    assert "".join(p.message.content for p in streamed) == whole.message.content
+    generated = client.generate(model=R1_THINKING, prompt="Hi", think=True, options=ask["options"])
+    assert generated.thinking == whole.message.thinking and generated.response == whole.message.content
+
+    off = client.chat(model=QWEN3_THINKING, think=False, **ask)  # switches to it by name
+    assert not off.message.thinking and off.message.content and off.eval_count == 24
+    client.chat(model=R1_THINKING, messages=[])  # back to the model the other tests use
