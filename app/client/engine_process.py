@@ -47,7 +47,7 @@ def wait_until_ready(on_progress: Callable[[Health], None] | None = None, timeou
         state = read_state()
         report = health(state.url) if state else None
         if report is not None:
-            if report.status == "ready":
+            if report.status in ("ready", "unloaded"):  # unloaded: the model loads again with the first request
                 return state
             if report.status == "error":
                 raise RuntimeError(f"the engine failed: {report.error}")

@@ -203,9 +203,17 @@ def _http_error(request: Request, error: HTTPException) -> Response:
     return response
 
 
-def _allow_every_method(request: Request) -> Response | None:
-    """Answer OPTIONS with every method of the route: Litestar 2's own answer names only those of the handlers
+# the routes whose requests need the model: after keep_alive unloaded it (Ollama's API), one waits while it loads
+NEEDS_THE_MODEL = ("/v1/", "/api/conversations", "/api/documents")
+
+
+async def _before_request(request: Request) -> Response | None:
+    """Load a model that keep_alive unloaded for a request that needs it (it waits, as an Ollama request does), and
+    answer OPTIONS with every method of the route: Litestar 2's own answer names only those of the handlers
     registered first on a path (litestar#4169, fixed in Litestar 3)."""
+    backend = request.app.state["backend"]
+    if backend.unloaded and request.url.path.startswith(NEEDS_THE_MODEL):
+        await backend.loaded()
     if request.method != "OPTIONS":
         return None
     route = next(r for r in request.app.routes
@@ -289,7 +297,7 @@ def create_app(settings: ServerConfig | None = None, *, backend: Backend | None 
         middleware=[DefineMiddleware(SecurityMiddleware, token=token, sessions=sessions,
                                      allowed_hosts=settings.allowed_hosts, allowed_origins=settings.allowed_origins)],
         exception_handlers=EXCEPTION_HANDLERS,
-        before_request=_allow_every_method,
+        before_request=_before_request,
         request_class=JSONBodyRequest,
         plugins=[StructSchemas()],
         on_startup=[on_startup],

@@ -15,6 +15,8 @@ from localchat.engine.outputs import RequestFailed
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.structured_output import StructuredOutput
 
+LOAD_POLL_S = 0.05
+
 
 class EmbeddedBackend:
     kind = "embedded"
@@ -73,6 +75,15 @@ class EmbeddedBackend:
         if self.loading.ready:
             self.unloaded = True
             await self._unload("unloaded")
+
+    async def loaded(self) -> None:
+        """Wait until the model is loaded, loading an unloaded one again; BackendNotReady if it cannot be."""
+        self.reload()
+        while not self.loading.ready:
+            if self.error or self.stopping:
+                break
+            await asyncio.sleep(LOAD_POLL_S)
+        self.ensure_ready()
 
     def reload(self) -> None:
         """Load the unloaded model again (a no-op unless unload() ran)."""

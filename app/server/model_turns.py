@@ -19,7 +19,7 @@ from localchat.app.server.conversations import Conversations
 from localchat.app.server.models_api import switch_model
 from localchat.engine.model_catalog import LocalModel
 
-LOAD_POLL_S = 0.05
+IDLE_POLL_S = 0.05
 
 
 @dataclass
@@ -56,7 +56,7 @@ class ModelTurns:
         try:
             if switching:
                 await switch_model(self.backend, self.conversations, model)
-            await self._loaded()
+            await self.backend.loaded()
         except BaseException:
             await self.leave(None)
             raise
@@ -75,14 +75,6 @@ class ModelTurns:
         if ticket[1] == current:
             return all(name == current for _, name in ahead)  # not past a request waiting to switch
         return self.users == 0 and not ahead
-
-    async def _loaded(self) -> None:
-        self.backend.reload()  # an unloaded model loads again
-        while not self.backend.loading.ready:
-            if self.backend.error or self.backend.stopping:
-                self.backend.ensure_ready()  # raises BackendNotReady with the reason
-            await asyncio.sleep(LOAD_POLL_S)
-        self.backend.ensure_ready()
 
     async def leave(self, keep_alive_s: float | None) -> None:
         """End a turn; keep_alive_s: how long the model stays loaded once nothing runs (None or negative: until
@@ -106,4 +98,4 @@ class ModelTurns:
                 self.unload_at = None
                 await self.backend.unload()
                 return
-            await asyncio.sleep(max(wait, LOAD_POLL_S))
+            await asyncio.sleep(max(wait, IDLE_POLL_S))

@@ -199,6 +199,9 @@ class RemoteBackend:
     def reload(self) -> None:
         """Nothing was unloaded."""
 
+    async def loaded(self) -> None:
+        self.ensure_ready()
+
     # prompts are chat messages here: the remote server renders and tokenizes them (renders_templates is False)
     async def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
                                   variables: dict | None = None) -> list[int]:

@@ -65,8 +65,8 @@ class FakeBackend:
             self.events.append("reload")
             self.unloaded, self.loading = False, Loading(ready=True)
 
-    def ensure_ready(self) -> None:
-        pass
+    async def loaded(self) -> None:
+        self.reload()
 
 
 class FakeConversations:

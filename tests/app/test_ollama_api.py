@@ -12,7 +12,7 @@ import ollama
 import pytest
 
 from localchat.engine.model_catalog import EMBEDDED_NAME
-from support import SECOND_MODEL_NAME
+from support import SECOND_MODEL_NAME, stream_api
 
 pytestmark = pytest.mark.slow
 
@@ -31,9 +31,9 @@ CALLED_BEFORE = [
 @pytest.fixture(scope="module")
 def server(two_model_server):
     yield two_model_server
-    # leave the embedded model loaded, as the other tests of this server expect it
-    with two_model_server.client() as api:
-        assert api.post("/api/models/current", json={"model": EMBEDDED_NAME}).status_code == 202
+    # leave the embedded model loaded (and chosen), as the other tests of this server expect it
+    ollama.Client(host=two_model_server.url, headers={"Authorization": f"Bearer {two_model_server.token}"}).chat(
+        model=EMBEDDED, messages=[])
     two_model_server.wait_ready()
 
 
@@ -242,7 +242,12 @@ def test_keep_alive_0_unloads_and_the_next_request_loads_again(client, server):
     while httpx.get(f"{server.url}/health").json()["status"] != "unloaded":
         assert time.monotonic() < deadline, "keep_alive 1s did not unload the model"
         time.sleep(0.1)
-    client.chat(model=EMBEDDED, messages=[])  # loaded again for the tests that follow
+    # a conversation's message waits for the model to load again, as an Ollama request does
+    with server.client() as api:
+        conversation = api.post("/api/conversations", json={"settings": {"max_tokens": 3}}).json()
+        events = stream_api(api, f"/api/conversations/{conversation['id']}/messages", {"content": "Hi"})
+    assert events[-1]["type"] == "done" and events[-1]["message"]["content"]
+    assert httpx.get(f"{server.url}/health").json()["status"] == "ready"
 
 
 def test_the_tokenless_listener_serves_inference_only_and_no_web_page(server):
