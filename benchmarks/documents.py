@@ -10,7 +10,6 @@ benchmarks' words, numbered sentences). Writes benchmarks/results/documents.json
 
 import argparse
 import json
-import os
 import random
 import shutil
 import sys
@@ -21,16 +20,12 @@ from pathlib import Path
 import httpx
 from peers import (
     RESULTS,
-    free_port,
     load,
     localchat_client,
-    localchat_command,
-    localchat_ready,
+    localchat_serve,
     log,
     machine_info,
     make_home,
-    process,
-    wait_ready,
 )
 
 from common import WORDS
@@ -71,17 +66,11 @@ def ask(http: httpx.Client, document_id: str) -> dict:
 
 def run(model: str | None, args, work: Path) -> dict:
     home = make_home(Path(tempfile.mkdtemp(prefix="documents-", dir=work)), args.cache_dir)
-    port = free_port()
-    command = [*localchat_command(), "serve", "--port", str(port), *(["--model", model] if model else [])]
-    env = {**os.environ, "LOCALCHAT_HOME": str(home)}
-    results = {"command": command, "load_before": load()}
-
-    def server():
-        return process(command, work / "serve.log", env)
-
-    with server() as proc:
-        wait_ready(f"http://127.0.0.1:{port}/health", proc, work / "serve.log", localchat_ready)
-        http = localchat_client(home, port)
+    flags = ["--model", model] if model else []
+    results = {"load_before": load()}
+    with localchat_serve(home, flags, work / "serve.log") as serve:
+        results["command"] = serve.command
+        http = localchat_client(home, serve.port)
         uploaded = http.post("/api/documents", files={"file": ("notes.txt", document_text(args.tokens).encode())})
         uploaded.raise_for_status()
         document = uploaded.json()
@@ -89,9 +78,8 @@ def run(model: str | None, args, work: Path) -> dict:
         results["first_chat"] = ask(http, document["id"])
         results["second_chat"] = ask(http, document["id"])
         log(f"{model or 'embedded'}: first {results['first_chat']}, second {results['second_chat']}")
-    with server() as proc:  # the same home: its store and disk tier
-        wait_ready(f"http://127.0.0.1:{port}/health", proc, work / "serve.log", localchat_ready)
-        results["after_restart"] = ask(localchat_client(home, port), document["id"])
+    with localchat_serve(home, flags, work / "serve.log") as serve:  # the same home: its store and disk tier
+        results["after_restart"] = ask(localchat_client(home, serve.port), document["id"])
         log(f"{model or 'embedded'}: after a restart {results['after_restart']}")
     results["load_after"] = load()
     shutil.rmtree(home, ignore_errors=True)

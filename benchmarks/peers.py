@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -193,6 +194,29 @@ def localchat_ready(r: httpx.Response) -> bool:
     return status == "ready"
 
 
+@dataclass(frozen=True)
+class LocalchatServe:
+    port: int
+    command: list[str]
+    startup_s: float  # from start to ready
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@contextlib.contextmanager
+def localchat_serve(home: Path, flags: list[str], log_path: Path):
+    """`localchat serve FLAGS` on a free port in this LOCALCHAT_HOME, once ready (a LocalchatServe); stopped at the
+    end."""
+    port = free_port()
+    command = [*localchat_command(), "serve", "--port", str(port), *flags]
+    with process(command, log_path, {**os.environ, "LOCALCHAT_HOME": str(home)}) as proc:
+        log(f"LOCALCHAT_HOME={home} {' '.join(command)}")
+        yield LocalchatServe(port, command, wait_ready(f"http://127.0.0.1:{port}/health", proc, log_path,
+                                                        localchat_ready))
+
+
 def tail(path: Path, lines: int = 40) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -252,24 +276,18 @@ def run_llama(args, gguf: Path, label: str, work: Path) -> dict:
 def run_localchat(args, gguf: Path | None, label: str, work: Path, flags: tuple[str, ...] = ()) -> dict:
     """`localchat serve` fresh with its defaults (and `flags`) in a new LOCALCHAT_HOME, the harness against it,
     stopped."""
-    port = free_port()
     root = Path(tempfile.mkdtemp(prefix=f"peers-{label.replace('+', '-')}-", dir=work))
     home = make_home(root, args.cache_dir)
-    command = [*localchat_command(), "serve", "--port", str(port), *flags]
-    command += ["--model", str(gguf)] if gguf else []
-    env = {**os.environ, "LOCALCHAT_HOME": str(home)}
     log_path = work / f"{label}.log"
     before = load()
-    with process(command, log_path, env) as proc:
-        log(f"{label}: LOCALCHAT_HOME={home} {' '.join(command)}")
-        startup = wait_ready(f"http://127.0.0.1:{port}/health", proc, log_path, localchat_ready)
-        health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).json()
+    with localchat_serve(home, [*flags, *(["--model", str(gguf)] if gguf else [])], log_path) as serve:
+        health = httpx.get(f"{serve.url}/health", timeout=10).json()
         token = (home / "config" / "token").read_text().strip()
-        record = run_harness(label, f"http://127.0.0.1:{port}/v1", token, args, " ".join(command), work)
+        record = run_harness(label, f"{serve.url}/v1", token, args, " ".join(serve.command), work)
         with contextlib.suppress(httpx.HTTPError):
-            record["metrics_after"] = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-    record["server"] = {"name": "localchat", "command": command, "version": health.get("version"),
-                        "health": health, "cache_dir": args.cache_dir, "startup_s": startup,
+            record["metrics_after"] = httpx.get(f"{serve.url}/metrics", timeout=10).text
+    record["server"] = {"name": "localchat", "command": serve.command, "version": health.get("version"),
+                        "health": health, "cache_dir": args.cache_dir, "startup_s": serve.startup_s,
                         "log_problems": log_problems(log_path), "log_tail": tail(log_path, 20)}
     record["load_before"], record["load_after"] = before, load()
     shutil.rmtree(root, ignore_errors=True)  # the home (the symlinked cache stays)

@@ -39,8 +39,7 @@ from peers import (
     free_port,
     llama_server_path,
     load,
-    localchat_command,
-    localchat_ready,
+    localchat_serve,
     log,
     machine_info,
     make_home,
@@ -211,16 +210,11 @@ def concurrent_chats(client: Client, count: int) -> dict:
 @contextlib.contextmanager
 def localchat_server(args, gguf: Path | None, speculative: str, work: Path):
     """`localchat serve --speculative ...` started fresh in its own home: (a client of it, its command)."""
-    port = free_port()
     root = Path(tempfile.mkdtemp(prefix=f"spec-{speculative}-", dir=work))
     home = make_home(root, args.cache_dir)
-    command = [*localchat_command(), "serve", "--port", str(port), "--speculative", speculative]
-    command += ["--model", str(gguf)] if gguf else []
-    log_path = work / f"localchat-{speculative}.log"
-    with process(command, log_path, {**os.environ, "LOCALCHAT_HOME": str(home)}) as proc:
-        log(" ".join(command))
-        wait_ready(f"http://127.0.0.1:{port}/health", proc, log_path, localchat_ready)
-        yield Client(f"http://127.0.0.1:{port}", (home / "config" / "token").read_text().strip()), command
+    flags = ["--speculative", speculative, *(["--model", str(gguf)] if gguf else [])]
+    with localchat_serve(home, flags, work / f"localchat-{speculative}.log") as serve:
+        yield Client(serve.url, (home / "config" / "token").read_text().strip()), serve.command
     shutil.rmtree(root, ignore_errors=True)
 
 

@@ -14,7 +14,6 @@ renders it, and the prompt and cached tokens of each turn are reported. Writes b
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -26,16 +25,12 @@ from pathlib import Path
 import httpx
 from peers import (
     RESULTS,
-    free_port,
     load,
     localchat_client,
-    localchat_command,
-    localchat_ready,
+    localchat_serve,
     log,
     machine_info,
     make_home,
-    process,
-    wait_ready,
 )
 
 PROMPT = [{"role": "user", "content": "How many weeks are there in three and a half years? Think it through."}]
@@ -90,13 +85,11 @@ def main() -> int:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="thinking-bench-"))
     home = make_home(work, args.cache_dir)
-    port = free_port()
-    command = [*localchat_command(), "serve", "--port", str(port), "--model", str(args.model)]
     runs = {f"{way}x{n}": [] for way in ("thinking", "plain") for n in STREAMS}
     before = load()
-    with process(command, work / "serve.log", {**os.environ, "LOCALCHAT_HOME": str(home)}) as proc:
-        wait_ready(f"http://127.0.0.1:{port}/health", proc, work / "serve.log", localchat_ready)
-        http = localchat_client(home, port)
+    with localchat_serve(home, ["--model", str(args.model)], work / "serve.log") as serve:
+        command = serve.command
+        http = localchat_client(home, serve.port)
         prompt = prompt_text(args.model)
         common = {"max_tokens": args.max_tokens, "temperature": 0.8, "ignore_eos": True}
         ways = {"thinking": lambda seed: stream(http, "/v1/chat/completions", {"messages": PROMPT, "seed": seed,

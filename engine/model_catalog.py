@@ -2,6 +2,7 @@
 folders (the data dir's `models/` and $LOCALCHAT_MODEL_DIRS). Reads only file headers and config.json; imports
 neither torch nor transformers."""
 
+import functools
 import importlib.util
 import json
 import os
@@ -82,6 +83,17 @@ def find_models() -> list[LocalModel]:
     return models
 
 
+def model_at(path: str) -> LocalModel | None:
+    """The model at a path that `--model` named outside the folders find_models() searches (a GGUF file, or a folder
+    with config.json and safetensors); None for anything else."""
+    where = Path(path)
+    if where.is_file() and where.suffix == ".gguf":
+        return _gguf_model(where, "folder")
+    if (where / "config.json").is_file() and any(where.glob("*.safetensors")):
+        return _folder_model(where, "folder")
+    return None
+
+
 def still_present(name: str) -> bool:
     """Whether the model that find_models() listed by this name is still on this machine, read from the file
     system alone (find_models reads every GGUF file's header)."""
@@ -152,11 +164,19 @@ def _safetensors_parameters(files: list[Path]) -> int | None:
 
 
 def _gguf_model(path: Path, source: str, name: str | None = None) -> LocalModel:
+    """A GGUF file as listed: its header is read once for the file's size and time (a real model's header takes a
+    quarter of a second, its vocabulary), however often the models are listed (each Ollama request names one)."""
+    stat = path.stat()
+    return _read_gguf_model(path, source, name, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _read_gguf_model(path: Path, source: str, name: str | None, size: int, mtime_ns: int) -> LocalModel:
     try:
         header = read_header(path)
     except (OSError, ValueError, struct.error):
-        return LocalModel(name or str(path), source, "gguf", None, path.stat().st_size, path)
-    return LocalModel(name or str(path), source, "gguf", header.architecture, path.stat().st_size, path,
+        return LocalModel(name or str(path), source, "gguf", None, size, path)
+    return LocalModel(name or str(path), source, "gguf", header.architecture, size, path,
                       header.quantization, header.held_bytes(), sum(t.num_elements for t in header.tensors),
                       _file_type_name(header.metadata.get("general.file_type")))
 

@@ -109,34 +109,29 @@ class GenerateRequest(Struct, kw_only=True):
     context: list[int] | None = None  # deprecated in Ollama: earlier tokens, continued
 
 
-class ChatResponse(Struct, kw_only=True, omit_defaults=True):
+class Reply(Struct, kw_only=True, omit_defaults=True):
+    """What every object of a reply carries; the last (done) also the counters, durations in nanoseconds."""
+
     model: str
     created_at: str
+    done: bool
+    done_reason: str | None = None
+    total_duration: int | None = None
+    load_duration: int | None = None
+    prompt_eval_count: int | None = None
+    prompt_eval_duration: int | None = None
+    eval_count: int | None = None
+    eval_duration: int | None = None
+
+
+class ChatResponse(Reply, kw_only=True, omit_defaults=True):
     message: ReplyMessage
-    done: bool
-    done_reason: str | None = None
-    total_duration: int | None = None
-    load_duration: int | None = None
-    prompt_eval_count: int | None = None
-    prompt_eval_duration: int | None = None
-    eval_count: int | None = None
-    eval_duration: int | None = None
 
 
-class GenerateResponse(Struct, kw_only=True, omit_defaults=True):
-    model: str
-    created_at: str
+class GenerateResponse(Reply, kw_only=True, omit_defaults=True):
     response: str
-    done: bool
     thinking: str | None = None
-    done_reason: str | None = None
     context: list[int] | None = None
-    total_duration: int | None = None
-    load_duration: int | None = None
-    prompt_eval_count: int | None = None
-    prompt_eval_duration: int | None = None
-    eval_count: int | None = None
-    eval_duration: int | None = None
 
 
 class ModelDetails(Struct, kw_only=True):

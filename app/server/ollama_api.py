@@ -10,6 +10,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import version
 
@@ -51,7 +52,7 @@ from localchat.app.server.openai_api import EngineJob
 from localchat.app.server.sampling import Sampling, ollama_sampling
 from localchat.app.server.store import StoreError
 from localchat.app.server.tool_calls import template_chat
-from localchat.engine.model_catalog import LocalModel, find_models
+from localchat.engine.model_catalog import LocalModel, find_models, model_at
 from localchat.engine.outputs import EngineFailed
 
 VERSION = version("localchat")
@@ -101,12 +102,12 @@ class OllamaController(Controller):
     async def local_models(self, backend: BackendDep) -> ModelList:
         """The models `localchat models` lists that localchat runs, under their Ollama names (`name:latest`)."""
         _check_embedded(backend)
-        return ModelList([listed(m) for m in await _models()])
+        return ModelList([listed(m) for m in await _models(backend)])
 
     @post("/show", status_code=200)
     async def show(self, data: JSONBody[ShowRequest], backend: BackendDep) -> ShowResponse:
         _check_embedded(backend)
-        model = await _model(data.model or data.name)
+        model = await _model(backend, data.model or data.name)
         return await asyncio.to_thread(shown, model, data.verbose)
 
     @get("/ps")
@@ -115,7 +116,7 @@ class OllamaController(Controller):
         _check_embedded(backend)
         if not backend.loading.ready:
             return RunningModels([])
-        model = next((m for m in await _models() if m.name == backend.model_choice), None)
+        model = next((m for m in await _models(backend) if m.name == backend.model_choice), None)
         if model is None:
             return RunningModels([])
         expires = None if turns.unload_at is None else time.time() + turns.unload_at - turns.clock()
@@ -128,7 +129,7 @@ class OllamaController(Controller):
         started = time.monotonic()
         req = data
         _check_embedded(backend)
-        model = await _model(req.model)
+        model = await _model(backend, req.model)
         keep_alive = _keep_alive(req.keep_alive)
         if any(m.images for m in req.messages):
             raise BackendRequestError(f"{req.model} does not take images: localchat runs text-only models")
@@ -162,7 +163,7 @@ class OllamaController(Controller):
         started = time.monotonic()
         req = data
         _check_embedded(backend)
-        model = await _model(req.model)
+        model = await _model(backend, req.model)
         keep_alive = _keep_alive(req.keep_alive)
         if req.images:
             raise BackendRequestError(f"{req.model} does not take images: localchat runs text-only models")
@@ -227,12 +228,20 @@ def _check_embedded(backend: Backend) -> None:
                                   "(--engine-url): use its /v1 API", 501)
 
 
-async def _models() -> list[LocalModel]:
-    return [m for m in await asyncio.to_thread(find_models) if m.supported]
+async def _models(backend: Backend) -> list[LocalModel]:
+    """The models localchat runs of those `localchat models` lists, and the one the engine runs if `--model` named
+    it by a path outside the model folders."""
+    def catalog() -> list[LocalModel]:
+        models = find_models()
+        if all(m.name != backend.model_choice for m in models) and (running := model_at(backend.model_choice)):
+            models.append(running)
+        return models
+
+    return [m for m in await asyncio.to_thread(catalog) if m.supported]
 
 
-async def _model(name: str) -> LocalModel:
-    model = find_model(await _models(), name)
+async def _model(backend: Backend, name: str) -> LocalModel:
+    model = find_model(await _models(backend), name)
     if model is None:
         raise NotFoundException(f"model {quoted(name)} not found: GET /api/tags lists the models on this machine")
     return model
@@ -244,7 +253,7 @@ async def _cannot_embed(request: Request, backend: Backend) -> Response:
     except (msgspec.DecodeError, AttributeError):
         raise ValidationException("a JSON object with the model's name is required") from None
     _check_embedded(backend)
-    await _model(str(name))
+    await _model(backend, str(name))
     return _error(400, f"{name} cannot embed: localchat runs text generation models, none that embeds")
 
 
@@ -318,22 +327,36 @@ def _max_tokens(options, prompt_tokens: int, num_ctx: int) -> int:
 
 async def _fitted_chat(backend: Backend, messages: list[dict], tools: list[Tool], syntax, variables: dict,
                        num_ctx: int) -> list[int]:
-    """The chat's prompt, its oldest messages left out (never the system messages nor the last one) until it fits
-    in num_ctx with a token to spare, as Ollama fits a chat; a 400 if even that does not fit."""
-    kept = list(messages)
-    while True:
+    """The chat's prompt, its fewest oldest messages left out (never the system messages nor the last one) for it
+    to fit in num_ctx with a token to spare, as Ollama fits a chat (found by halving: a few renderings, not one a
+    message); a 400 if even leaving them all out does not fit."""
+    droppable = [i for i, m in enumerate(messages[:-1]) if m["role"] != "system"]
+
+    async def prompt_without(count: int) -> list[int]:
+        left_out = set(droppable[:count])
         try:
-            chat, template_tools = template_chat(kept, tools, syntax)
+            chat, template_tools = template_chat([m for i, m in enumerate(messages) if i not in left_out], tools,
+                                                 syntax)
         except ValueError as error:
             raise ValidationException(str(error)) from None
-        prompt = await backend.apply_chat_template(chat, template_tools, variables)
-        if len(prompt) < num_ctx:
-            return prompt
-        droppable = next((i for i, m in enumerate(kept[:-1]) if m["role"] != "system"), None)
-        if droppable is None:
-            raise BackendRequestError(f"the last message and the system messages take {len(prompt)} tokens: more "
-                                      f"than fit in a context of {num_ctx} tokens (num_ctx)")
-        del kept[droppable]
+        return await backend.apply_chat_template(chat, template_tools, variables)
+
+    prompt = await prompt_without(0)
+    if len(prompt) < num_ctx:
+        return prompt
+    low, high = 1, len(droppable)  # the fewest to leave out is in [low, high] once `best` (high's) fits
+    best = await prompt_without(high) if high else prompt
+    if len(best) >= num_ctx:
+        raise BackendRequestError(f"the last message and the system messages take {len(best)} tokens: more than "
+                                  f"fit in a context of {num_ctx} tokens (num_ctx)")
+    while low < high:
+        middle = (low + high) // 2
+        candidate = await prompt_without(middle)
+        if len(candidate) < num_ctx:
+            high, best = middle, candidate
+        else:
+            low = middle + 1
+    return best
 
 
 def _sampling(req: ChatRequest | GenerateRequest, tools: list[Tool], syntax, max_tokens: int, config: ServerConfig,
@@ -353,18 +376,21 @@ def _done_reason(finish_reason: str | None) -> str:
     return "length" if finish_reason == "length" else "stop"
 
 
+@dataclass
 class _Reply:
     """One request's reply, as Ollama's objects: the deltas, then a last one with done and the counters."""
 
-    def __init__(self, job: EngineJob, model: str, started: float, load_s: float, sampling: Sampling, chat: bool,
-                 context: list[int] | None = None):
-        self.job, self.model, self.started, self.load_s, self.sampling, self.chat = job, model, started, load_s, \
-            sampling, chat
-        self.context = context
-        self.opened = time.monotonic()
-        self.first_token: float | None = None
-        self.token_ids: list[int] = []
-        self.finish_reason: str | None = None
+    job: EngineJob
+    model: str  # the name the request gave, which every object repeats
+    started: float  # when the request came (total_duration)
+    load_s: float
+    sampling: Sampling
+    chat: bool  # /api/chat's objects, else /api/generate's
+    context: list[int] | None = None  # generate's prompt tokens, returned with the reply's (none for raw)
+    opened: float = field(default_factory=time.monotonic)  # when the engine got it (prompt_eval_duration)
+    first_token: float | None = None
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
 
     async def answer(self, stream: bool, turns: ModelTurns, keep_alive: float | None, num_ctx: int) -> Response:
         headers = {NUM_CTX_HEADER: str(num_ctx)}

@@ -41,16 +41,15 @@ def keep_alive_seconds(value: int | float | str | None) -> float | None:
         return float(text)
     except ValueError:
         pass
-    match = _DURATION.fullmatch(text)
-    if match is None or not text.lstrip("-"):
+    if _DURATION.fullmatch(text) is None:
         raise ValueError(f"keep_alive: {text!r} is not a duration (such as \"5m\", \"1h\", \"-1\" or 0)")
     seconds = sum(float(number) * _UNITS[unit] for number, unit in _PART.findall(text))
     return -seconds if text.startswith("-") else seconds
 
 
 _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|us|µs|ns|h|m|s)")
-_DURATION = re.compile(r"-?(?:\d+(?:\.\d+)?(?:ms|us|µs|ns|h|m|s))+")
+_PART = re.compile(rf"(\d+(?:\.\d+)?)({'|'.join(sorted(_UNITS, key=len, reverse=True))})")  # "ms" before "m"
+_DURATION = re.compile(rf"-?(?:{_PART.pattern})+")
 
 
 def details(model: LocalModel) -> ModelDetails:

@@ -34,8 +34,7 @@ class EngineServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, stop_all: Callable):
         super().__init__(config)
         self.stop_all = stop_all
-
-    listeners: list[uvicorn.Server] = []  # servers of the same app's other ports, which stop with it
+        self.listeners: list[uvicorn.Server] = []  # the servers of the app's other ports, which stop with it
 
     def handle_exit(self, sig, frame) -> None:
         if self.should_exit:

@@ -59,6 +59,21 @@ def test_finds_the_embedded_model_the_hf_cache_and_model_folders(tmp_path, monke
     assert all(name == str(m.path) for name, m in found.items() if m.source == "folder")  # --model takes it
 
 
+def test_a_model_named_by_a_path_outside_the_folders_is_described_and_its_header_read_once(tmp_path, monkeypatch):
+    _gguf_file(tmp_path / "elsewhere" / "mine.gguf", "llama")
+    _safetensors_model(tmp_path / "folder-model", "qwen2", 10)
+    gguf_model = model_catalog.model_at(str(tmp_path / "elsewhere" / "mine.gguf"))
+    assert (gguf_model.name, gguf_model.architecture, gguf_model.parameters) == (
+        str(tmp_path / "elsewhere" / "mine.gguf"), "llama", 32)
+    assert model_catalog.model_at(str(tmp_path / "folder-model")).parameters == 10
+    assert model_catalog.model_at(str(tmp_path / "nothing.gguf")) is None and model_catalog.model_at("org/id") is None
+
+    reads = []
+    monkeypatch.setattr(model_catalog, "read_header", reads.append)
+    model_catalog.model_at(str(tmp_path / "elsewhere" / "mine.gguf"))
+    assert reads == []  # the same file, unchanged: its header is not read again
+
+
 def test_the_catalog_imports_neither_torch_nor_transformers():
     code = ("import sys; from localchat.engine.model_catalog import find_models; find_models(); "
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")

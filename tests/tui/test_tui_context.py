@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from fake_engine import LONG_CUT, FakeEngine
 from textual.widgets import DataTable, Select
-from tui_pilot import chat_screen, reply_written, shown, wait_until
+from tui_pilot import chat_screen, open_settings, reply_written, shown, wait_until
 
 from localchat.app.client.engine_client import EngineError
 from localchat.app.protocol.conversations import ContextUse, SamplingSettings
@@ -18,7 +18,6 @@ from localchat.tui.context_budget import branch_use, gauge_text, tokens_text
 from localchat.tui.screens.attach import AttachScreen, path_completions, typed_path
 from localchat.tui.screens.chat import ChatScreen
 from localchat.tui.screens.help import HelpScreen
-from localchat.tui.screens.settings import SettingsScreen
 from localchat.tui.widgets.chat_links import ChatLinkLine
 from localchat.tui.widgets.conversation_view import CutMarker
 from localchat.tui.widgets.document_chips import AttachedChip, DocumentChip, DocumentChips
@@ -151,9 +150,7 @@ async def test_the_settings_choose_what_happens_at_the_edge(tmp_path):
         await long_chat(pilot)
 
         async def settings() -> Select:
-            await pilot.press("ctrl+s")
-            dialog = await wait_until(pilot, lambda: isinstance(pilot.app.screen, SettingsScreen) and pilot.app.screen)
-            return dialog.query_one("#context-overflow", Select)
+            return (await open_settings(pilot)).query_one("#context-overflow", Select)
 
         policy = await settings()
         assert policy.value == "default"

@@ -7,14 +7,22 @@ import pytest
 from fake_engine import PRIME_THOUGHTS, THOUGHTS, FakeEngine
 from textual.widgets import Checkbox, DataTable, Footer, Input, Label
 from textual.widgets._footer import FooterKey
-from tui_pilot import chat_screen, note_text, reply_written, shown, thinking_text, thinking_title, wait_until
+from tui_pilot import (
+    chat_screen,
+    note_text,
+    open_settings,
+    reply_written,
+    shown,
+    thinking_text,
+    thinking_title,
+    wait_until,
+)
 
 from localchat.app.protocol.conversations import SamplingSettings
 from localchat.tui.app import LocalChatApp
 from localchat.tui.screens.chat import ChatScreen
 from localchat.tui.screens.fork_picker import ForkPicker
 from localchat.tui.screens.help import HelpScreen
-from localchat.tui.screens.settings import SettingsScreen
 from localchat.tui.widgets.message_view import ChatMessage
 
 SMALL = (80, 24)
@@ -136,11 +144,7 @@ async def test_the_settings_set_thinking_and_its_budget_for_a_thinking_model(tmp
     async with app_with(engine, tmp_path).run_test(size=SMALL) as pilot:
         await primes_chat(pilot)
 
-        async def settings() -> SettingsScreen:
-            await pilot.press("ctrl+s")
-            return await wait_until(pilot, lambda: isinstance(pilot.app.screen, SettingsScreen) and pilot.app.screen)
-
-        dialog = await settings()
+        dialog = await open_settings(pilot)
         budget = dialog.query_one("#thinking-token-budget", Input)
         assert budget.value == "" and budget.placeholder == "server default"
         assert dialog.query_one("#enable-thinking", Checkbox).value is True
@@ -153,7 +157,7 @@ async def test_the_settings_set_thinking_and_its_budget_for_a_thinking_model(tmp
         await wait_until(pilot, lambda: engine.conversations["c_think"].settings.thinking_token_budget == 64)
         assert engine.conversations["c_think"].settings.enable_thinking is False
 
-        dialog = await settings()
+        dialog = await open_settings(pilot)
         assert dialog.query_one("#thinking-token-budget", Input).value == "64"
         dialog.query_one("#thinking-token-budget", Input).value = ""  # the server's default again
         await pilot.press("ctrl+s")
@@ -164,8 +168,7 @@ async def test_the_settings_set_thinking_and_its_budget_for_a_thinking_model(tmp
 async def test_a_model_that_does_not_think_shows_no_thinking_settings_or_key(tmp_path):
     async with app_with(FakeEngine(), tmp_path).run_test(size=SMALL) as pilot:
         screen = await chat_screen(pilot, "c_sort")
-        await pilot.press("ctrl+s")
-        dialog = await wait_until(pilot, lambda: isinstance(pilot.app.screen, SettingsScreen) and pilot.app.screen)
+        dialog = await open_settings(pilot)
         assert not dialog.query("#thinking-token-budget") and not dialog.query("#enable-thinking")
         await pilot.press("escape")
         assert all(not view.thinking_block.display for view in screen.view.views)
@@ -223,8 +226,7 @@ async def test_a_thinking_budget_set_in_the_settings_ends_a_real_models_thinking
     async with app_with(thinking_client, tmp_path).run_test(size=SMALL) as pilot:
         screen = await chat_screen(pilot, conversation.id)
         await wait_until(pilot, lambda: screen.thinks, what="the model known to think")
-        await pilot.press("ctrl+s")
-        dialog = await wait_until(pilot, lambda: isinstance(pilot.app.screen, SettingsScreen) and pilot.app.screen)
+        dialog = await open_settings(pilot)
         dialog.query_one("#thinking-token-budget", Input).value = "12"
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: pilot.app.screen is screen, what="the settings saved")

@@ -8,6 +8,7 @@ from textual.pilot import Pilot
 from textual.widgets import Static
 
 from localchat.tui.screens.chat import ChatScreen
+from localchat.tui.screens.settings import SettingsScreen
 from localchat.tui.widgets.message_view import MessageView
 
 
@@ -19,6 +20,13 @@ async def wait_until(pilot: Pilot, condition: Callable[[], object], timeout: flo
             return value
         await pilot.pause(0.02)
     raise TimeoutError(f"timed out waiting for {what or condition}")
+
+
+async def open_settings(pilot: Pilot) -> SettingsScreen:
+    """Ctrl+S on the chat: the settings dialog, once it shows."""
+    await pilot.press("ctrl+s")
+    return await wait_until(pilot, lambda: isinstance(pilot.app.screen, SettingsScreen) and pilot.app.screen,
+                            what="the settings dialog")
 
 
 def shown(widget: Static) -> str:

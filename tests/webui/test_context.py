@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from playwright.sync_api import Locator, Page, expect
-from webui_page import ChatPage, assert_fits, new_page, wait_until
+from webui_page import ChatPage, assert_fits, expect_within_width, new_page, wait_until
 
 from support import SMALL_CONTEXT as LIMIT  # the server's max_model_len
 from support import stream_api
@@ -269,11 +269,6 @@ def context_chats(small_context_server) -> dict[str, str]:
         stream_api(api, f"/api/conversations/{documents}/messages",
                    {"content": "What do these add?", "documents": [bridge, history]})
     return {"near": near, "cut": cut, "summary": summary, "documents": documents}
-
-
-def expect_within_width(page: Page, locator: Locator) -> None:
-    box = locator.bounding_box()
-    assert 0 <= box["x"] and box["x"] + box["width"] <= page.viewport_size["width"], box
 
 
 @pytest.mark.parametrize("color_scheme", ["light", "dark"])

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import Locator, Page, expect
-from webui_page import REPLY_TIMEOUT_MS, ChatPage, assert_fits, new_page, wait_until
+from playwright.sync_api import Locator, expect
+from webui_page import REPLY_TIMEOUT_MS, ChatPage, assert_fits, expect_within_width, new_page, wait_until
 
 from support import stream_api
 
@@ -190,11 +190,6 @@ def branched_thinking_chat(thinking_server) -> str:
         reply = stream_api(api, messages, {"content": "Why is the sky blue?"})[-1]["message"]
         stream_api(api, f"{messages}/{reply['id']}/regenerate", {})
     return conversation["id"]
-
-
-def expect_within_width(page: Page, locator: Locator) -> None:
-    box = locator.bounding_box()
-    assert 0 <= box["x"] and box["x"] + box["width"] <= page.viewport_size["width"], box
 
 
 @pytest.mark.parametrize("color_scheme", ["light", "dark"])

@@ -40,6 +40,11 @@ def assert_fits(page: Page) -> None:
     assert width <= viewport, f"the page is {width} px wide in a {viewport} px window"
 
 
+def expect_within_width(page: Page, locator: Locator) -> None:
+    box = locator.bounding_box()
+    assert 0 <= box["x"] and box["x"] + box["width"] <= page.viewport_size["width"], box
+
+
 def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     """Poll a condition outside the page (what the server stored)."""
     deadline = time.monotonic() + timeout
