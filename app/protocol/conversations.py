@@ -195,12 +195,20 @@ class EndThinkingResult(Struct):
     ended: list[str]  # assistant message ids that were running: each closes its thinking now and answers
 
 
+class SnippetRun(Struct):
+    """A stretch of a search hit's snippet: a word of the query as written in the message (match), or text around
+    it."""
+
+    text: str
+    match: bool = False
+
+
 class SearchHit(Struct):
     conversation_id: str
     conversation_title: str
     message_id: str
     role: str
-    snippet: str
+    snippet: list[SnippetRun]  # the part of the message around its first match, … where it is cut
 
 
 # One event stream per send, edit or regenerate. The SSE `event:` line and the `type` field agree.

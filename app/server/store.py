@@ -17,7 +17,14 @@ from pathlib import Path
 
 import msgspec
 
-from localchat.app.protocol.conversations import Conversation, Message, ReplyStats, SamplingSettings, SearchHit
+from localchat.app.protocol.conversations import (
+    Conversation,
+    Message,
+    ReplyStats,
+    SamplingSettings,
+    SearchHit,
+    SnippetRun,
+)
 from localchat.app.protocol.documents import Document
 from localchat.app.protocol.openai import ToolCall
 from localchat.app.server.config import quoted
@@ -148,17 +155,23 @@ def query_words(query: str) -> re.Pattern:
     return re.compile(r"\b(?:" + "|".join(sorted(words, key=len, reverse=True) or ["(?!)"]) + r")\b", re.IGNORECASE)
 
 
-def search_snippet(text: str, words: re.Pattern) -> str:
-    """The part of a message around the first of the words it holds, each of them in [brackets] and … where it is
-    cut, at spaces (the message's start where no word is found as written: FTS5 also folds accents)."""
+def search_snippet(text: str, words: re.Pattern) -> list[SnippetRun]:
+    """The part of a message around the first of the words it holds, as runs of text with each of the words a match
+    run, and … where it is cut, at spaces (the message's start where no word is found as written: FTS5 also folds
+    accents)."""
     found = words.search(text)
     at, after_match = (found.start(), found.end()) if found else (0, 0)
     before, after = SNIPPET_CHARS
     start = 0 if at <= before else text.find(" ", at - before, at) + 1 or at - before
     end = len(text) if at + after >= len(text) else text.rfind(" ", after_match, at + after)
     end = end if end > after_match else min(len(text), at + after)
-    marked = words.sub(lambda match: f"[{match[0]}]", text[start:end])
-    return ("…" if start else "") + marked + ("…" if end < len(text) else "")
+    shown = ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")
+    runs, at = [], 0
+    for found in words.finditer(shown):
+        runs += [SnippetRun(shown[at:found.start()])] if found.start() > at else []
+        runs.append(SnippetRun(found[0], match=True))
+        at = found.end()
+    return runs + ([SnippetRun(shown[at:])] if at < len(shown) else [])
 
 
 class StoreError(LookupError):

@@ -5,8 +5,18 @@ import time
 
 import pytest
 
-from localchat.app.protocol.conversations import Message, ReplyStats, SamplingSettings
-from localchat.app.server.store import MIGRATIONS, SCHEMA_VERSION, Store, StoreError, new_id, pack_tokens, unpack_tokens
+from localchat.app.protocol.conversations import Message, ReplyStats, SamplingSettings, SnippetRun
+from localchat.app.server.store import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    Store,
+    StoreError,
+    new_id,
+    pack_tokens,
+    query_words,
+    search_snippet,
+    unpack_tokens,
+)
 
 
 def message(conversation_id, parent_id, role, content, **fields):
@@ -102,8 +112,19 @@ def test_list_order_rename_settings_and_search(store):
     got = store.get_conversation(new.id)
     assert got.settings.max_tokens == 3 and got.system_prompt == "sys"
     hits = store.search("zebra*")
-    assert [(h.conversation_title, h.role) for h in hits] == [("old", "user")] and "[zebras]" in hits[0].snippet
+    assert [(h.conversation_title, h.role) for h in hits] == [("old", "user")]
+    assert [(run.text, run.match) for run in hits[0].snippet] == [("zebras", True), (" are striped", False)]
     assert store.search('unbalanced "quote') == []  # not FTS5 syntax: searched as a phrase
+
+
+def test_a_snippet_marks_every_word_of_the_query_and_is_cut_at_spaces():
+    text = "word " * 20 + "Paris is the capital; PARIS again and paris-like " + "tail " * 30
+    runs = search_snippet(text, query_words("paris"))
+    shown = "".join(run.text for run in runs)
+    assert shown.startswith("…word ") and shown.endswith("…") and len(shown) < len(text)
+    assert [run.text for run in runs if run.match] == ["Paris", "PARIS", "paris"]
+    assert all(not run.match or run.text.lower() == "paris" for run in runs)
+    assert search_snippet("nothing here", query_words("zebra")) == [SnippetRun("nothing here")]
 
 
 def test_token_ids_round_trip():

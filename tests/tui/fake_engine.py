@@ -22,6 +22,7 @@ from localchat.app.protocol.conversations import (
     ReplyStats,
     SamplingSettings,
     SearchHit,
+    SnippetRun,
     StartEvent,
     StopResult,
     StreamEvent,
@@ -210,7 +211,7 @@ class FakeEngine:
     async def search(self, query: str, limit: int = 50) -> list[SearchHit]:
         self._check()
         return [SearchHit(conversation_id=cid, conversation_title=self.conversations[cid].title, message_id=m.id,
-                          role=m.role, snippet=m.content[:60])
+                          role=m.role, snippet=[SnippetRun(m.content[:60])])
                 for cid, messages in self.messages.items() for m in messages
                 if query and query.lower() in m.content.lower()][:limit]
 

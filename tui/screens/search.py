@@ -1,5 +1,7 @@
 """Search every chat's messages (the engine's FTS5 index); choosing a hit opens its branch."""
 
+import re
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -15,7 +17,8 @@ from localchat.tui.engine_work import engine_work
 
 def hit_label(hit: SearchHit) -> Content:
     who = "You" if hit.role == "user" else "Assistant"
-    return Content.assemble((hit.conversation_title, "bold"), f"  {who}: ", " ".join(hit.snippet.split()))
+    runs = [(re.sub(r"\s+", " ", run.text), "reverse" if run.match else "") for run in hit.snippet]
+    return Content.assemble((hit.conversation_title, "bold"), f"  {who}: ", *runs)
 
 
 class SearchScreen(ModalScreen[SearchHit | None]):
