@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
-from webui_page import ChatPage, launch_chromium, new_page
+from webui_page import SIZES, ChatPage, launch_chromium, new_page
 
 
 @pytest.fixture(scope="module")
@@ -30,3 +30,10 @@ def page(browser) -> Iterator[Page]:
 def chat(page, server, api) -> ChatPage:
     """The signed-in web UI."""
     return ChatPage(page, server, api).sign_in()
+
+
+@pytest.fixture(params=SIZES)
+def chat_at_both_sizes(request, browser, server, api) -> Iterator[ChatPage]:
+    """The signed-in web UI on a laptop's screen (1440x900), then on a phone's (390x844)."""
+    with new_page(browser, *SIZES[request.param]) as page:
+        yield ChatPage(page, server, api).sign_in()

@@ -15,6 +15,60 @@ FAST = {"temperature": 0.0, "max_tokens": 12}  # short, reproducible replies
 BACKGROUNDS = {"light": "rgb(255, 255, 255)", "dark": "rgb(22, 24, 29)"}  # the page's, by color scheme
 
 
+# the sizes issue 32 compared the web UI at: a laptop and a phone
+SIZES = {"desktop": (1440, 900), "phone": (390, 844)}
+TOUCH_TARGET_PX = 44  # the least width and height of what a finger taps (WCAG 2.5.5, Apple's and Google's guides)
+
+# Every visible control under `root`, measured: a checkbox by its label (the line a tap on which ticks it). Links in
+# a reply's text are left out, as WCAG's target size rule leaves out links inside a sentence.
+MEASURE_TARGETS = """([root, minimum]) => {
+    const controls = 'a[href], button, input:not([type="hidden"]), select, textarea, summary, ' +
+        '[tabindex]:not([tabindex="-1"])';
+    const measured = [], small = [];
+    for (const control of document.querySelector(root).querySelectorAll(controls)) {
+        if (!control.checkVisibility({ checkOpacity: true, checkVisibilityCSS: true })) continue;
+        if (control.matches('.content a')) continue;
+        const target = ['checkbox', 'radio'].includes(control.type) ? control.closest('label') ?? control : control;
+        const box = target.getBoundingClientRect();
+        const name = `${control.tagName.toLowerCase()}${control.id ? '#' + control.id : ''}.${control.className}` +
+            ` "${(control.name || control.textContent || control.placeholder || '').trim().slice(0, 20)}"`;
+        measured.push(name);
+        if (box.width < minimum || box.height < minimum) small.push(`${name}: ${box.width}x${box.height}`);
+    }
+    return { measured, small };
+}"""
+
+
+def touch_targets(page: Page, root: str = "body") -> tuple[list[str], list[str]]:
+    """The visible controls under `root`, and those of them smaller than TOUCH_TARGET_PX either way (with their
+    size)."""
+    result = page.evaluate(MEASURE_TARGETS, [root, TOUCH_TARGET_PX])
+    return result["measured"], result["small"]
+
+
+def luminance(css_color: str) -> float:
+    """The relative luminance (WCAG 2) of a computed colour, "rgb(r, g, b)"."""
+    channels = [int(c) / 255 for c in css_color[css_color.index("(") + 1:].split(",")[:3]]
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def contrast(color: str, background: str) -> float:
+    """The contrast ratio (WCAG 2) of two opaque computed colours: 1 to 21."""
+    light, dark = sorted([luminance(color), luminance(background)], reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def colors(locator: Locator) -> tuple[str, str]:
+    """An element's computed text colour and background colour (the background of the nearest element that has one:
+    what its text is seen on)."""
+    return locator.evaluate("""e => {
+        let back = e;
+        while (back && getComputedStyle(back).backgroundColor === 'rgba(0, 0, 0, 0)') back = back.parentElement;
+        return [getComputedStyle(e).color, getComputedStyle(back ?? document.body).backgroundColor];
+    }""")
+
+
 def launch_chromium(playwright: Playwright) -> Browser:
     return playwright.chromium.launch(executable_path=CHROMIUM)
 

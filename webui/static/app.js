@@ -4,8 +4,10 @@ import * as api from "./api.js";
 import { BranchTreeView } from "./branches.js";
 import { BranchShown, ChatSession, Failed, ReplyFinished, RepliesStarted, TextAdded } from "./chat_session.js";
 import { ContextGauge, contextUse } from "./context.js";
+import { ChatSummary } from "./chat_summary.js";
 import { Attachments, documentChips } from "./documents.js";
 import { copyText, setRange } from "./dom.js";
+import { showEmptyState } from "./empty_state.js";
 import { fillHelp, installShortcuts } from "./keys.js";
 import { ModelPicker } from "./models.js";
 import { Panels } from "./panels.js";
@@ -33,13 +35,14 @@ class App {
       onRegenerate: (id) => this.regenerate(id),
       onPick: (id) => this.pickBranch(id),
     }, this.documents);
-    this.branches = new BranchTreeView($("branches"), (id) => {
+    this.branches = new BranchTreeView($("branch-tree"), (id) => {
       this.panels.closeDrawers();
       this.pickBranch(id);
     });
     this.panels = new Panels({
       app: $("app"), scrim: $("scrim"), sidebarButton: $("open-sidebar"), menuButton: $("open-menu"),
       menu: $("chat-tools"), branches: $("branches"), branchesButton: $("toggle-branches"),
+      closeBranchesButton: $("close-branches"),
     }, () => this.renderBranches());
     this.sidebar = new Sidebar($("chats"), $("search"), {
       onOpen: (id, messageId) => {
@@ -58,6 +61,13 @@ class App {
       dropZone: $("composer"), list: $("attachments") }, this.documents, (message) => this.showError(message));
     this.models = new ModelPicker($("model"), $("model-status"), $("model-note"), (e) => this.showError(e),
       () => this.showModelAbility());
+    this.summary = new ChatSummary($("chat-summary"), {
+      onModel: () => {
+        this.panels.revealSidebar();
+        this.models.reveal();
+      },
+      onSettings: () => this.editSettings(),
+    });
     fillHelp($("help-dialog"));
     this.wire();
   }
@@ -155,6 +165,14 @@ class App {
     document.title = c ? `${c.title} · localchat` : "localchat";
     this.models.showChat(c?.id ?? null, c?.model ?? null);
     this.summaryLinks.show(c, this.summaries, this.conversations);
+    this.summary.show(c, this.models.running);
+  }
+
+  /** A new chat's empty state, or none once the chat has a message (or a base model runs: nothing can be sent). */
+  showEmptyState() {
+    const empty = !this.session.leaf;
+    $("empty-chat").hidden = !empty;
+    if (empty) showEmptyState($("empty-chat"), this.models.running, this.models.embedded);
   }
 
   /** The documents a chat (GET /api/conversations/{id}) or its messages carry, to show them by name. */
@@ -180,8 +198,9 @@ class App {
     const hash = c ? `#${encodeURIComponent(c.id)}` : "";  // a link to the chat (a new one has none yet)
     if (location.hash !== hash) history.replaceState(null, "", hash || location.pathname);
     this.showTitle();
-    $("empty-chat").hidden = Boolean(this.session.leaf);
-    for (const id of ["open-menu", "settings", "toggle-branches", "export-markdown", "export-json"]) $(id).hidden = !c;
+    this.showEmptyState();
+    // a chat not yet written has settings (saved, they write it) but no branches to show or export
+    for (const id of ["toggle-branches", "export-markdown", "export-json"]) $(id).hidden = !c;
     this.panels.setChat(Boolean(c));
     if (c) {
       $("export-markdown").href = api.exportUrl(c.id, "markdown", this.session.savedLeaf());
@@ -262,7 +281,7 @@ class App {
     let documents = await this.attachments.take();  // once they are uploaded
     if (!content.trim() && !documents.length) return;  // the only attachments were refused
     if (!this.session.leaf && content.trim() && documents.length) {
-      await this.startChatWith(documents);
+      await this.startChatWith({ documents });
       documents = [];
     } else if (!this.session.conversation) {
       await this.newChat();
@@ -275,12 +294,13 @@ class App {
     this.attachments.restore(documents);
   }
 
-  /** The open chat, empty (or none yet), set to start from `documents`: after its system prompt, where chats that
-   * start from the same documents share their cached tokens. */
-  async startChatWith(documents) {
+  /** The open chat, empty (or none yet), written with `fields` (ConversationCreate's: documents, system_prompt,
+   * settings). Documents go after the system prompt, where chats that start from the same documents share their
+   * cached tokens. */
+  async startChatWith(fields) {
     const empty = this.session.conversation;
-    const conversation = empty ? await api.updateConversation(empty.id, { documents })
-      : await api.createConversation({ documents });
+    const conversation = empty ? await api.updateConversation(empty.id, fields)
+      : await api.createConversation(fields);
     this.conversations = [conversation, ...this.conversations.filter((c) => c.id !== conversation.id)];
     this.session.newChat(conversation);
     this.summaries = [];
@@ -379,6 +399,8 @@ class App {
    * one. */
   showModelAbility() {
     this.settings.showThinking(this.models.thinks);
+    this.summary.show(this.session.conversation, this.models.running);
+    this.showEmptyState();
     const note = $("base-model-note");
     const canChat = this.models.canChat;
     note.hidden = canChat;
@@ -463,12 +485,21 @@ class App {
     $("search").select();
   }
 
+  /** The Settings dialog of the open chat; saved on a new chat not yet written, the settings write it (empty, with
+   * them), so that its first message is answered under its system prompt. */
   editSettings() {
     const open = this.session.conversation;
-    if (!open) return;
     this.settings.edit(open, async (fields) => {
+      if (!open) {
+        await this.startChatWith(fields);
+        return;
+      }
       const conversation = await api.updateConversation(open.id, fields);
-      if (this.session.conversation?.id === open.id) this.session.conversation = conversation;
+      if (this.session.conversation?.id !== open.id) return;
+      this.session.conversation = conversation;
+      this.conversations = this.conversations.map((c) => (c.id === open.id ? conversation : c));
+      this.showTitle();
+      this.showContext();
     });
   }
 

@@ -73,8 +73,8 @@ function startsBlock(line) {
 function codeBlock(code, language) {
   return h("div", { class: "code-block" },
     h("div", { class: "code-head" },
-      h("span", { text: language || "code" }),
-      h("button", { type: "button", class: "copy-code", text: "Copy" })),
+      h("span", { class: "code-language", text: language || "code" }),
+      h("button", { type: "button", class: "copy-code", text: "Copy", title: "Copy the code" })),
     h("pre", {}, h("code", {}, highlight(code, language))));
 }
 

@@ -1,5 +1,5 @@
-// One message on screen: who wrote it, its ‹ n/m › branch switcher, its actions, the documents it carries, its
-// thinking (a thinking model's), its text and its stats.
+// One message on screen: who wrote it and its ‹ n/m › branch switcher, the documents it carries, its thinking (a
+// thinking model's), its text, and under it its actions and stats.
 import { documentChips } from "./documents.js";
 import { copyText, h } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
@@ -67,9 +67,9 @@ export class MessageView {
     const pick = card ? h("button", { type: "button", class: "pick", text: "Continue with this reply",
       onclick: () => actions.onPick(this.message.id) }) : null;
     this.element = h("article", { class: `message ${message.role}${card ? " card" : ""}` },
-      h("header", {}, h("span", { class: "role", text: AUTHORS[message.role] }),
-        card ? null : this.switcher, h("span", { class: "actions" }, copy, rewrite)),
-      documentChips(message.documents, documents), this.thinking.element, this.content, this.stats, pick);
+      h("header", {}, h("span", { class: "role", text: AUTHORS[message.role] }), card ? null : this.switcher),
+      documentChips(message.documents, documents), this.thinking.element, this.content,
+      h("div", { class: "message-foot" }, h("span", { class: "actions" }, copy, rewrite), this.stats), pick);
     this.element.dataset.id = message.id;
     this.show(message);
   }

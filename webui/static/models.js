@@ -74,6 +74,19 @@ export class ModelPicker {
     await this.load();
   }
 
+  /** Whether the engine runs the model built into localchat (a small one). */
+  get embedded() {
+    return this.catalog?.models.find((m) => m.current)?.source === "embedded";
+  }
+
+  /** The Model list focused and, where the browser can, opened. */
+  reveal() {
+    this.select.focus();
+    try {
+      this.select.showPicker();
+    } catch {  /* a disabled list (a switch under way), or a browser that cannot open it: focused is enough */ }
+  }
+
   /** The open chat (null: a new one) and the model of its latest reply (null: none yet). */
   showChat(conversationId, model) {
     if (conversationId !== this.chatId) this.started = null;

@@ -7,7 +7,8 @@ const BRANCHES_KEY = "localchat.branches";  // "open" or "closed"
 
 export class Panels {
   /**
-   * `elements`: app, scrim, sidebarButton, menuButton, menu, branches, branchesButton.
+   * `elements`: app, scrim, sidebarButton, menuButton, menu, branches, branchesButton, closeBranchesButton (the
+   * branch tree's own ×: the only way to close it by touch where it is a drawer that covers the whole width).
    * `onBranchesShown()`: the branch tree was opened and is to be drawn.
    */
   constructor(elements, onBranchesShown) {
@@ -26,6 +27,9 @@ export class Panels {
       }
     });
     elements.scrim.addEventListener("click", () => this.closeDrawers());
+    elements.closeBranchesButton.addEventListener("click", () => {
+      if (this.branchesOpen) this.toggleBranches();
+    });
   }
 
   get sidebarOpen() {

@@ -35,7 +35,7 @@ export class Sidebar {
     this.list.setAttribute("aria-label", "Search results");
     this.list.replaceChildren(...hits.map((hit) => h("li", { class: "hit" },
       h("button", { type: "button", onclick: () => this.actions.onOpen(hit.conversation_id, hit.message_id) },
-        h("span", { class: "title", text: hit.conversation_title }),
+        h("span", { class: "title", text: hit.conversation_title, title: hit.conversation_title }),
         h("span", { class: "snippet" }, `${hit.role === "user" ? "You" : "Assistant"}: `,
           ...hit.snippet.map((run) => (run.match ? h("mark", { text: run.text }) : run.text)))))));
     if (!hits.length) this.list.append(h("li", { class: "empty", text: "No messages match" }));

@@ -1,0 +1,32 @@
+// The open chat's model and settings at a glance: chips above the composer — the model the engine runs, the
+// temperature, the most tokens a reply has, and whether a system prompt, JSON mode or tools are set. The model's chip
+// opens the Model list, the others the Settings dialog.
+import { h } from "./dom.js";
+
+/** `actions`: onModel(), onSettings(). */
+export class ChatSummary {
+  constructor(container, actions) {
+    this.container = container;
+    this.actions = actions;
+  }
+
+  /** `conversation`: the open chat (null: a new one not yet written, whose settings are the server's defaults);
+   * `model`: the served name of the model the engine runs. */
+  show(conversation, model) {
+    const settings = conversation?.settings;
+    const chip = (name, value, title) => h("button", { type: "button", class: "chip", title,
+      onclick: () => this.actions.onSettings() }, h("span", { class: "chip-name", text: name }), value);
+    const chips = !settings ? [chip("Settings", "the defaults", "This chat's settings: the server's defaults")] : [
+      chip("Temperature", String(settings.temperature), "Sampling temperature (0: always the likeliest token)"),
+      chip("Max", `${settings.max_tokens} tokens`, "The most tokens a reply has"),
+      conversation.system_prompt && chip("System prompt", "set", conversation.system_prompt),
+      settings.json_mode && chip("JSON", "on", "Replies are JSON objects"),
+      settings.tools.length && chip("Tools", String(settings.tools.length),
+        settings.tools.map((tool) => tool.function.name).join(", ")),
+    ];
+    this.container.replaceChildren(
+      model && h("button", { type: "button", class: "chip model-chip", text: model,
+        title: `${model} answers: choose another model in the Model list`, onclick: () => this.actions.onModel() }),
+      ...chips.filter(Boolean));
+  }
+}
