@@ -1,5 +1,6 @@
 """Driving the web UI as a user does, for the browser tests and the screenshot script."""
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -48,7 +49,9 @@ def touch_targets(page: Page, root: str = "body") -> tuple[list[str], list[str]]
 
 def luminance(css_color: str) -> float:
     """The relative luminance (WCAG 2) of a computed colour, "rgb(r, g, b)"."""
-    channels = [int(c) / 255 for c in css_color[css_color.index("(") + 1:].split(",")[:3]]
+    numbers = re.findall(r"[\d.]+", css_color)
+    assert css_color.startswith("rgb(") and len(numbers) == 3, f"not an opaque colour: {css_color}"
+    channels = [float(c) / 255 for c in numbers]
     linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
     return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
 

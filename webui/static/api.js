@@ -45,6 +45,7 @@ export const endThinking = (id) => json("POST", `${conversation(id)}/end-thinkin
 export const summarize = (id, leaf) => json("POST", `${conversation(id)}/summarize`, leaf ? { leaf } : {});
 export const search = (q) => json("GET", `/api/search?q=${encodeURIComponent(q)}`);
 export const getLimits = () => json("GET", "/api/limits");
+export const getConversationDefaults = () => json("GET", "/api/conversation-defaults");
 export const listModels = () => json("GET", "/api/models");
 export const switchModel = (model) => json("POST", "/api/models/current", { model });
 export const health = () => json("GET", "/health");

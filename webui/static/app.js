@@ -27,6 +27,8 @@ class App {
     this.openings = 0;  // a chat opened later wins over one still loading
     this.following = null;  // the timer that reloads a chat while another client writes its replies
     this.contextLimit = null;  // the model's context in tokens, as the server last said (null: not known)
+    // what a chat not yet written gets (GET /api/conversation-defaults): {system_prompt, settings, small_model}
+    this.defaults = null;
     this.summaries = [];  // the ids of the chats started from a summary of the open one
     this.documents = new Map();  // id -> Document: those of the chats opened and the files attached
     this.thread = new ThreadView($("thread"), {
@@ -60,7 +62,7 @@ class App {
     this.attachments = new Attachments({ input: $("attach-input"), button: $("attach"), dropTarget: $("chat"),
       dropZone: $("composer"), list: $("attachments") }, this.documents, (message) => this.showError(message));
     this.models = new ModelPicker($("model"), $("model-status"), $("model-note"), (e) => this.showError(e),
-      () => this.showModelAbility());
+      () => this.modelRunning());
     this.summary = new ChatSummary($("chat-summary"), {
       onModel: () => {
         this.panels.revealSidebar();
@@ -165,14 +167,14 @@ class App {
     document.title = c ? `${c.title} · localchat` : "localchat";
     this.models.showChat(c?.id ?? null, c?.model ?? null);
     this.summaryLinks.show(c, this.summaries, this.conversations);
-    this.summary.show(c, this.models.running);
+    this.summary.show(c ?? this.defaults, this.models.running);
   }
 
   /** A new chat's empty state, or none once the chat has a message (or a base model runs: nothing can be sent). */
   showEmptyState() {
     const empty = !this.session.leaf;
     $("empty-chat").hidden = !empty;
-    if (empty) showEmptyState($("empty-chat"), this.models.running, this.models.embedded);
+    if (empty) showEmptyState($("empty-chat"), this.models.running, this.defaults?.small_model, this.models.embedded);
   }
 
   /** The documents a chat (GET /api/conversations/{id}) or its messages carry, to show them by name. */
@@ -399,14 +401,21 @@ class App {
    * one. */
   showModelAbility() {
     this.settings.showThinking(this.models.thinks);
-    this.summary.show(this.session.conversation, this.models.running);
-    this.showEmptyState();
     const note = $("base-model-note");
     const canChat = this.models.canChat;
     note.hidden = canChat;
     note.textContent = canChat ? "" : `${this.models.running} is a base model without a chat template: it only ` +
       "continues text; it answers /v1/completions. Choose a chat model in the Model list to chat.";
     for (const id of ["message", "replies", "send", "attach"]) $(id).disabled = !canChat;
+  }
+
+  /** The model the engine runs is known (at load and after a switch): what it can do, and what a new chat gets with
+   * it. */
+  async modelRunning() {
+    this.showModelAbility();
+    this.defaults = await api.getConversationDefaults();
+    this.showTitle();
+    this.showEmptyState();
   }
 
   setStreaming(conversationId) {
@@ -485,11 +494,11 @@ class App {
     $("search").select();
   }
 
-  /** The Settings dialog of the open chat; saved on a new chat not yet written, the settings write it (empty, with
-   * them), so that its first message is answered under its system prompt. */
+  /** The Settings dialog of the open chat; on a new chat not yet written it shows the defaults, and saving writes
+   * the chat (empty, with them), so that its first message is answered under its system prompt. */
   editSettings() {
     const open = this.session.conversation;
-    this.settings.edit(open, async (fields) => {
+    this.settings.edit(open ?? this.defaults, async (fields) => {
       if (!open) {
         await this.startChatWith(fields);
         return;

@@ -10,16 +10,16 @@ export class ChatSummary {
     this.actions = actions;
   }
 
-  /** `conversation`: the open chat (null: a new one not yet written, whose settings are the server's defaults);
-   * `model`: the served name of the model the engine runs. */
-  show(conversation, model) {
-    const settings = conversation?.settings;
+  /** `chat`: {system_prompt, settings} of the open chat, or the defaults of one not yet written (null: not known
+   * yet); `model`: the served name of the model the engine runs. */
+  show(chat, model) {
+    const settings = chat?.settings;
     const chip = (name, value, title) => h("button", { type: "button", class: "chip", title,
       onclick: () => this.actions.onSettings() }, h("span", { class: "chip-name", text: name }), value);
-    const chips = !settings ? [chip("Settings", "the defaults", "This chat's settings: the server's defaults")] : [
+    const chips = !settings ? [] : [
       chip("Temperature", String(settings.temperature), "Sampling temperature (0: always the likeliest token)"),
       chip("Max", `${settings.max_tokens} tokens`, "The most tokens a reply has"),
-      conversation.system_prompt && chip("System prompt", "set", conversation.system_prompt),
+      chat.system_prompt && chip("System prompt", "set", chat.system_prompt),
       settings.json_mode && chip("JSON", "on", "Replies are JSON objects"),
       settings.tools.length && chip("Tools", String(settings.tools.length),
         settings.tools.map((tool) => tool.function.name).join(", ")),

@@ -1,10 +1,11 @@
 // What a new chat shows before its first message: what to do (type, attach documents, the keys), and which model
-// answers; the small model built into localchat gets a kind word on what to expect of it and where a larger one is
-// chosen.
+// answers; a small model (such as the one built into localchat) gets a kind word on what to expect of it and where a
+// larger one is chosen.
 import { h } from "./dom.js";
 
-/** Fills `element` for the model `model` (its served name; null: not known yet); `embedded`: it is the built-in one. */
-export function showEmptyState(element, model, embedded) {
+/** Fills `element` for the model `model` (its served name; null: not known yet); `small`: it has under a billion
+ * weights (GET /api/conversation-defaults' small_model); `embedded`: it is the one built into localchat. */
+export function showEmptyState(element, model, small, embedded) {
   element.replaceChildren(
     h("h2", { text: model ? `Chat with ${model}` : "A new chat" }),
     h("ul", {},
@@ -15,7 +16,7 @@ export function showEmptyState(element, model, embedded) {
       h("li", { text: "Settings sets a system prompt and how the model samples, before the first message too." }),
       h("li", {}, h("kbd", { text: "Ctrl+K" }), " searches every chat, ", h("kbd", { text: "Ctrl+/" }),
         " lists the keyboard shortcuts.")),
-    embedded ? h("p", { class: "model-advice", text: `${model} is the small model built into localchat: quick ` +
-      "and private, but it often gets things wrong, so take its answers lightly. A larger GGUF model, chosen in " +
-      "the Model list, answers much better." }) : null);
+    small && model ? h("p", { class: "model-advice", text: `${model} is ${embedded ? "the small model built into " +
+      "localchat" : "a small model"}: quick and private, but it often gets things wrong, so take its answers lightly. ` +
+      "A larger GGUF model, chosen in the Model list, answers much better." }) : null);
 }

@@ -8,7 +8,7 @@ const POLL_MS = 250;  // how often the loading progress is asked for
 
 export class ModelPicker {
   /** `select`: the <select>; `status`: where the progress shows; `note`: the open chat's model note; `onRunning`:
-   * called once the model the engine runs is known (at load and after each switch). */
+   * called once the model the engine runs is known (at load and after each switch); load waits for its promise. */
   constructor(select, status, note, onError, onRunning) {
     this.select = select;
     this.status = status;
@@ -36,7 +36,7 @@ export class ModelPicker {
     })));
     this.select.disabled = !this.catalog.switchable;
     this.showNote();
-    this.onRunning();
+    await this.onRunning();
     // a switch begun elsewhere (the terminal, another tab): its progress, while the page works on
     if (health.status === "loading") this.waitReady().catch((error) => this.onError(error));
   }

@@ -26,11 +26,6 @@ const CONTEXT_POLICIES = [
   ["rolling_window", "Rolling window", "The oldest messages are left out."],
 ];
 
-// A chat not yet written: no system prompt, and what the server takes when a setting is not sent (SamplingSettings'
-// defaults); its numbers are left empty, which sends none of them, and say so
-const UNWRITTEN_CHAT = { system_prompt: "", settings: { stop: [], json_mode: false, tools: [], tool_choice: "auto",
-  enable_thinking: true, thinking_token_budget: null, context_overflow: null } };
-
 export class SettingsDialog {
   constructor(dialog) {
     this.dialog = dialog;
@@ -88,10 +83,9 @@ export class SettingsDialog {
     this.thinkingFields.hidden = !thinks;
   }
 
-  /** Shows the chat's settings (null: a chat not yet written); Save calls `save({system_prompt, settings})`, and
-   * closes the dialog once it is done. */
-  edit(chat, save) {
-    const conversation = chat ?? UNWRITTEN_CHAT;
+  /** Shows the chat's settings ({system_prompt, settings}: a conversation, or the defaults of one not yet written);
+   * Save calls `save({system_prompt, settings})`, and closes the dialog once it is done. */
+  edit(conversation, save) {
     this.save = save;
     this.systemPrompt.value = conversation.system_prompt;
     this.stop.value = conversation.settings.stop.join("\n");
@@ -104,10 +98,7 @@ export class SettingsDialog {
     this.thinkingBudget.disabled = !this.enableThinking.checked;
     this.contextOverflow.value = conversation.settings.context_overflow ?? "";
     this.showContextPolicy();
-    for (const [name, input] of Object.entries(this.numbers)) {
-      input.value = conversation.settings[name] ?? "";
-      input.placeholder = chat || name === "seed" ? "" : "the default";
-    }
+    for (const [name, input] of Object.entries(this.numbers)) input.value = conversation.settings[name] ?? "";
     this.showError(null);
     this.dialog.showModal();
   }
