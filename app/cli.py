@@ -60,10 +60,11 @@ def main(argv: list[str] | None = None) -> int:
                                            "otherwise the model runs in this process and exits with it.")
     chat.add_argument("message", nargs="?", default="-", help="the question ('-' or nothing: read stdin)")
     chat.add_argument("--model", default=None, help=MODEL_HELP)
-    chat.add_argument("--system", default=None, help="a system prompt")
+    chat.add_argument("--system", default=None,
+                      help="a system prompt ('' for none; default: the model's, as a new chat gets it)")
     chat.add_argument("--max-tokens", type=int, default=512)
-    chat.add_argument("--temperature", type=float, default=0.7)
-    chat.add_argument("--top-p", type=float, default=0.95)
+    chat.add_argument("--temperature", type=float, default=None, help="default: the model's, as a new chat gets it")
+    chat.add_argument("--top-p", type=float, default=None)
     chat.add_argument("--seed", type=int, default=None)
     commands.add_parser("stop", help="stop the running engine process")
     commands.add_parser("status", help="show whether the engine process runs, where, and its model")
@@ -99,11 +100,9 @@ def chat(args) -> int:
     message = sys.stdin.read() if args.message == "-" else args.message
     if not message.strip():
         raise ValueError("the message is empty")
-    messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
-        {"role": "user", "content": message}]
     sampling = {"max_tokens": args.max_tokens, "temperature": args.temperature, "top_p": args.top_p,
                 "seed": args.seed}
-    for text in reply(messages, args.model, sampling):
+    for text in reply(message, args.system, args.model, sampling):
         print(text, end="", flush=True)
     print()
     return 0

@@ -83,6 +83,13 @@ def find_models() -> list[LocalModel]:
     return models
 
 
+def chosen_model(choice: str | None) -> LocalModel | None:
+    """The model a `--model` value names (None: the embedded one): the one find_models() lists by that name, else the
+    one at that path (None: neither)."""
+    choice = choice or EMBEDDED_NAME
+    return next((m for m in find_models() if m.name == choice), None) or model_at(choice)
+
+
 def model_at(path: str) -> LocalModel | None:
     """The model at a path that `--model` named outside the folders find_models() searches (a GGUF file, or a folder
     with config.json and safetensors); None for anything else."""

@@ -132,10 +132,11 @@ class EngineClient:
     async def list_conversations(self) -> list[Conversation]:
         return await self._call("GET", "/api/conversations", kind=list[Conversation])
 
-    async def create_conversation(self, title: str | None = None, system_prompt: str = "",
+    async def create_conversation(self, title: str | None = None, system_prompt: str | None = None,
                                   settings: SamplingSettings | None = None, documents: list[str] = ()
                                   ) -> Conversation:
-        """documents: the ids of the documents it starts with (upload_document), after the system prompt."""
+        """documents: the ids of the documents it starts with (upload_document), after the system prompt; the system
+        prompt and settings left None: the model's defaults."""
         return await self._call("POST", "/api/conversations", ConversationCreate(
             title=title, system_prompt=system_prompt, settings=settings, documents=list(documents)),
             kind=Conversation)

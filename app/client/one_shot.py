@@ -10,25 +10,51 @@ import httpx
 import msgspec
 
 from localchat.app import paths
+from localchat.app.chat_defaults import chat_defaults
 from localchat.app.client import engine_process
 from localchat.app.client.engine_client import raise_for_status
 from localchat.app.engine_state import read_state
+from localchat.app.protocol.conversations import ConversationDefaults
 from localchat.app.protocol.openai import ChatCompletionChunk
 from localchat.app.sse import data_lines
+from localchat.engine.model_catalog import chosen_model
 
 
-def reply(messages: list[dict], model: str | None, sampling: dict) -> Iterator[str]:
-    """The reply's text as it is generated. `sampling`: temperature, top_p, max_tokens, seed."""
+def reply(question: str, system: str | None, model: str | None, sampling: dict) -> Iterator[str]:
+    """The reply's text as it is generated. `sampling`: temperature, top_p, max_tokens, seed; a system prompt or a
+    temperature of None: the model's chat defaults, as a new conversation gets them (app/chat_defaults.py)."""
     state = read_state()
     health = engine_process.health(state.url) if state else None
     if health is not None and health.status == "ready" and model in (None, health.model):
-        return _from_engine_process(state.url, messages, sampling)
-    return _in_process(messages, model, sampling)
+        headers = {"Authorization": f"Bearer {paths.load_or_create_token()}"}
+        defaults = _engine_defaults(state.url, headers)
+        return _from_engine_process(state.url, headers, _chat(question, system, defaults),
+                                    _sampling(sampling, defaults))
+    model_file = chosen_model(model)
+    defaults = chat_defaults(model_file.parameters if model_file else None)
+    return _in_process(_chat(question, system, defaults), model, _sampling(sampling, defaults))
 
 
-def _from_engine_process(url: str, messages: list[dict], sampling: dict) -> Iterator[str]:
+def _chat(question: str, system: str | None, defaults: ConversationDefaults) -> list[dict]:
+    system = defaults.system_prompt if system is None else system
+    question_only = [{"role": "user", "content": question}]
+    return [{"role": "system", "content": system}, *question_only] if system else question_only
+
+
+def _sampling(sampling: dict, defaults: ConversationDefaults) -> dict:
+    fields = {"temperature": defaults.settings.temperature, "top_p": defaults.settings.top_p}
+    return sampling | {k: v for k, v in fields.items() if sampling.get(k) is None}
+
+
+def _engine_defaults(url: str, headers: dict) -> ConversationDefaults:
+    response = httpx.get(f"{url}/api/conversation-defaults", headers=headers, timeout=30)
+    if response.status_code >= 400:
+        raise_for_status(response.status_code, response.content)
+    return msgspec.json.decode(response.content, type=ConversationDefaults)
+
+
+def _from_engine_process(url: str, headers: dict, messages: list[dict], sampling: dict) -> Iterator[str]:
     body = {"messages": messages, "stream": True, **sampling}
-    headers = {"Authorization": f"Bearer {paths.load_or_create_token()}"}
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers,
                       timeout=httpx.Timeout(30.0, read=None)) as response:
         if response.status_code >= 400:

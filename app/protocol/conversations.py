@@ -73,9 +73,18 @@ class Conversation(Struct, kw_only=True):
 
 class ConversationCreate(Struct, kw_only=True, forbid_unknown_fields=True):
     title: Text | None = None  # None or "": a default title
-    system_prompt: Text = ""
-    settings: SamplingSettings | None = None
+    system_prompt: Text | None = None  # None: the model's default (ConversationDefaults); "": none
+    settings: SamplingSettings | None = None  # None: the model's default
     documents: DocumentIds = msgspec.field(default_factory=list)  # ids from POST /api/documents
+
+
+class ConversationDefaults(Struct, kw_only=True):
+    """What a new conversation gets where its creator leaves the system prompt or the settings out, for the model the
+    engine runs (GET /api/conversation-defaults)."""
+
+    system_prompt: str
+    settings: SamplingSettings
+    small_model: bool  # under a billion weights: quick, and often wrong; a UI may say a larger model can be chosen
 
 
 class ConversationUpdate(Struct, kw_only=True, forbid_unknown_fields=True):

@@ -27,7 +27,11 @@ from localchat.app.server.active_requests import ActiveRequests
 from localchat.app.server.backends import Backend, BackendDep, BackendNotReady, BackendRequestError
 from localchat.app.server.config import MAX_REQUEST_BYTES, ServerConfig
 from localchat.app.server.conversations import Conversations
-from localchat.app.server.conversations_api import ConversationController, SearchController
+from localchat.app.server.conversations_api import (
+    ConversationController,
+    ConversationDefaultsController,
+    SearchController,
+)
 from localchat.app.server.documents import MAX_DOCUMENT_BYTES
 from localchat.app.server.documents_api import DocumentController
 from localchat.app.server.embedded_backend import EmbeddedBackend
@@ -291,7 +295,8 @@ def create_app(settings: ServerConfig | None = None, *, backend: Backend | None 
     app = Litestar(
         route_handlers=[SystemController, AuthController, LimitsController, ModelsController,
                         OpenAIRelay if backend.relays_openai else OpenAIController,
-                        ConversationController, SearchController, DocumentController, OllamaController,
+                        ConversationController, ConversationDefaultsController, SearchController, DocumentController,
+                        OllamaController,
                         *webui_routes],
         dependencies=dependencies,
         middleware=[DefineMiddleware(SecurityMiddleware, token=token, sessions=sessions,

@@ -13,10 +13,12 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 from msgspec import UNSET
 
+from localchat.app.chat_defaults import chat_defaults
 from localchat.app.markdown import export_markdown
 from localchat.app.protocol.conversations import (
     Conversation,
     ConversationCreate,
+    ConversationDefaults,
     ConversationTree,
     ConversationUpdate,
     EditMessage,
@@ -32,12 +34,13 @@ from localchat.app.protocol.conversations import (
     SummarizeRequest,
     UserEvent,
 )
-from localchat.app.server.backends import BackendRequestError
+from localchat.app.server.backends import Backend, BackendDep, BackendRequestError
 from localchat.app.server.config import quoted
 from localchat.app.server.conversations import DEFAULT_TITLE, Conversations, Replies, shown_leaf
 from localchat.app.server.openapi import EventStream, MarkdownOrJSON
 from localchat.app.server.sampling import reply_sampling
 from localchat.app.server.store import Store
+from localchat.engine.model_catalog import chosen_model
 
 StoreDep = NamedDependency[Store]
 ConversationsDep = NamedDependency[Conversations]
@@ -48,12 +51,15 @@ class ConversationController(Controller):
     path = "/api/conversations"
 
     @post("/")
-    async def create(self, data: JSONBody[ConversationCreate], store: StoreDep) -> Conversation:
+    async def create(self, data: JSONBody[ConversationCreate], store: StoreDep, backend: BackendDep) -> Conversation:
         """documents: ids from POST /api/documents, placed after the system prompt (chats that start with the same
-        documents share their KV blocks)."""
-        settings = _checked(data.settings or SamplingSettings())
+        documents share their KV blocks). A system prompt or settings left out: the model's defaults (GET
+        /api/conversation-defaults)."""
+        defaults = await conversation_defaults(backend) if data.settings is None or data.system_prompt is None else None
+        settings = _checked(data.settings or defaults.settings)
+        system_prompt = defaults.system_prompt if data.system_prompt is None else data.system_prompt
         store.list_documents(data.documents)  # each one exists (404 otherwise)
-        return store.create_conversation(data.title or DEFAULT_TITLE, data.system_prompt, settings,
+        return store.create_conversation(data.title or DEFAULT_TITLE, system_prompt, settings,
                                          documents=data.documents)
 
     @get("/")
@@ -199,6 +205,23 @@ class SearchController(Controller):
         if "\x00" in q:
             raise ValidationException("the query contains a NUL character")
         return store.search(q, limit)
+
+
+class ConversationDefaultsController(Controller):
+    @get("/api/conversation-defaults")
+    async def defaults(self, backend: BackendDep) -> ConversationDefaults:
+        """What a new conversation gets where it sets no system prompt or settings, for the model the engine runs:
+        a small model (the embedded one) a lower temperature and a short system prompt (app/chat_defaults.py)."""
+        return await conversation_defaults(backend)
+
+
+async def conversation_defaults(backend: Backend) -> ConversationDefaults:
+    """chat_defaults for the model the embedded engine runs (its size from the model catalog); a remote engine's
+    model is not known here: the usual defaults."""
+    if backend.kind != "embedded":
+        return chat_defaults(None)
+    model = await asyncio.to_thread(chosen_model, backend.model_choice)
+    return chat_defaults(model.parameters if model else None)
 
 
 def _checked(settings: SamplingSettings) -> SamplingSettings:

@@ -46,8 +46,10 @@ def test_the_kv_cache_line_says_its_size_where_the_engine_reports_one():
 
 
 def test_chat_through_the_engine_process_and_in_process_agree(server, api, tmp_path):
+    system = api.get("/api/conversation-defaults").json()["system_prompt"]  # a new chat's, as `localchat chat` takes it
+    assert system  # the embedded model is a small one: it gets a short system prompt
     reference = api.post("/v1/chat/completions", json={
-        "messages": [{"role": "user", "content": QUESTION}], "temperature": 0,
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": QUESTION}], "temperature": 0,
         "max_tokens": 12}).json()["choices"][0]["message"]["content"]
     assert reference.strip()
 

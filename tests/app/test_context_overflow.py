@@ -82,8 +82,11 @@ def test_stop_refuses_with_the_numbers_and_keeps_nothing(api):
 
 
 def test_the_context_of_a_chat_without_messages_is_none(api):
-    conversation = api.post("/api/conversations", json={}).json()["id"]
+    conversation = api.post("/api/conversations", json={"system_prompt": ""}).json()["id"]
     assert api.get(f"/api/conversations/{conversation}").json()["context"] is None
+    # a new chat's default system prompt (the embedded model is a small one) is its context before the first message
+    with_default = api.post("/api/conversations", json={}).json()["id"]
+    assert 0 < api.get(f"/api/conversations/{with_default}").json()["context"]["tokens"] < 32
 
 
 def test_a_summary_starts_a_new_chat_linked_to_the_old_one(api):

@@ -3,8 +3,11 @@ stop, export."""
 
 import time
 
+import msgspec
 import pytest
 
+from localchat.app.chat_defaults import SMALL_MODEL_SYSTEM_PROMPT, SMALL_MODEL_TEMPERATURE
+from localchat.app.protocol.conversations import SamplingSettings
 from support import stream_api, stream_in_background
 
 pytestmark = pytest.mark.slow  # a real `localchat serve`: left out of `./dev test --fast`
@@ -163,10 +166,22 @@ def test_rename_settings_system_prompt_delete(api):
     # the conversation's settings apply when a request brings none; the new system prompt replaces the default
     again = replies(stream_api(api, f"/api/conversations/{cid}/messages/{first['id']}/regenerate", {}))[0]
     assert again["stats"]["completion_tokens"] <= 2
-    assert again["stats"]["prompt_tokens"] < without_system  # "You are terse." is shorter than SmolLM's default
+    assert again["stats"]["prompt_tokens"] < without_system  # "You are terse." is shorter than a new chat's default
     assert api.get("/api/conversations").json()[0]["id"] == cid  # newest activity first
     assert api.delete(f"/api/conversations/{cid}").status_code == 204
     assert api.get(f"/api/conversations/{cid}").status_code == 404
+
+
+def test_a_new_chat_on_the_small_embedded_model_gets_its_defaults(api):
+    defaults = api.get("/api/conversation-defaults").json()
+    assert defaults["small_model"] is True  # 135M weights
+    assert defaults["settings"]["temperature"] == SMALL_MODEL_TEMPERATURE < SamplingSettings().temperature
+    assert defaults["system_prompt"] == SMALL_MODEL_SYSTEM_PROMPT
+    plain = api.post("/api/conversations", json={"title": "plain"}).json()
+    assert (plain["system_prompt"], plain["settings"]) == (defaults["system_prompt"], defaults["settings"])
+    # what the creator sets is kept: no system prompt at all, and its own settings object whole
+    own = api.post("/api/conversations", json={"system_prompt": "", "settings": {"seed": 3}}).json()
+    assert own["system_prompt"] == "" and own["settings"] == msgspec.to_builtins(SamplingSettings(seed=3))
 
 
 def test_export_markdown_and_json(api):

@@ -166,7 +166,7 @@ def test_a_chat_after_a_restart_finds_the_document_on_disk(tmp_path):
 
 def test_a_chat_without_messages_may_be_set_to_start_from_documents(api):
     document = upload(api, "mill-patch.txt", TEXT.encode()).json()
-    conversation = api.post("/api/conversations", json={}).json()["id"]
+    conversation = api.post("/api/conversations", json={"system_prompt": ""}).json()["id"]  # the documents alone
     patched = api.patch(f"/api/conversations/{conversation}", json={"documents": [document["id"]]})
     assert patched.status_code == 200 and patched.json()["documents"] == [document["id"]]
     context = api.get(f"/api/conversations/{conversation}").json()["context"]

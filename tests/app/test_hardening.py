@@ -166,7 +166,8 @@ def test_settings_that_cannot_work_are_refused_where_they_are_set(api, settings,
     sent = api.post(f"/api/conversations/{cid}/messages", json={"content": "Hi", "settings": settings})
     assert sent.status_code == 400 and message in sent.json()["error"]["message"]
     conversation = api.get(f"/api/conversations/{cid}").json()
-    assert conversation["conversation"]["settings"]["temperature"] == 0.7 and conversation["messages"] == []
+    defaults = api.get("/api/conversation-defaults").json()["settings"]
+    assert conversation["conversation"]["settings"] == defaults and conversation["messages"] == []
 
 
 @pytest.mark.parametrize("field, value", [

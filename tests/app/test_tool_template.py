@@ -67,7 +67,7 @@ def test_a_call_and_its_result_reach_the_template_as_structured_messages(hermes)
 def test_a_conversation_with_tools_prompts_as_the_template_renders(hermes):
     api, _, tokenizer = hermes
     settings = {"temperature": 1.0, "seed": 2, "max_tokens": 60, "tools": [WEATHER], "tool_choice": "required"}
-    conversation = api.post("/api/conversations", json={"settings": settings}).json()
+    conversation = api.post("/api/conversations", json={"settings": settings, "system_prompt": ""}).json()
     path = f"/api/conversations/{conversation['id']}/messages"
     call_message = stream_api(api, path, {"content": "Weather in Rome?"})[-1]["message"]
     [call] = call_message["tool_calls"]

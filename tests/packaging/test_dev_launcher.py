@@ -1,0 +1,49 @@
+"""`./dev` puts `localchat` where a new shell finds it (the README's examples call it by name)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SYSTEM_PATH = "/usr/bin:/bin"  # nothing of localchat's
+
+
+def dev(home: Path, path: str) -> subprocess.CompletedProcess:
+    env = {"HOME": str(home), "PATH": path, "PYTHON": sys.executable}  # the Python ./dev checks the version of
+    return subprocess.run([ROOT / "dev", "--version"], env=env, capture_output=True, text=True, timeout=600)
+
+
+def new_shell(home: Path, path: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", "localchat --version"], env={"HOME": str(home), "PATH": path},
+                          capture_output=True, text=True)
+
+
+def test_dev_links_localchat_into_a_folder_on_the_path(tmp_path):
+    bin_dir = tmp_path / ".local" / "bin"
+    bin_dir.mkdir(parents=True)
+    path = f"{bin_dir}:{SYSTEM_PATH}"
+    assert new_shell(tmp_path, path).returncode == 127  # not found before
+    first = dev(tmp_path, path)
+    assert first.returncode == 0, first.stderr
+    assert os.readlink(bin_dir / "localchat") == str(ROOT / ".venv" / "bin" / "localchat")
+    assert f"localchat is linked at {bin_dir / 'localchat'}" in first.stderr
+    found = new_shell(tmp_path, path)
+    assert found.returncode == 0 and found.stdout.startswith("localchat ")
+    assert "linked" not in dev(tmp_path, path).stderr  # said once
+
+
+def test_dev_says_how_to_reach_the_link_when_no_folder_of_the_path_takes_it(tmp_path):
+    result = dev(tmp_path, SYSTEM_PATH)
+    assert result.returncode == 0, result.stderr
+    link = tmp_path / ".local" / "bin" / "localchat"
+    assert link.is_symlink() and f"{link.parent} is not on your PATH: add it" in result.stderr
+
+
+def test_dev_leaves_another_localchat_alone(tmp_path):
+    bin_dir = tmp_path / ".local" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "localchat").write_text("#!/bin/sh\necho pipx's localchat\n")
+    result = dev(tmp_path, f"{bin_dir}:{SYSTEM_PATH}")
+    assert result.returncode == 0 and "is another localchat: left as it is" in result.stderr
+    assert not (bin_dir / "localchat").is_symlink()
