@@ -22,7 +22,6 @@ from localchat.app.protocol.conversations import (
     ReplyStats,
     SamplingSettings,
     SearchHit,
-    SnippetRun,
     StartEvent,
     StopResult,
     StreamEvent,
@@ -32,6 +31,7 @@ from localchat.app.protocol.documents import Document
 from localchat.app.protocol.limits import Limits
 from localchat.app.protocol.system import Health
 from localchat.app.server.app import engine_limits
+from localchat.app.server.store import query_words, search_snippet
 
 T0 = 1_700_000_000.0
 
@@ -136,6 +136,7 @@ class FakeEngine:
         self.refuse_with: EngineError | None = None  # raised by the next sends and regenerates, before any event
         self.documents: dict[str, Document] = {}
         self.sent: list[tuple[str, str, list[str]]] = []  # (conversation, text, documents) of every send
+        self.conversation_hold: asyncio.Event | None = None  # when set, a chat is read once it is set (a slow engine)
 
     def _check(self) -> None:
         if self.fail_with is not None:
@@ -167,6 +168,8 @@ class FakeEngine:
 
     async def conversation(self, conversation_id: str, token_ids: bool = False) -> ConversationTree:
         self._check()
+        if self.conversation_hold is not None:
+            await self.conversation_hold.wait()
         chat, messages = self.conversations[conversation_id], list(self.messages[conversation_id])
         used = {i for m in [chat, *messages] for i in m.documents}
         context = ContextUse(LONG_CONTEXT, self.context_limit) if conversation_id == "c_long" else None
@@ -208,12 +211,25 @@ class FakeEngine:
         self._check()
         del self.conversations[conversation_id], self.messages[conversation_id]
 
+    async def export(self, conversation_id: str, format: str = "markdown", leaf: str | None = None) -> str:
+        """Markdown: the title and the branch ending at `leaf`, a message a paragraph; JSON: the whole tree."""
+        self._check()
+        tree = await self.conversation(conversation_id)
+        if format == "json":
+            return msgspec.json.encode(tree).decode()
+        by_id = {m.id: m for m in tree.messages}
+        branch = []
+        while leaf is not None:
+            branch.insert(0, by_id[leaf])
+            leaf = by_id[leaf].parent_id
+        return "\n\n".join([f"# {tree.conversation.title}", *(m.content for m in branch)])
+
     async def search(self, query: str, limit: int = 50) -> list[SearchHit]:
         self._check()
+        words = query_words(query)  # the real server's: whole words, its snippets with them marked as matches
         return [SearchHit(conversation_id=cid, conversation_title=self.conversations[cid].title, message_id=m.id,
-                          role=m.role, snippet=[SnippetRun(m.content[:60])])
-                for cid, messages in self.messages.items() for m in messages
-                if query and query.lower() in m.content.lower()][:limit]
+                          role=m.role, snippet=search_snippet(m.content, words))
+                for cid, messages in self.messages.items() for m in messages if words.search(m.content)][:limit]
 
     async def send(self, conversation_id: str, text: str, parent_id: str | None, n: int = 1, settings=None,
                    documents: list[str] = ()) -> AsyncIterator[StreamEvent]:

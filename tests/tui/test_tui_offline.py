@@ -92,9 +92,10 @@ async def test_the_command_palette_lists_the_chat_actions(tmp_path):
         assert screen.session.leaf == "m_a3"
         tree = tree_screen.query_one(Tree)
         assert tree.cursor_node.data == "m_a3"  # the branch on screen is where the outline starts
-        # the outline indents only where the chat branches: the question, then its two replies one level in
-        question, first_reply, second_reply = tree.root.children
-        assert not question.allow_expand and str(question.label).startswith("● You:")
+        # the outline indents only where the chat branches: the question, its two replies one level in, under it
+        (question,) = tree.root.children
+        first_reply, second_reply = question.children
+        assert question.data == "m_u1" and str(question.label).startswith("● You:")
         assert first_reply.data == "m_a1" and str(first_reply.label).startswith("○ Assistant:")
         assert str(second_reply.label).startswith("● Assistant:")  # on the shown path
         tree.move_cursor(first_reply)

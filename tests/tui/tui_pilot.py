@@ -1,15 +1,20 @@
 """Helpers for driving the terminal UI in tests: waiting for a condition instead of sleeping, reading what a
-widget shows."""
+widget shows, and what the screen shows at the sizes it must fit."""
 
 import time
 from collections.abc import Callable
 
+from textual.geometry import Region
 from textual.pilot import Pilot
+from textual.widget import Widget
 from textual.widgets import Static
 
 from localchat.tui.screens.chat import ChatScreen
 from localchat.tui.screens.settings import SettingsScreen
 from localchat.tui.widgets.message_view import MessageView
+
+# the sizes every main screen is checked at: a newcomer's 80x24 (tmux), and a roomier terminal
+SIZES = [(80, 24), (120, 40)]
 
 
 async def wait_until(pilot: Pilot, condition: Callable[[], object], timeout: float = 60.0, what: str = ""):
@@ -76,3 +81,26 @@ def thinking_text(view: MessageView) -> str:
     """A reply's thinking as shown once expanded ("" while it is collapsed)."""
     block = view.thinking_block
     return shown(block.query_one(".thinking-text", Static)) if block.display else ""
+
+
+def screen_lines(pilot: Pilot) -> list[str]:
+    """The text of each row of the screen as the terminal would show it (modal screens over the one behind)."""
+    return [strip.text for strip in pilot.app.screen._compositor.render_strips()]
+
+
+def within(widget: Widget, region: Region) -> bool:
+    """The widget is drawn (has a size) and wholly inside `region`."""
+    return widget.region.area > 0 and region.contains_region(widget.region)
+
+
+def chats_read(screen: ChatScreen) -> bool:
+    """The chat list, and the chat opened with it, are read and shown (none of the screen's "chats" work runs)."""
+    return not any(worker.group == "chats" and worker.is_running for worker in screen.workers)
+
+
+async def branched_chat(pilot: Pilot) -> ChatScreen:
+    """The chat screen once it shows the fake engine's branched chat (4 messages) and its chat list (3 chats)."""
+    screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen) and pilot.app.screen)
+    await wait_until(pilot, lambda: len(screen.view.views) == 4 and len(screen.query("ChatItem")) == 3
+                     and chats_read(screen), what="the branched chat")
+    return screen

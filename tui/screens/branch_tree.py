@@ -31,17 +31,21 @@ class BranchTreeScreen(ModalScreen[str | None]):
             yield tree
 
     def add_after(self, node: TreeNode, message_id: str | None) -> None:
-        """The messages after message_id: a lone reply continues in node, one under another; where there are
-        several, each starts a node of its own, one level in, that holds the rest of its branch. The outline indents
-        only where the chat branches."""
+        """The messages after message_id, in node: a lone reply continues in node, one under another; a message with
+        several replies is a node that holds them, each a node of its own, one level in, that holds the rest of its
+        branch. The outline indents only where the chat branches, and a reply is always under the message it
+        answers."""
         children = self.branches.children.get(message_id, [])
-        depth = self.depth(node)
-        while len(children) == 1:
+        while len(children) == 1:  # a loop, not a call per message: a long chat is deeper than Python's recursion
             message_id = children[0]
-            node.add_leaf(self.label(message_id, depth), data=message_id)
             children = self.branches.children.get(message_id, [])
+            label = self.label(message_id, self.depth(node))
+            if len(children) > 1:
+                node = node.add(label, data=message_id, expand=True)
+            else:
+                node.add_leaf(label, data=message_id)
         for child in children:
-            branch = node.add(self.label(child, depth), data=child, expand=True)
+            branch = node.add(self.label(child, self.depth(node)), data=child, expand=True)
             self.add_after(branch, child)
             branch.allow_expand = bool(branch.children)
 

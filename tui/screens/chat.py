@@ -40,6 +40,7 @@ from localchat.tui.widgets.composer import Composer
 from localchat.tui.widgets.context_gauge import ChatHeader
 from localchat.tui.widgets.conversation_view import ConversationView
 from localchat.tui.widgets.document_chips import AttachedDocuments, DocumentChips
+from localchat.tui.widgets.empty_chat import EmptyChat, EmptyChatKeys
 from localchat.tui.widgets.message_view import ChatMessage
 from localchat.tui.widgets.thinking_block import END_THINKING_KEY, ThinkingBlock
 
@@ -52,14 +53,15 @@ def base_model_notice(model: str | None) -> str:
 
 
 class ChatScreen(LongChats, ChatDocuments, Screen):
-    # the footer shows the first keys (it must fit 80 columns); F1 lists every key
+    # the footer shows a few keys, which must fit 80 columns with a message's keys and those shown only while a reply
+    # is written (Stop, Answer now); F1 lists every key
     BINDINGS = [
         Binding("f1", "help", "Help", id="help"),
         Binding("ctrl+n", "new_chat", "New chat", id="new_chat"),
         Binding("ctrl+f", "search", "Search", id="search"),
         Binding("ctrl+g", "fork", "Fork N", id="fork"),
         Binding("ctrl+t", "branch_tree", "Branches", id="branch_tree", show=False),
-        Binding("escape", "stop", "Stop", id="stop"),
+        Binding("escape", "stop", "Stop", id="stop"),  # shown while a reply is written
         Binding(END_THINKING_KEY, "end_thinking", "Answer now", id="end_thinking"),  # shown while a reply thinks
         Binding("ctrl+s", "settings", "Settings", id="settings", show=False),
         Binding("f2", "rename", "Rename", id="rename", show=False),
@@ -84,6 +86,9 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         self.model: str | None = None  # the model the engine runs (as replies record it)
         self.can_chat = True  # False: the model is a base model, which only continues text
         self.thinks = False  # the model thinks before it answers: its thinking can be ended, its settings are shown
+        # the last chat is still to be opened (at start): True until it is, or until the user starts on another one
+        # (sends from the empty chat, opens or creates one), which it must not replace
+        self.restoring = True
 
     def compose(self) -> ComposeResult:
         yield ChatHeader(icon="◆")
@@ -93,11 +98,12 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
             with Vertical(id="main"):
                 yield ChatLinks(id="chat-links")
                 yield DocumentChips(id="chat-documents")
+                yield EmptyChat(id="empty-chat")
                 yield ConversationView(id="conversation")
                 yield Static(id="base-model-note", markup=False)
                 yield AttachedDocuments(id="attached")
-                yield Composer(placeholder="Message (enter sends, shift+enter or ctrl+j: new line, ctrl+g: N replies, "
-                                           "f1: keys)", id="composer")
+                # short enough for 80 columns beside the chat list; the keys for a new line are in the help (F1)
+                yield Composer(placeholder="Message (enter sends, f1: keys)", id="composer")
         yield Footer(compact=True, show_command_palette=False)  # Ctrl+P is in the help (F1)
 
     @property
@@ -132,11 +138,16 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         """The engine's model, and what it can do: a base model (no chat template) only continues text, which the
         note above the message box says; sending is refused (can_generate)."""
         self.show_model(health.model)
+        self.query_one(EmptyChat).show(health.model, self.keys_of_empty_chat(switchable=health.backend == "embedded"))
         self.can_chat = health.chat is not False
         self.thinks = health.thinking is True
         note = self.query_one("#base-model-note", Static)
         note.update("" if self.can_chat else base_model_notice(health.model))
         note.display = not self.can_chat
+
+    def keys_of_empty_chat(self, switchable: bool) -> EmptyChatKeys:
+        return EmptyChatKeys(self.key_of("settings"),
+                             self.key_of("switch_model") if switchable else None)
 
     def show_model(self, model: str | None) -> None:
         self.model = model
@@ -177,22 +188,32 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
 
     @engine_work(group="chats")
     async def load_chats(self, open_newest: bool = False) -> None:
+        """The chat list; open_newest: then the newest chat (the last one, at start), unless the user has started on
+        another one meanwhile."""
         conversations = await self.client.list_conversations()
         self.chat_titles = {conversation.id: conversation.title for conversation in conversations}
-        shown = self.session.conversation
+        shown = self.session.conversation  # the one shown now, after the wait: another may have opened meanwhile
         if shown is not None:  # its title and settings as stored (the first message names a chat)
             self.session.conversation = next((c for c in conversations if c.id == shown.id), shown)
-            self.sub_title = self.session.conversation.title
+            self.show_title()
         await self.query_one(ChatList).show(conversations, shown and shown.id)
         await self.show_links()
-        if open_newest and conversations:
-            await self.open(conversations[0].id)
+        if open_newest and conversations and self.restoring:
+            await self.open(conversations[0].id, restoring=True)
+        if open_newest:
+            self.restoring = False
 
-    async def open(self, conversation_id: str, message_id: str | None = None) -> None:
-        """A chat, on the branch through `message_id` (then remembered as its active one), else on its shown one."""
+    async def open(self, conversation_id: str, message_id: str | None = None, restoring: bool = False) -> None:
+        """A chat, on the branch through `message_id` (then remembered as its active one), else on its shown one.
+        restoring: the last chat, opened at start, which is not opened once the user has started on another."""
+        if not restoring:
+            self.restoring = False
         tree = await self.client.conversation(conversation_id)
+        if restoring and not self.restoring:
+            return
+        self.restoring = False
         self.session.open(tree, message_id)
-        self.sub_title = self.session.conversation.title
+        self.show_title()
         self.summaries = tree.summaries
         self.documents = {document.id: document for document in [*self.attached.documents, *tree.documents]}
         if tree.context is not None:
@@ -201,6 +222,10 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         self.note_other_model()
         if message_id is not None:
             await self.client.update_conversation(conversation_id, active_leaf=self.session.leaf)
+
+    def show_title(self) -> None:
+        """The header names the chat shown (none for a new chat, until its first message)."""
+        self.sub_title = self.session.conversation.title if self.session.conversation else ""
 
     async def show_chat(self) -> None:
         """Render the open chat: its links, its documents, the branch shown."""
@@ -214,6 +239,7 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         """Render the session's branch, and what it uses of the model's context."""
         path = self.session.path()
         await self.view.show(self.session.tree, path, self.documents)
+        self.query_one(EmptyChat).display = not path
         await self.show_context(path)
 
     @engine_work(group="chats")
@@ -223,8 +249,9 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
 
     def action_new_chat(self) -> None:
         """An empty chat; it is created with its first message."""
+        self.restoring = False
         self.session.new_chat()
-        self.sub_title = ""
+        self.show_title()
         self.summaries = []
         self.run_worker(self.show_chat())
         self.query_one(ChatList).index = None
@@ -238,7 +265,7 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
     async def rename(self, title: str | None) -> None:
         if title:
             self.session.conversation = await self.client.rename(self.session.conversation.id, title.strip())
-            self.sub_title = self.session.conversation.title
+            self.show_title()
             self.load_chats()
 
     def action_delete_chat(self) -> None:
@@ -349,16 +376,18 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
 
     @engine_work()
     async def export(self, choice: ExportChoice | None) -> None:
+        """Write the export where the dialog said; say where it went (the full path), or that nothing was written."""
         if choice is None:
+            self.notify("Export cancelled: nothing was written", title="Export")
             return
         text = await self.client.export(self.session.conversation.id, choice.format,
                                         leaf=self.session.leaf if choice.format == "markdown" else None)
         try:
             choice.path.write_text(text)
         except OSError as error:
-            self.notify(f"Could not write {choice.path}: {error.strerror}", severity="error")
+            self.notify(f"Could not write {choice.path}: {error.strerror}", title="Export", severity="error")
         else:
-            self.notify(f"Exported to {choice.path}", title="Export")
+            self.notify(f"Exported to {choice.path}", title="Export", timeout=10)  # time to read the path
 
     def action_settings(self) -> None:
         self.edit_settings()
@@ -383,7 +412,9 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
 
     async def create_chat(self, documents: list[str] = ()) -> Conversation:
         """documents: the ids of those it starts with."""
+        self.restoring = False
         self.session.new_chat(await self.client.create_conversation(documents=documents))
+        self.show_title()
         await self.show_chat()
         conversation = self.session.conversation
         await self.query_one(ChatList).show(await self.client.list_conversations(), conversation.id)
@@ -466,8 +497,14 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         await self.client.stop(self.generating_in)
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """Keys shown and working only while they do something: Stop and Answer now while replies are written, a
+        message's ←/→ while none is (which also keeps the footer within 80 columns)."""
         if action == "end_thinking":  # while a reply on screen thinks (else the key is free for others)
             return self.thinks and any(view.thinking for view in self.view.views)
+        if action == "stop":
+            return self.generating_in is not None
+        if action == "switch_branch":
+            return self.generating_in is None
         return True
 
     def on_thinking_block_streaming(self, event: ThinkingBlock.Streaming) -> None:
@@ -498,6 +535,7 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         refused (can_generate). typed: the text sent from the message box, put back where the engine refuses it;
         documents: the ones attached to it."""
         self.writing = True
+        self.restoring = False  # a send from the empty chat makes a new one: the last chat is not opened over it
         self.stream_replies(start, typed, list(documents))
 
     @engine_work(group="generation")
@@ -511,6 +549,7 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
                 documents = []
             conversation = conversation or await self.create_chat()
             self.generating_in = conversation.id
+            self.refresh_bindings()  # Stop shows, ←/→ hide
             async for event in start(conversation.id, [document.id for document in documents]):
                 if not streamed:  # the message is stored with its documents
                     streamed = True
@@ -525,6 +564,7 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
             raise
         finally:
             self.generating_in, self.writing, self.focus_reply = None, False, False
+            self.refresh_bindings()
             self.load_chats()
 
     async def show_event(self, event: StreamEvent) -> None:

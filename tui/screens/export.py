@@ -29,12 +29,22 @@ def export_folder() -> Path:
     return Path.home()
 
 
+def folder_note(folder: Path) -> str:
+    """Where the file goes, said in the dialog: the home folder is the last resort, and a surprise without a word."""
+    if folder == Path.home():
+        return f"No Downloads or Documents folder: the file goes to your home folder, {folder}."
+    return f"Into {folder}; edit the path to write it elsewhere."
+
+
 def default_path(title: str, format: str) -> Path:
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", title).strip(".-")[:60] or "chat"
     return export_folder() / f"{name}{EXTENSIONS[format]}"
 
 
 class ExportScreen(ModalScreen[ExportChoice | None]):
+    """Enter in the path, or on Export, exports; Export is the first button, so Tab from the path then Enter does
+    too. The chat screen says where the file went, or that nothing was written."""
+
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="cancel")]
 
     def __init__(self, title: str):
@@ -48,9 +58,10 @@ class ExportScreen(ModalScreen[ExportChoice | None]):
                 yield RadioButton("Markdown (this branch)", value=True, id="markdown")
                 yield RadioButton("JSON (every branch)", id="json")
             yield Input(str(default_path(self.chat_title, "markdown")), id="path")
+            yield Label(folder_note(export_folder()), id="export-folder", markup=False)
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Cancel", id="cancel")
                 yield Button("Export", id="export", variant="primary")
+                yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
         self.query_one("#path", Input).focus()
@@ -75,4 +86,4 @@ class ExportScreen(ModalScreen[ExportChoice | None]):
     def export(self) -> None:
         path = self.query_one("#path", Input).value.strip()
         if path:
-            self.dismiss(ExportChoice(self.format, Path(path).expanduser()))
+            self.dismiss(ExportChoice(self.format, Path(path).expanduser().absolute()))

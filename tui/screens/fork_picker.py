@@ -1,11 +1,13 @@
-"""N replies to one message, side by side while they stream; the user picks the one to continue from (the
-others stay as sibling branches)."""
+"""N replies to one message, written at once; the user picks the one to continue from (the others stay as sibling
+branches). Side by side where they all fit; where they do not (3 replies at 80 columns), one whole reply at a time,
+with its place ("Reply 2 of 3") and ←/→ to the others."""
 
 from collections.abc import Callable
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import HorizontalScroll, Vertical
+from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Label
 
@@ -13,15 +15,26 @@ from localchat.app.protocol.conversations import Message
 from localchat.tui.widgets.message_view import MessageView
 from localchat.tui.widgets.thinking_block import END_THINKING_KEY, ThinkingBlock
 
+CARD_WIDTH = 37  # the narrowest a reply is readable side by side (36), and the gap to the next
+
+OTHER_REPLY = Binding.Group("Other reply")  # ← and → as one footer entry
+
 
 class ReplyCard(MessageView, can_focus=True):
     pass
 
 
+class ReplyRow(Horizontal):
+    """The replies' row: it tells the picker whether they all fit side by side at its width."""
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.screen.set_class(event.size.width < len(self.children) * CARD_WIDTH, "-one-at-a-time")
+
+
 class ForkPicker(ModalScreen[str | None]):
     BINDINGS = [
-        Binding("left", "app.focus_previous", "Previous", id="fork_previous"),
-        Binding("right", "app.focus_next", "Next", id="fork_next"),
+        Binding("left", "step(-1)", "Previous reply", id="fork_previous", group=OTHER_REPLY),
+        Binding("right", "step(1)", "Next reply", id="fork_next", group=OTHER_REPLY),
         Binding("enter", "pick_focused", "Continue from this one", id="fork_pick"),
         *(Binding(str(i), f"pick({i})", f"Pick {i}", show=False, id=f"fork_pick_{i}") for i in range(1, 10)),
         Binding("escape", "stop_or_close", "Stop / close", id="fork_close"),
@@ -37,9 +50,10 @@ class ForkPicker(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="fork-picker"):
-            yield Label(f"{len(self.replies)} replies: pick one to continue from (1-{len(self.replies)} or enter); "
-                        "the others stay as branches", classes="dialog-title")
-            with HorizontalScroll(id="fork-replies"):
+            yield Label(f"Pick the reply to go on from: 1-{len(self.replies)} or enter. The others stay as branches.",
+                        classes="dialog-title", id="fork-title")
+            yield Label(id="fork-position")  # shown one reply at a time: which one, of how many
+            with ReplyRow(id="fork-replies"):
                 for i, reply in enumerate(self.replies, 1):
                     yield ReplyCard(reply, title=f"Reply {i}")
             yield Footer()
@@ -51,8 +65,26 @@ class ForkPicker(ModalScreen[str | None]):
     def card_of(self, message_id: str) -> ReplyCard | None:
         return next((card for card in self.cards if card.message.id == message_id), None)
 
+    @property
+    def shown(self) -> ReplyCard:
+        """The reply in view one at a time (the focused one)."""
+        return next(card for card in self.cards if card.has_class("-shown"))
+
     def on_mount(self) -> None:
         self.cards[0].focus()
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        if isinstance(event.widget, ReplyCard):
+            for card in self.cards:
+                card.set_class(card is event.widget, "-shown")
+            at = self.cards.index(event.widget) + 1
+            self.query_one("#fork-position", Label).update(f"Reply {at} of {len(self.cards)} · ← → the others")
+
+    def action_step(self, delta: int) -> None:
+        """The reply before or after the focused one (one at a time, hidden ones are out of Tab's reach too)."""
+        cards = self.cards
+        at = cards.index(self.focused) if self.focused in cards else 0
+        cards[max(0, min(len(cards) - 1, at + delta))].focus()
 
     async def finish(self, message: Message) -> None:
         await self.card_of(message.id).finish(message)

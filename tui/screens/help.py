@@ -30,6 +30,7 @@ class HelpScreen(ModalScreen[None]):
         with Vertical(classes="dialog", id="help"):
             yield Label("Keys", classes="dialog-title")
             yield KeyTable(cursor_type="row", zebra_stripes=True)
+            yield Label("In the message box, Enter sends; Shift+Enter or Ctrl+J starts a new line.", markup=False)
             yield Label("A message's keys act on the focused message: ↑ in the message box (or Shift+Tab) focuses "
                         "the last one, ↑/↓ move between them, Tab goes back to the message box.", markup=False)
             yield Label(f"Remap keys in {self.config_path}, [keymap]: binding id = \"keys\". "

@@ -14,11 +14,16 @@ from localchat.app.client.engine_client import EngineClient, EngineError
 from localchat.app.protocol.conversations import SearchHit
 from localchat.tui.engine_work import engine_work
 
+MATCH_STYLE = "bold $text-accent"  # the query's words in a snippet, readable on the highlighted row's colour too
+
 
 def hit_label(hit: SearchHit) -> Content:
+    """Two lines: the chat's title and who wrote the message, then its snippet with the query's words marked. The
+    title on a line of its own: a long one does not push the snippet away, and every title is cut (wrapped) alike."""
     who = "You" if hit.role == "user" else "Assistant"
-    runs = [(re.sub(r"\s+", " ", run.text), "reverse" if run.match else "") for run in hit.snippet]
-    return Content.assemble((hit.conversation_title, "bold"), f"  {who}: ", *runs)
+    snippet = Content("").join(Content.styled(re.sub(r"\s+", " ", run.text), MATCH_STYLE if run.match else "")
+                               for run in hit.snippet)
+    return Content.assemble((hit.conversation_title, "bold"), (f" · {who}", "dim"), "\n", snippet)
 
 
 class SearchScreen(ModalScreen[SearchHit | None]):

@@ -69,17 +69,19 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                     for setting, label, kind in NUMBERS:
                         yield Label(label)
                         yield Input(str(getattr(s, setting)), type=kind, id=field_id(setting),
-                                    tooltip=self.describe(setting))
+                                    tooltip=self.describe(setting), compact=True)
                     yield Label("Seed")
                     yield Input("" if s.seed is None else str(s.seed), type="integer", placeholder="random",
-                                id="seed")
+                                id="seed", compact=True)
                     yield Label("N (fork)")
-                    yield Input(str(self.fork_n), type="integer", id="fork-n", tooltip=self.describe("n"))
+                    yield Input(str(self.fork_n), type="integer", id="fork-n", tooltip=self.describe("n"),
+                                compact=True)
                     if self.thinking:
                         yield Label("Thinking budget")
                         budget = s.thinking_token_budget
                         yield Input("" if budget is None else str(budget), type="integer", placeholder="server default",
-                                    id="thinking-token-budget", tooltip=self.describe("thinking_token_budget"))
+                                    id="thinking-token-budget", tooltip=self.describe("thinking_token_budget"),
+                                    compact=True)
                 if self.thinking:
                     yield Checkbox("Think before answering", s.enable_thinking, id="enable-thinking")
                 yield Label(f"Stop strings (one per line, at most {self.limits.max_stop_strings})")
@@ -90,10 +92,11 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                 yield TextArea(tools, id="tools", language="json")
                 yield Label("Tool choice")
                 yield Select([(choice, choice) for choice in ("auto", "required", "none")], value=s.tool_choice,
-                             allow_blank=False, id="tool-choice")
+                             allow_blank=False, id="tool-choice",
+                             compact=True)
                 yield Label("When the chat outgrows the model's context")
                 yield Select(CONTEXT_OVERFLOW, value=s.context_overflow or SERVER_DEFAULT, allow_blank=False,
-                             id="context-overflow")
+                             id="context-overflow", compact=True)
             yield Label("", id="settings-error")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Cancel", id="cancel")
@@ -157,6 +160,7 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
             self.dismiss(self.read())
         except ValueError as error:
             self.query_one("#settings-error", Label).update(str(error))
+            self.query_one("#settings-error", Label).add_class("-shown")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "save":

@@ -25,6 +25,9 @@ class CutMarker(Static):
 class ConversationView(VerticalScroll, can_focus=False):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
+        # one show() at a time: a chat opened (the last one, at start) while the user starts a new one; the second
+        # would remove the messages the first is still mounting
+        self.showing = asyncio.Lock()
         self.placing_cut = asyncio.Lock()  # one show_cut() at a time: a reply ends while another branch is shown
 
     @property
@@ -40,16 +43,17 @@ class ConversationView(VerticalScroll, can_focus=False):
 
     async def show(self, branches: MessageTree, path: list[Message], documents: dict[str, Document]) -> None:
         """documents: the ones the messages carry, by id (a message shows those it has)."""
-        views = self.views
-        shared = 0
-        while shared < min(len(views), len(path)) and views[shared].message.id == path[shared].id:
-            shared += 1
-        if shared < len(views):
-            await self.remove_children(views[shared:])
-        if shared < len(path):
-            await self.mount_all([ChatMessage(message, documents=documents) for message in path[shared:]])
-        self.show_positions(branches)
-        self.anchor()
+        async with self.showing:
+            views = self.views
+            shared = 0
+            while shared < min(len(views), len(path)) and views[shared].message.id == path[shared].id:
+                shared += 1
+            if shared < len(views):
+                await self.remove_children(views[shared:])
+            if shared < len(path):
+                await self.mount_all([ChatMessage(message, documents=documents) for message in path[shared:]])
+            self.show_positions(branches)
+            self.anchor()
 
     def show_positions(self, branches: MessageTree) -> None:
         for view in self.views:

@@ -72,8 +72,10 @@ class MessageView(Vertical):
 
     @property
     def thinking(self) -> bool:
-        """It is being written and thinks (no answer yet)."""
-        return self.thinking_block.streaming
+        """It is being written and thinks (no answer yet). False while it has no block: the footer asks (through the
+        screen's check_action) while a new message is mounted or an old one removed."""
+        block = next(iter(self.query_children(ThinkingBlock)), None)
+        return block is not None and block.streaming
 
     @property
     def code_blocks(self) -> list[str]:
@@ -147,7 +149,7 @@ class ChatMessage(MessageView, can_focus=True):
         Binding("left", "screen.switch_branch(-1)", "Prev branch", id="branch_previous", group=BRANCH),
         Binding("right", "screen.switch_branch(1)", "Next branch", id="branch_next", group=BRANCH),
         Binding("r", "screen.regenerate", "Regenerate", id="regenerate"),
-        Binding("e", "screen.edit", "Edit", id="edit"),
+        Binding("e", "screen.edit", "Edit", id="edit", show=False),  # your messages only; 80 columns hold no more
         Binding("f", "screen.fork", "Fork N", id="fork_here", show=False),
         Binding("c", "screen.copy_message", "Copy", id="copy_message", show=False),
         Binding("y", "screen.copy_code", "Copy code", id="copy_code", show=False),

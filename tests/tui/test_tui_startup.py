@@ -1,0 +1,45 @@
+"""Startup is ordered: the last chat is opened at start unless the user has started on another first. A message sent
+the moment the UI appears, while the last chat is still being read, starts a new chat that stays on screen, and the
+header names the chat shown (issue 32)."""
+
+import asyncio
+
+import pytest
+from fake_engine import FakeEngine
+from tui_pilot import SIZES, chats_read, wait_until
+
+from localchat.tui.app import LocalChatApp
+from localchat.tui.screens.chat import ChatScreen
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", SIZES)
+async def test_a_message_sent_while_the_last_chat_is_read_keeps_its_new_chat(tmp_path, size):
+    engine = FakeEngine()
+    engine.conversation_hold = asyncio.Event()  # reading a chat waits: the last chat's restore is slow
+    async with LocalChatApp(client=engine, config_file=tmp_path / "tui.toml").run_test(size=size) as pilot:
+        screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen) and pilot.app.screen)
+        await wait_until(pilot, lambda: screen.focused is screen.composer)
+        await pilot.press(*"Hello there", "enter")  # at once, while the last chat is still being read
+        await wait_until(pilot, lambda: engine.sent, what="the message sent")
+        engine.conversation_hold.set()  # the restore's answer arrives after the send
+        await wait_until(pilot, lambda: not screen.writing and chats_read(screen), what="the reply and the list")
+
+        new_chat = engine.sent[0][0]
+        assert new_chat != "c_sort" and screen.session.conversation.id == new_chat
+        assert [view.message.content for view in screen.view.views][0] == "Hello there"
+        assert all(view.message.conversation_id == new_chat for view in screen.view.views)
+        assert screen.sub_title == engine.conversations[new_chat].title  # not the restored chat's
+
+
+@pytest.mark.asyncio
+async def test_without_a_message_the_last_chat_opens_with_its_title(tmp_path):
+    engine = FakeEngine()
+    engine.conversation_hold = asyncio.Event()
+    async with LocalChatApp(client=engine, config_file=tmp_path / "tui.toml").run_test(size=SIZES[0]) as pilot:
+        screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen) and pilot.app.screen)
+        await pilot.press(*"Hel")  # typing alone does not start a chat: the last one still opens
+        engine.conversation_hold.set()
+        await wait_until(pilot, lambda: len(screen.view.views) == 4 and chats_read(screen))
+        assert screen.session.conversation.id == "c_sort" and screen.sub_title == "Sorting in Python"
+        assert screen.composer.text == "Hel"
