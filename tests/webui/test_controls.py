@@ -78,15 +78,31 @@ def test_copy_buttons(chat, api):
     expect(page.locator("#thread .message.user button.copy-message")).to_have_text("Copied")
     assert page.evaluate("navigator.clipboard.readText()") == "Copy\nme."
 
-    # a code block's button copies the code alone (the block rendered as a reply's Markdown is)
+
+def test_code_blocks_say_their_language_and_copy_their_code(chat_at_both_sizes, api):
+    chat = chat_at_both_sizes
+    chat.page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=chat.server.url)
+    conversation = api.post("/api/conversations", json={"settings": {**FAST, "max_tokens": 4}}).json()
+    stream_api(api, f"/api/conversations/{conversation['id']}/messages", {"content": "Code, please."})
+    chat.open(conversation["id"])
+    page = chat.page
+    # code blocks rendered as a reply's Markdown is: one per fence, labelled with its language ("code": none given)
     page.evaluate("""async () => {
         const { renderMarkdown } = await import('/static/markdown.js');
-        document.querySelector('#thread .message.assistant .content')
-            .replaceChildren(renderMarkdown('Run:\\n```python\\nprint("hi")\\n```'));
+        document.querySelector('#thread .message.assistant .content').replaceChildren(renderMarkdown(
+            'Run:\\n```python\\nprint("hi")\\n```\\nor\\n~~~typescript\\nlet x = 1;\\n~~~\\n```\\nplain\\n```'));
     }""")
-    page.locator("#thread .code-block button.copy-code").click()
-    expect(page.locator("#thread .code-block .tok-kw")).to_have_text("print")
-    assert page.evaluate("navigator.clipboard.readText()") == 'print("hi")'
+    blocks = page.locator("#thread .code-block")
+    expect(blocks.locator(".code-language")).to_have_text(["python", "typescript", "code"])
+    expect(blocks.first.locator(".tok-kw")).to_have_text("print")
+    for block, code in zip(blocks.all(), ['print("hi")', "let x = 1;", "plain"], strict=True):
+        copy = block.locator("button.copy-code")
+        copy.scroll_into_view_if_needed()
+        expect(copy).to_be_in_viewport(ratio=1)
+        copy.click()
+        expect(copy).to_have_text("Copied")  # for a moment
+        assert page.evaluate("navigator.clipboard.readText()") == code
+        expect(copy).to_have_text("Copy")
 
 
 def test_theme_follows_the_system_setting(chat):

@@ -1,8 +1,11 @@
 """The chat list and search: new, rename, delete, newest first; search over message text opens the hit."""
 
+import random
+import string
+
 import pytest
 from playwright.sync_api import expect
-from webui_page import FAST, REPLY_TIMEOUT_MS, ChatPage, wait_until
+from webui_page import FAST, REPLY_TIMEOUT_MS, ChatPage, colors, contrast, wait_until
 
 from support import stream_api
 
@@ -93,3 +96,54 @@ def test_signing_in_opens_a_new_chat_unless_the_address_names_one(page, server, 
     page.goto(f"{chat.login_url()}#{older['id']}")  # a login link that names a chat opens it
     expect(page.locator(f'#chats li.current[data-id="{older["id"]}"]')).to_have_count(1)
     expect(chat.messages).to_have_count(2)
+
+
+SHARED_START = "What is a KV cache, in "  # chats named by their first messages often start alike
+TITLES = [SHARED_START + "two sentences for a newcomer", SHARED_START + "one word"]
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_each_search_hit_shows_its_own_chats_title(chat_at_both_sizes, api, theme):
+    word = "quetzal" + "".join(random.choices(string.ascii_lowercase, k=8))  # in this test's messages alone
+    ids = {}
+    for title in TITLES:
+        conversation = api.post("/api/conversations", json={"title": title}).json()
+        ids[title] = conversation["id"]
+        stream_api(api, f"/api/conversations/{conversation['id']}/messages",
+                   {"content": f"{word} {title}", "reply": False})
+    page = chat_at_both_sizes.page
+    chat_at_both_sizes.show_sidebar()
+    page.select_option("#theme", theme)
+    page.fill("#search", word)
+    hits = page.locator("#chats li.hit")
+    expect(hits).to_have_count(2)
+    for title in TITLES:
+        hit = hits.filter(has=page.get_by_title(title, exact=True))
+        expect(hit).to_have_count(1)
+        shown = hit.locator(".title")
+        expect(shown).to_have_text(title)
+        expect(shown).to_be_in_viewport(ratio=1)
+        assert shown.evaluate("e => e.scrollHeight <= e.clientHeight"), f"{title!r} is cut"  # the whole of it shows
+        mark = hit.locator("mark")
+        expect(mark).to_have_text(word)
+        color, background = colors(mark)
+        assert contrast(color, background) >= 4.5, (theme, color, background)
+        page_background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert background != page_background  # the match stands out
+    hits.filter(has_text=TITLES[1]).locator("button").click()
+    expect(page.locator("#chat-title")).to_have_text(TITLES[1])
+    assert chat_at_both_sizes.conversation_id == ids[TITLES[1]]
+
+
+def test_a_title_too_long_for_two_lines_is_cut_with_its_whole_in_the_tooltip(chat, api):
+    title = "A chat about " + "very " * 30 + "long titles"
+    conversation = api.post("/api/conversations", json={"title": title}).json()
+    word = "ornithopter" + "".join(random.choices(string.ascii_lowercase, k=8))
+    stream_api(api, f"/api/conversations/{conversation['id']}/messages", {"content": word, "reply": False})
+    chat.page.fill("#search", word)
+    shown = chat.page.locator("#chats li.hit .title")
+    expect(shown).to_have_text(title)
+    expect(shown).to_have_attribute("title", title)
+    assert shown.evaluate("e => e.scrollHeight > e.clientHeight"), "not cut"
+    lines = shown.evaluate("e => Math.round(e.clientHeight / parseFloat(getComputedStyle(e).lineHeight))")
+    assert lines == 2
