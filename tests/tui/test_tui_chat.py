@@ -4,14 +4,14 @@ editing, forking N replies, switching branches."""
 import asyncio
 
 import pytest
-from tui_pilot import chat_screen, note_text, reply_written, stats_text, switcher_text, wait_until
+from tui_pilot import chat_screen, chats_read, note_text, reply_written, stats_text, switcher_text, wait_until
 
 from localchat.app.protocol.conversations import SamplingSettings, StartEvent
 from localchat.tui.app import LocalChatApp
 from localchat.tui.screens.fork_picker import ForkPicker
 from localchat.tui.screens.prompt import PromptScreen
 from localchat.tui.widgets.chat_list import ChatList
-from localchat.tui.widgets.message_view import ChatMessage, MessageView
+from localchat.tui.widgets.message_view import MessageView
 
 pytestmark = pytest.mark.slow  # a real engine process: left out of `./dev test --fast`
 
@@ -167,10 +167,12 @@ async def test_switching_branch_then_continuing_reuses_the_cached_prefix(client,
     siblings = [m.id for m in (await client.conversation(conversation.id)).messages if m.role == "assistant"]
     async with app_for(client, tmp_path).run_test(size=SIZE) as pilot:
         screen = await chat_screen(pilot, conversation.id)
+        # the chat is shown whole (chat_screen returns once it is chosen, while its messages may still mount)
+        await wait_until(pilot, lambda: chats_read(screen) and len(screen.view.views) == 2, what="the chat shown")
         assert screen.view.views[-1].message.id == first  # the engine made the first reply the active one
         await wait_until(pilot, lambda: screen.focused is screen.composer, what="the message box focused")
         await pilot.press("shift+tab")  # to the last message (a key pressed before it has focus would be lost)
-        await wait_until(pilot, lambda: isinstance(screen.focused, ChatMessage), what="the last message focused")
+        await wait_until(pilot, lambda: screen.focused is screen.view.views[-1], what="the last message focused")
         await pilot.press("right" if siblings.index(second) > siblings.index(first) else "left")
         await wait_until(pilot, lambda: screen.view.views[-1].message.id == second)
         assert switcher_text(screen.view.views[-1]) == f"‹ {siblings.index(second) + 1}/2 ›"
