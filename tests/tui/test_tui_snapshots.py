@@ -1,16 +1,25 @@
-"""Screenshots of the main screen with a branched chat, of the N-reply picker, and of a thinking model's chat and a
-long chat near the edge of the model's context at 80x24, from fixed data."""
+"""Screenshots of each main screen at 80x24 (a newcomer's tmux) and 120x40, from fixed data: the chat with a
+branched conversation, a new chat, the N-reply picker, the branch outline, search, settings and export; and a thinking
+model's chat and a long chat near the edge of the model's context at 80x24."""
 
+from pathlib import Path
+
+import pytest
 from fake_engine import FakeEngine
 from textual.pilot import Pilot
 from textual.widgets import Footer
-from tui_pilot import wait_until
+from tui_pilot import SIZES, branched_chat, open_settings, wait_until
 
 from localchat.tui.app import LocalChatApp
+from localchat.tui.screens import export
+from localchat.tui.screens.branch_tree import BranchTreeScreen
 from localchat.tui.screens.chat import ChatScreen
+from localchat.tui.screens.export import ExportScreen
 from localchat.tui.screens.fork_picker import ForkPicker
+from localchat.tui.screens.search import SearchScreen
+from localchat.tui.widgets.empty_chat import EmptyChat
 
-SIZE = (120, 36)
+SIZE_IDS = [f"{width}x{height}" for width, height in SIZES]
 
 
 def app(tmp_path, engine: FakeEngine | None = None) -> LocalChatApp:
@@ -20,34 +29,99 @@ def app(tmp_path, engine: FakeEngine | None = None) -> LocalChatApp:
 
 
 async def branched_chat_shown(pilot: Pilot) -> ChatScreen:
-    screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen) and pilot.app.screen)
-    await wait_until(pilot, lambda: len(screen.view.views) == 4 and len(screen.query("ChatItem")) == 3)
+    screen = await branched_chat(pilot)
     screen.view.views[1].focus()  # the reply with a sibling: its switcher reads ‹ 2/2 ›
     await pilot.pause()
     return screen
 
 
-def test_main_screen_with_a_branched_chat(snap_compare, tmp_path):
-    assert snap_compare(app(tmp_path), terminal_size=SIZE, run_before=branched_chat_shown)
+async def modal(pilot: Pilot, kind: type):
+    return await wait_until(pilot, lambda: isinstance(pilot.app.screen, kind) and pilot.app.screen)
 
 
-def test_n_reply_picker(snap_compare, tmp_path):
+@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
+def test_main_screen_with_a_branched_chat(snap_compare, tmp_path, size):
+    assert snap_compare(app(tmp_path), terminal_size=size, run_before=branched_chat_shown)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
+def test_a_new_chat(snap_compare, tmp_path, size):
+    async def new_chat(pilot: Pilot) -> None:
+        screen = await branched_chat(pilot)
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: screen.query_one(EmptyChat).display and not screen.view.views)
+        await pilot.pause()
+
+    engine = FakeEngine()
+    engine.model = "SmolLM2-135M-Instruct"  # the embedded model's name, as long as it is
+    assert snap_compare(app(tmp_path, engine), terminal_size=size, run_before=new_chat)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
+def test_n_reply_picker(snap_compare, tmp_path, size):
     async def three_replies(pilot: Pilot) -> None:
         screen = await branched_chat_shown(pilot)
         # no chat list behind the picker: it refreshes while the replies stream, and a modal's background is not
         # repainted, so whether its items showed depended on timing
         await pilot.press("ctrl+b")
         # the chat screen's footer, behind the picker, is composed again when the screens change, and under load
-        # the screenshot caught it empty or full: it is left out of this picture (test_tui_layout checks it)
+        # the screenshot caught it empty or full: it is left out of this picture (test_tui_footer checks it)
         screen.query_one(Footer).display = False
         screen.view.views[-1].focus()
         await pilot.press("f")  # N (3) replies beside the last one
-        picker = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ForkPicker) and pilot.app.screen)
+        picker = await modal(pilot, ForkPicker)
         await wait_until(pilot, lambda: not picker.streaming)
         picker.cards[1].focus()
         await pilot.pause()
 
-    assert snap_compare(app(tmp_path), terminal_size=SIZE, run_before=three_replies)
+    assert snap_compare(app(tmp_path), terminal_size=size, run_before=three_replies)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
+def test_branch_outline(snap_compare, tmp_path, size):
+    async def outline(pilot: Pilot) -> None:
+        await branched_chat(pilot)
+        await pilot.press("ctrl+t")
+        await modal(pilot, BranchTreeScreen)
+        await pilot.pause()
+
+    assert snap_compare(app(tmp_path), terminal_size=size, run_before=outline)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
+def test_search_hits(snap_compare, tmp_path, size):
+    async def hits(pilot: Pilot) -> None:
+        await branched_chat(pilot)
+        await pilot.press("ctrl+f", *"sorted")
+        search = await modal(pilot, SearchScreen)
+        await wait_until(pilot, lambda: len(search.hits) == 2)
+        await pilot.press("down")  # the first hit highlighted: its match must read on the highlight too
+        await pilot.pause()
+
+    assert snap_compare(app(tmp_path), terminal_size=size, run_before=hits)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
+def test_settings(snap_compare, tmp_path, size):
+    async def settings(pilot: Pilot) -> None:
+        await branched_chat(pilot)
+        await open_settings(pilot)
+        await pilot.pause()
+
+    assert snap_compare(app(tmp_path), terminal_size=size, run_before=settings)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
+def test_export(snap_compare, tmp_path, monkeypatch, size):
+    monkeypatch.setattr(export, "export_folder", lambda: Path("/home/you/Downloads"))  # the same on every machine
+
+    async def export_dialog(pilot: Pilot) -> None:
+        await branched_chat(pilot)
+        await pilot.press("ctrl+o")
+        await modal(pilot, ExportScreen)
+        await pilot.pause()
+
+    assert snap_compare(app(tmp_path), terminal_size=size, run_before=export_dialog)
 
 
 def test_a_thinking_models_chat_at_80x24(snap_compare, tmp_path):
