@@ -46,7 +46,8 @@ def test_a_reply_streams_and_only_it_re_renders(chat):
     stats = reply["stats"]
     shown_stats = shown.locator(".stats").inner_text()
     ttft, rate, tokens, cached, prompt = re.fullmatch(
-        r"([\d.]+) s to first token · ([\d.]+) tokens/s · (\d+) tokens · (\d+)/(\d+) prompt tokens cached"
+        r"([\d.]+) s to first token · ([\d.]+) tokens/s · (?:\d+% of drafts kept · )?(\d+) tokens · (\d+)/(\d+) "
+        r"prompt tokens cached"
         r"(?: · cut at max tokens)?", shown_stats).groups()
     assert abs(float(ttft) - stats["time_to_first_token_s"]) <= 0.006
     assert abs(float(rate) - stats["tokens_per_s"]) <= 0.06

@@ -55,6 +55,7 @@ def test_every_control_fits(browser, server, api, long_chat, size, color_scheme)
         reply = chat.messages.nth(1)
         reply.scroll_into_view_if_needed()
         for control in ["button.previous", ".position", "button.copy-message", "button.regenerate"]:
+            reply.locator(control).scroll_into_view_if_needed()  # (the actions are under the text)
             expect(reply.locator(control)).to_be_in_viewport(ratio=1)
         for tool in TOOLS:
             chat.show_tool(tool)
