@@ -48,6 +48,7 @@ def test_main_screen_with_a_branched_chat(snap_compare, tmp_path, size):
 def test_a_new_chat(snap_compare, tmp_path, size):
     async def new_chat(pilot: Pilot) -> None:
         screen = await branched_chat(pilot)
+        screen.composer.cursor_blink = False  # the focused message box's cursor: shown, not caught mid-blink
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: screen.query_one(EmptyChat).display and not screen.view.views)
         await pilot.pause()
