@@ -40,7 +40,7 @@ def context_chat(page, small_context_server, context_api) -> ChatPage:
 
 def long_chat(api: httpx.Client, policy: str, turns: int = TURNS_TO_THE_EDGE, title: str | None = None) -> str:
     """A chat of `turns` long questions and their replies under `policy`, written through the API."""
-    conversation = api.post("/api/conversations", json={"title": title or f"The river ({policy})",
+    conversation = api.post("/api/conversations", json={"title": title or f"The river ({policy})", "system_prompt": "",
                                                         "settings": {**LONG, "context_overflow": policy}}).json()
     messages, parent = f"/api/conversations/{conversation['id']}/messages", None
     for n in range(turns):
@@ -264,8 +264,8 @@ def context_chats(small_context_server) -> dict[str, str]:
                                            ).json()["id"] for name, text in [
             ("mill-notes.txt", NOTES), ("the-bridge-and-its-builders-1820.md", "Built in 1820."),
             ("history.txt", "A short history.")])
-        documents = api.post("/api/conversations", json={"title": "The mill's notes", "settings": LONG,
-                                                         "documents": [notes]}).json()["id"]
+        documents = api.post("/api/conversations", json={"title": "The mill's notes", "system_prompt": "",
+                                                         "settings": LONG, "documents": [notes]}).json()["id"]
         stream_api(api, f"/api/conversations/{documents}/messages",
                    {"content": "What do these add?", "documents": [bridge, history]})
     return {"near": near, "cut": cut, "summary": summary, "documents": documents}

@@ -126,10 +126,12 @@ class ChatPage:
 
     # --- chats ---
 
-    def create_chat(self, **settings) -> str:
-        """A chat made through the API with the given sampling settings (FAST by default), opened in the page;
-        its first message names it."""
-        response = self.api.post("/api/conversations", json={"settings": {**FAST, **settings}})
+    def create_chat(self, system_prompt: str = "", **settings) -> str:
+        """A chat made through the API with the given sampling settings (FAST by default) and system prompt (none
+        by default, not the model's default one: the template's own, which the tests' token counts assume), opened in
+        the page; its first message names it."""
+        response = self.api.post("/api/conversations",
+                                 json={"system_prompt": system_prompt, "settings": {**FAST, **settings}})
         assert response.status_code == 201, response.text
         conversation_id = response.json()["id"]
         self.open(conversation_id)
