@@ -33,6 +33,16 @@ async def test_a_new_chat_names_the_model_and_the_key_for_a_larger_one(tmp_path,
 
 
 @pytest.mark.asyncio
+async def test_a_first_start_without_chats_shows_the_hint(tmp_path):
+    engine = FakeEngine()
+    engine.conversations.clear(), engine.messages.clear()  # nothing to reopen
+    async with LocalChatApp(client=engine, config_file=tmp_path / "tui.toml").run_test(size=SIZES[0]) as pilot:
+        empty = pilot.app.screen.query_one(EmptyChat)
+        await wait_until(pilot, lambda: empty.display and empty.region.area, what="the hint on a first start")
+        assert "Type a message" in screen_lines(pilot)[empty.region.y]
+
+
+@pytest.mark.asyncio
 async def test_the_hint_follows_a_remapped_key(tmp_path):
     config = tmp_path / "tui.toml"
     config.write_text('[keymap]\nswitch_model = "f6"\n')

@@ -200,6 +200,8 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         await self.show_links()
         if open_newest and conversations and self.restoring:
             await self.open(conversations[0].id, restoring=True)
+        elif open_newest and self.session.conversation is None:
+            await self.show_branch()  # no chat to reopen (a first start): a new one, which says what to do
         if open_newest:
             self.restoring = False
 
