@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
 SHARED = ("localchat.app.protocol", "localchat.app.markdown", "localchat.app.paths", "localchat.app.engine_state",
-          "localchat.app.sse")
+          "localchat.app.sse", "localchat.app.chat_defaults")
 
 
 def part(module: str) -> str | None:
