@@ -1,6 +1,7 @@
 """Search, export and the settings modal of the terminal UI, against a real engine process."""
 
 import json
+import secrets
 
 import pytest
 from textual.widgets import Input, Label, OptionList, RadioButton, TextArea
@@ -27,7 +28,9 @@ async def chat_with_reply(client, text: str):
 
 @pytest.mark.asyncio
 async def test_search_finds_a_message_and_opens_its_chat(client, tmp_path):
-    wanted, _ = await chat_with_reply(client, "Tell me about the axolotl please.")
+    # a word no other chat of the shared engine holds: a run found a second chat with "axolotl" in it
+    word = f"axolotl{secrets.token_hex(3)}"
+    wanted, _ = await chat_with_reply(client, f"Tell me about the {word} please.")
     await chat_with_reply(client, "Something else entirely.")  # the newest chat: the one opened first
     async with LocalChatApp(client=client, config_file=tmp_path / "tui.toml").run_test(size=SIZE) as pilot:
         screen = await chat_screen(pilot)
@@ -35,14 +38,14 @@ async def test_search_finds_a_message_and_opens_its_chat(client, tmp_path):
         assert screen.session.conversation.id != wanted.id
         await pilot.press("ctrl+f")
         search = await wait_until(pilot, lambda: isinstance(pilot.app.screen, SearchScreen) and pilot.app.screen)
-        await pilot.press(*"axolotl")
+        await pilot.press(*word)
         hits = search.query_one(OptionList)
         await wait_until(pilot, lambda: hits.option_count > 0, what="search hits")
         assert {h.conversation_id for h in search.hits} == {wanted.id}  # the question (and maybe its reply)
-        assert "axolotl" in str(hits.get_option_at_index(0).prompt)
+        assert word in str(hits.get_option_at_index(0).prompt)
         await pilot.press("enter", "enter")  # to the hits, then open the first
         await chat_screen(pilot, wanted.id)
-        assert screen.view.views[0].body.source == "Tell me about the axolotl please."
+        assert screen.view.views[0].body.source == f"Tell me about the {word} please."
 
 
 @pytest.mark.asyncio
