@@ -78,15 +78,22 @@ def test_n_reply_picker(snap_compare, tmp_path, size):
     assert snap_compare(app(tmp_path), terminal_size=size, run_before=three_replies)
 
 
+DIALOGS = {"branch_outline": ("ctrl+t", BranchTreeScreen), "export": ("ctrl+o", ExportScreen)}  # key, screen
+
+
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
-def test_branch_outline(snap_compare, tmp_path, size):
-    async def outline(pilot: Pilot) -> None:
+@pytest.mark.parametrize("dialog", DIALOGS)
+def test_a_dialog_over_the_branched_chat(snap_compare, tmp_path, monkeypatch, dialog, size):
+    monkeypatch.setattr(export, "export_folder", lambda: Path("/home/you/Downloads"))  # the same on every machine
+    key, kind = DIALOGS[dialog]
+
+    async def open_dialog(pilot: Pilot) -> None:
         await branched_chat(pilot)
-        await pilot.press("ctrl+t")
-        await modal(pilot, BranchTreeScreen)
+        await pilot.press(key)
+        await modal(pilot, kind)
         await pilot.pause()
 
-    assert snap_compare(app(tmp_path), terminal_size=size, run_before=outline)
+    assert snap_compare(app(tmp_path), terminal_size=size, run_before=open_dialog)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
@@ -110,19 +117,6 @@ def test_settings(snap_compare, tmp_path, size):
         await pilot.pause()
 
     assert snap_compare(app(tmp_path), terminal_size=size, run_before=settings)
-
-
-@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
-def test_export(snap_compare, tmp_path, monkeypatch, size):
-    monkeypatch.setattr(export, "export_folder", lambda: Path("/home/you/Downloads"))  # the same on every machine
-
-    async def export_dialog(pilot: Pilot) -> None:
-        await branched_chat(pilot)
-        await pilot.press("ctrl+o")
-        await modal(pilot, ExportScreen)
-        await pilot.pause()
-
-    assert snap_compare(app(tmp_path), terminal_size=size, run_before=export_dialog)
 
 
 def test_a_thinking_models_chat_at_80x24(snap_compare, tmp_path):
