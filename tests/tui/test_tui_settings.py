@@ -4,7 +4,7 @@ reached and is then in view inside it, and Save and Cancel stay in view (issue 3
 import pytest
 from fake_engine import FakeEngine
 from textual.widgets import Button, Checkbox, Input, Select, TextArea
-from tui_pilot import SIZES, branched_chat, open_settings, within
+from tui_pilot import SIZES, branched_chat, open_settings, wait_until, within
 
 from localchat.tui.app import LocalChatApp
 
@@ -29,9 +29,8 @@ async def test_every_field_scrolls_into_view_inside_the_dialog(tmp_path, size):
         if size == SIZES[0]:
             assert form.max_scroll_y > 0  # at 80x24 the form is taller than the dialog: it scrolls
         for field in [fields[-1], *fields]:  # the last one first: the farthest scroll
-            field.focus()
-            await pilot.pause()
-            assert within(field, form.content_region), f"{field} is not in view inside the form"
+            field.focus()  # it scrolls into view on the next refresh, later under load
+            await wait_until(pilot, lambda field=field: within(field, form.content_region), what=f"{field} in view")
             assert within(field, inner)
             for button in settings.query(Button):
                 assert within(button, inner), f"{button} is out of view with {field} focused"
