@@ -55,6 +55,7 @@ def import_graph() -> dict[str, set[str]]:
     for folder in ("engine", "app", "tui", "webui"):
         for path in (ROOT / folder).rglob("*.py"):
             source = part(module_name(path))
+            assert source is not None, f"{module_name(path)} belongs to no part: name it in part() (SHARED or another)"
             graph.setdefault(source, set())
             for target in map(part, imports(path)):
                 if target and target != source:
