@@ -19,13 +19,12 @@ from pathlib import Path
 
 import httpx
 from peers import (
-    RESULTS,
     load,
     localchat_client,
     localchat_serve,
     log,
-    machine_info,
     make_home,
+    write_result,
 )
 
 from common import WORDS
@@ -102,8 +101,7 @@ def main() -> int:
               f"({r['second_chat']['cached_tokens']} cached), after a restart {r['after_restart']['ttft_s']} s "
               f"({r['after_restart']['cached_tokens']} cached)")
     shutil.rmtree(work, ignore_errors=True)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "documents.json").write_text(json.dumps({"machine": machine_info(), "runs": runs}, indent=1))
+    write_result("documents", {"runs": runs})
     return 0
 
 

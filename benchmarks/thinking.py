@@ -24,13 +24,12 @@ from pathlib import Path
 
 import httpx
 from peers import (
-    RESULTS,
     load,
     localchat_client,
     localchat_serve,
     log,
-    machine_info,
     make_home,
+    write_result,
 )
 
 PROMPT = [{"role": "user", "content": "How many weeks are there in three and a half years? Think it through."}]
@@ -113,10 +112,8 @@ def main() -> int:
         summary[f"streams_{n}"] = {"thinking_decode_tps": round(thinking, 2), "plain_decode_tps": round(plain, 2),
                                    "thinking_over_plain": round(thinking / plain, 3)}
         print(f"{n} stream(s): thinking {thinking:.1f} tok/s, plain {plain:.1f} tok/s: {thinking / plain:.3f}x")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "thinking.json").write_text(json.dumps(
-        {"machine": machine_info(), "model": str(args.model), "command": command, "max_tokens": args.max_tokens,
-         "load_before": before, "load_after": load(), "summary": summary, "runs": runs}, indent=1))
+    write_result("thinking", {"model": str(args.model), "command": command, "max_tokens": args.max_tokens,
+                              "load_before": before, "load_after": load(), "summary": summary, "runs": runs})
     return 0
 
 
