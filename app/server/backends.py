@@ -77,6 +77,7 @@ class Backend(Protocol):
 
     kind: Literal["embedded", "remote"]
     model_name: str | None  # the name it serves, once known
+    parameters: int | None  # the weights of the model it runs or loads (None: not known): a new chat's defaults
     loading: Loading
     stopping: bool
     unloaded: bool  # unload() freed the model: the next request that needs it loads it again (reload())

@@ -34,13 +34,12 @@ from localchat.app.protocol.conversations import (
     SummarizeRequest,
     UserEvent,
 )
-from localchat.app.server.backends import Backend, BackendDep, BackendRequestError
+from localchat.app.server.backends import BackendDep, BackendRequestError
 from localchat.app.server.config import quoted
 from localchat.app.server.conversations import DEFAULT_TITLE, Conversations, Replies, shown_leaf
 from localchat.app.server.openapi import EventStream, MarkdownOrJSON
 from localchat.app.server.sampling import reply_sampling
 from localchat.app.server.store import Store
-from localchat.engine.model_catalog import chosen_model
 
 StoreDep = NamedDependency[Store]
 ConversationsDep = NamedDependency[Conversations]
@@ -55,7 +54,7 @@ class ConversationController(Controller):
         """documents: ids from POST /api/documents, placed after the system prompt (chats that start with the same
         documents share their KV blocks). A system prompt or settings left out: the model's defaults (GET
         /api/conversation-defaults)."""
-        defaults = await conversation_defaults(backend) if data.settings is None or data.system_prompt is None else None
+        defaults = chat_defaults(backend.parameters)
         settings = _checked(data.settings or defaults.settings)
         system_prompt = defaults.system_prompt if data.system_prompt is None else data.system_prompt
         store.list_documents(data.documents)  # each one exists (404 otherwise)
@@ -212,16 +211,7 @@ class ConversationDefaultsController(Controller):
     async def defaults(self, backend: BackendDep) -> ConversationDefaults:
         """What a new conversation gets where it sets no system prompt or settings, for the model the engine runs:
         a small model (the embedded one) a lower temperature and a short system prompt (app/chat_defaults.py)."""
-        return await conversation_defaults(backend)
-
-
-async def conversation_defaults(backend: Backend) -> ConversationDefaults:
-    """chat_defaults for the model the embedded engine runs (its size from the model catalog); a remote engine's
-    model is not known here: the usual defaults."""
-    if backend.kind != "embedded":
-        return chat_defaults(None)
-    model = await asyncio.to_thread(chosen_model, backend.model_choice)
-    return chat_defaults(model.parameters if model else None)
+        return chat_defaults(backend.parameters)
 
 
 def _checked(settings: SamplingSettings) -> SamplingSettings:

@@ -10,7 +10,7 @@ from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.config import MAX_CHARS_PER_TOKEN
 from localchat.app.server.tool_calls import IN_SYSTEM_PROMPT, ToolSyntax
 from localchat.engine.memory import release_freed_memory
-from localchat.engine.model_catalog import EMBEDDED_NAME
+from localchat.engine.model_catalog import EMBEDDED_NAME, chosen_model
 from localchat.engine.outputs import RequestFailed
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.structured_output import StructuredOutput
@@ -31,6 +31,7 @@ class EmbeddedBackend:
         self.template: ChatTemplate | None = None
         self.loading = Loading()
         self.model_name: str | None = None
+        self.parameters: int | None = None  # the model's weights, from its file's header (a new chat's defaults)
         self.stopping = False
         self.unloaded = False  # by unload(): nothing is loading until a request needs the model
 
@@ -41,6 +42,8 @@ class EmbeddedBackend:
         from localchat.engine import AsyncLLM
 
         try:
+            listed = chosen_model(self.model_choice)  # once a load, not at each new chat: it scans the model folders
+            self.parameters = listed.parameters if listed else None
             llm = AsyncLLM(self.model_arg, on_progress=self.loading.report, **self.engine_args)
             self.loading.stage, self.loading.fraction = "warming up", None
             asyncio.run(_warm_up(llm))

@@ -43,6 +43,7 @@ class RemoteBackend:
     renders_templates = False
     can_switch_models = False
     unloaded = False
+    parameters = None  # its model's size is not known here
     relays_openai = True
     template = None
     tool_syntax: ToolSyntax = IN_SYSTEM_PROMPT  # the server's template is unknown here: calls are taught as text
