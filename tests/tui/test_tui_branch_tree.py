@@ -4,11 +4,10 @@ children, not its siblings (issue 32)."""
 import pytest
 from fake_engine import FakeEngine, conversation, message
 from textual.widgets import Tree
-from tui_pilot import SIZES, chats_read, wait_until, within
+from tui_pilot import SIZES, chat_screen, chats_read, screen_of, wait_until, within
 
 from localchat.tui.app import LocalChatApp
 from localchat.tui.screens.branch_tree import BranchTreeScreen
-from localchat.tui.screens.chat import ChatScreen
 
 REPLIES = [f"m_five{i}" for i in range(1, 6)]
 
@@ -31,10 +30,10 @@ def five_replies() -> FakeEngine:
 @pytest.mark.parametrize("size", SIZES)
 async def test_five_replies_are_children_of_the_message_they_answer(tmp_path, size):
     async with LocalChatApp(client=five_replies(), config_file=tmp_path / "tui.toml").run_test(size=size) as pilot:
-        screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen) and pilot.app.screen)
+        screen = await chat_screen(pilot)
         await wait_until(pilot, lambda: len(screen.view.views) == 4 and chats_read(screen))
         await pilot.press("ctrl+t")
-        outline = await wait_until(pilot, lambda: isinstance(pilot.app.screen, BranchTreeScreen) and pilot.app.screen)
+        outline = await screen_of(pilot, BranchTreeScreen)
         await pilot.pause()
         tree = outline.query_one(Tree)
 

@@ -4,7 +4,16 @@ editing, forking N replies, switching branches."""
 import asyncio
 
 import pytest
-from tui_pilot import chat_screen, chats_read, note_text, reply_written, stats_text, switcher_text, wait_until
+from tui_pilot import (
+    chat_screen,
+    chats_read,
+    note_text,
+    reply_written,
+    screen_of,
+    stats_text,
+    switcher_text,
+    wait_until,
+)
 
 from localchat.app.protocol.conversations import SamplingSettings, StartEvent
 from localchat.tui.app import LocalChatApp
@@ -121,7 +130,7 @@ async def test_edit_and_resend_makes_a_sibling_branch(client, tmp_path):
         original = screen.focused.message
         assert original.role == "user"
         await pilot.press("e")
-        prompt = await wait_until(pilot, lambda: isinstance(pilot.app.screen, PromptScreen) and pilot.app.screen)
+        prompt = await screen_of(pilot, PromptScreen)
         prompt.query_one("#prompt-text").text = "What is three plus three?"
         await pilot.press("ctrl+s")
         reply = await reply_written(pilot, screen, old={first.message.id})
@@ -140,7 +149,7 @@ async def test_fork_three_replies_and_pick_the_second(client, tmp_path):
     async with app_for(client, tmp_path).run_test(size=SIZE) as pilot:
         screen = await chat_screen(pilot, conversation.id)
         await type_and_send(pilot, "Name a colour.", key="ctrl+g")
-        picker = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ForkPicker) and pilot.app.screen)
+        picker = await screen_of(pilot, ForkPicker)
         assert len(picker.cards) == 3
         await wait_until(pilot, lambda: not picker.streaming, what="three replies")
         tree = await client.conversation(conversation.id)

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from fake_engine import LONG_CUT, FakeEngine
 from textual.widgets import DataTable, Select
-from tui_pilot import chat_screen, open_settings, reply_written, shown, wait_until
+from tui_pilot import chat_screen, open_settings, reply_written, screen_of, shown, wait_until
 
 from localchat.app.client.engine_client import EngineError
 from localchat.app.protocol.conversations import ContextUse, SamplingSettings
@@ -186,7 +186,7 @@ async def test_the_help_lists_the_context_and_document_keys(tmp_path):
     async with app_with(FakeEngine(long_chat=True), tmp_path).run_test(size=SMALL) as pilot:
         await long_chat(pilot)
         await pilot.press("f1")
-        help_screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, HelpScreen) and pilot.app.screen)
+        help_screen = await screen_of(pilot, HelpScreen)
         table = help_screen.query_one(DataTable)
         rows = {row[3]: row[1] for row in map(table.get_row_at, range(table.row_count))}
         assert rows["summarize"] == "f5" and rows["open_linked_chat"] == "ctrl+l"
@@ -267,7 +267,7 @@ def test_a_path_completes_to_the_entries_of_its_folder(tmp_path):
 async def attach(pilot, path: str) -> AttachScreen:
     """F3, the path typed, Enter; the dialog (closed once the document is read)."""
     await pilot.press("f3")
-    dialog = await wait_until(pilot, lambda: isinstance(pilot.app.screen, AttachScreen) and pilot.app.screen)
+    dialog = await screen_of(pilot, AttachScreen)
     dialog.path_input.value = path
     await pilot.press("enter")
     return dialog
@@ -286,7 +286,7 @@ async def test_f3_attaches_a_document_by_its_completed_path_and_the_next_message
     async with app_with(engine, tmp_path).run_test(size=SMALL) as pilot:
         screen = await long_chat(pilot)
         await pilot.press("f3")
-        dialog = await wait_until(pilot, lambda: isinstance(pilot.app.screen, AttachScreen) and pilot.app.screen)
+        dialog = await screen_of(pilot, AttachScreen)
         assert "your next message" in shown(dialog.query_one(".dialog-title"))
         dialog.path_input.value = f"{tmp_path}/notes/"
         dialog.path_input.action_end()
@@ -309,7 +309,7 @@ async def test_f3_attaches_a_document_by_its_completed_path_and_the_next_message
         assert chips.display and [shown(chip) for chip in chips.query(DocumentChip)] == ["▤ mill-history.md · 9 tokens"]
 
         await pilot.press("f3")  # the next dialog starts in the folder of the last file
-        dialog = await wait_until(pilot, lambda: isinstance(pilot.app.screen, AttachScreen) and pilot.app.screen)
+        dialog = await screen_of(pilot, AttachScreen)
         assert dialog.path_input.value == f"{tmp_path}/notes/"
 
 
@@ -405,7 +405,7 @@ async def test_a_chat_without_messages_starts_with_the_documents_its_first_messa
         await pilot.press("f5")  # a chat begun from a summary: it has no messages yet
         await chat_screen(pilot, "c_sum1")
         await pilot.press("f3")
-        dialog = await wait_until(pilot, lambda: isinstance(pilot.app.screen, AttachScreen) and pilot.app.screen)
+        dialog = await screen_of(pilot, AttachScreen)
         assert shown(dialog.query_one(".dialog-title")) == "Attach a document to the chat (it starts with it)"
         dialog.path_input.value = str(tmp_path / "a.txt")
         await pilot.press("enter")

@@ -8,7 +8,7 @@ import platformdirs
 import pytest
 from fake_engine import FakeEngine
 from textual.widgets import Label
-from tui_pilot import SIZES, branched_chat, wait_until
+from tui_pilot import SIZES, branched_chat, screen_of, wait_until
 
 from localchat.tui.app import LocalChatApp
 from localchat.tui.screens.export import ExportScreen
@@ -31,7 +31,7 @@ def notifications(app) -> list[str]:
 
 async def export_dialog(pilot) -> ExportScreen:
     await pilot.press("ctrl+o")
-    return await wait_until(pilot, lambda: isinstance(pilot.app.screen, ExportScreen) and pilot.app.screen)
+    return await screen_of(pilot, ExportScreen)
 
 
 @pytest.mark.asyncio

@@ -7,7 +7,7 @@ import pytest
 from fake_engine import FakeEngine
 from textual.widgets import Footer, Label
 from textual.widgets._footer import FooterLabel, KeyGroup
-from tui_pilot import SIZES, branched_chat, screen_lines, wait_until
+from tui_pilot import SIZES, branched_chat, screen_lines, screen_of, wait_until
 
 from localchat.tui.app import LocalChatApp
 from localchat.tui.screens.help import HelpScreen
@@ -71,6 +71,6 @@ async def test_the_placeholder_shows_whole_and_the_help_names_the_new_line_keys(
         assert screen.composer.placeholder == PLACEHOLDER
         assert any(PLACEHOLDER in line for line in screen_lines(pilot))
         await pilot.press("f1")
-        help_screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, HelpScreen) and pilot.app.screen)
+        help_screen = await screen_of(pilot, HelpScreen)
         lines = [str(label.render()) for label in help_screen.query(Label)]
         assert any("Shift+Enter or Ctrl+J" in line for line in lines)

@@ -4,7 +4,7 @@ they do not (80), with its place and ←/→ to the others; its header shows who
 import pytest
 from fake_engine import FORKED, FakeEngine
 from textual.widgets import Label
-from tui_pilot import SIZES, branched_chat, screen_lines, wait_until, within
+from tui_pilot import SIZES, branched_chat, screen_lines, screen_of, wait_until, within
 
 from localchat.tui.app import LocalChatApp
 from localchat.tui.screens.fork_picker import ForkPicker
@@ -16,7 +16,7 @@ async def three_replies(pilot) -> ForkPicker:
     screen = await branched_chat(pilot)
     screen.view.views[-1].focus()
     await pilot.press("f")  # N (3) replies beside the last one
-    picker = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ForkPicker) and pilot.app.screen)
+    picker = await screen_of(pilot, ForkPicker)
     await wait_until(pilot, lambda: not picker.streaming, what="three replies")
     await pilot.pause()
     return picker

@@ -7,7 +7,7 @@ import pytest
 from fake_engine import FakeEngine
 from textual.widgets import Footer, Label, Tree
 from textual.widgets._footer import FooterKey
-from tui_pilot import switcher_text, wait_until
+from tui_pilot import chat_screen, screen_of, switcher_text, wait_until
 
 from localchat.tui.app import LocalChatApp
 from localchat.tui.screens.branch_tree import BranchTreeScreen
@@ -23,7 +23,7 @@ def app_with(engine: FakeEngine, tmp_path) -> LocalChatApp:
 
 
 async def opened(pilot) -> ChatScreen:
-    screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen) and pilot.app.screen)
+    screen = await chat_screen(pilot)
     await wait_until(pilot, lambda: len(screen.view.views) == 4)
     return screen
 
@@ -49,7 +49,7 @@ async def test_at_80x24_the_footer_help_and_branch_outline_fit(tmp_path):
             assert all(inside(key) for key in keys.values() if key.region.width), "a footer key is cut"
 
         await pilot.press("f1")
-        help_screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, HelpScreen) and pilot.app.screen)
+        help_screen = await screen_of(pilot, HelpScreen)
         await pilot.pause()
         assert all(inside(label) for label in help_screen.query(Label)), "a line of the help is clipped"
         table = help_screen.query_one(KeyTable)
@@ -60,7 +60,7 @@ async def test_at_80x24_the_footer_help_and_branch_outline_fit(tmp_path):
         await pilot.press("escape")
 
         await pilot.press("ctrl+t")
-        outline = await wait_until(pilot, lambda: isinstance(pilot.app.screen, BranchTreeScreen) and pilot.app.screen)
+        outline = await screen_of(pilot, BranchTreeScreen)
         await pilot.pause()
         tree = outline.query_one(Tree)
         assert inside(tree) and tree.max_scroll_x == 0  # no line runs past the right edge

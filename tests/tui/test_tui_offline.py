@@ -9,7 +9,7 @@ import pytest
 from fake_engine import SORT_CODE, FakeEngine
 from textual.command import CommandPalette
 from textual.widgets import DataTable, Label, Tree
-from tui_pilot import switcher_text, wait_until
+from tui_pilot import chat_screen, switcher_text, wait_until
 
 from localchat.tui.app import LocalChatApp
 from localchat.tui.config import TuiConfig
@@ -30,7 +30,7 @@ def error_shown(app) -> str | None:
 
 
 async def opened(pilot) -> ChatScreen:
-    screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen) and pilot.app.screen)
+    screen = await chat_screen(pilot)
     await wait_until(pilot, lambda: len(screen.view.views) == 4)
     return screen
 

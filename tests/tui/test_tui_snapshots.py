@@ -8,7 +8,7 @@ import pytest
 from fake_engine import FakeEngine
 from textual.pilot import Pilot
 from textual.widgets import Footer
-from tui_pilot import SIZES, branched_chat, open_settings, wait_until
+from tui_pilot import SIZES, branched_chat, chat_screen, open_settings, screen_of, wait_until
 
 from localchat.tui.app import LocalChatApp
 from localchat.tui.screens import export
@@ -33,10 +33,6 @@ async def branched_chat_shown(pilot: Pilot) -> ChatScreen:
     screen.view.views[1].focus()  # the reply with a sibling: its switcher reads ‹ 2/2 ›
     await pilot.pause()
     return screen
-
-
-async def modal(pilot: Pilot, kind: type):
-    return await wait_until(pilot, lambda: isinstance(pilot.app.screen, kind) and pilot.app.screen)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
@@ -70,7 +66,7 @@ def test_n_reply_picker(snap_compare, tmp_path, size):
         screen.query_one(Footer).display = False
         screen.view.views[-1].focus()
         await pilot.press("f")  # N (3) replies beside the last one
-        picker = await modal(pilot, ForkPicker)
+        picker = await screen_of(pilot, ForkPicker)
         await wait_until(pilot, lambda: not picker.streaming)
         picker.cards[1].focus()
         await pilot.pause()
@@ -90,7 +86,7 @@ def test_a_dialog_over_the_branched_chat(snap_compare, tmp_path, monkeypatch, di
     async def open_dialog(pilot: Pilot) -> None:
         await branched_chat(pilot)
         await pilot.press(key)
-        await modal(pilot, kind)
+        await screen_of(pilot, kind)
         await pilot.pause()
 
     assert snap_compare(app(tmp_path), terminal_size=size, run_before=open_dialog)
@@ -101,7 +97,7 @@ def test_search_hits(snap_compare, tmp_path, size):
     async def hits(pilot: Pilot) -> None:
         await branched_chat(pilot)
         await pilot.press("ctrl+f", *"sorted")
-        search = await modal(pilot, SearchScreen)
+        search = await screen_of(pilot, SearchScreen)
         await wait_until(pilot, lambda: len(search.hits) == 2)
         await pilot.press("down")  # the first hit highlighted: its match must read on the highlight too
         await pilot.pause()
@@ -121,7 +117,7 @@ def test_settings(snap_compare, tmp_path, size):
 
 def test_a_thinking_models_chat_at_80x24(snap_compare, tmp_path):
     async def thinking_expanded(pilot: Pilot) -> None:
-        screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen) and pilot.app.screen)
+        screen = await chat_screen(pilot)
         await wait_until(pilot, lambda: len(screen.view.views) == 2 and screen.view.views[-1].message.id == "m_r1")
         screen.view.views[-1].focus()
         await pilot.press("t")  # the reply's thinking, expanded above its answer
@@ -133,7 +129,7 @@ def test_a_thinking_models_chat_at_80x24(snap_compare, tmp_path):
 
 def test_a_long_chat_near_the_edge_of_the_context_at_80x24(snap_compare, tmp_path):
     async def cut_in_view(pilot: Pilot) -> None:
-        screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen) and pilot.app.screen)
+        screen = await chat_screen(pilot)
         await wait_until(pilot, lambda: len(screen.view.views) == 10 and screen.view.cut_marker
                          and screen.gauge.has_class("-near-limit"))
         pilot.app.clear_notifications()  # the warning's toast: gone after a while, so left out of the picture

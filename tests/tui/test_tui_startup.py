@@ -6,10 +6,9 @@ import asyncio
 
 import pytest
 from fake_engine import FakeEngine
-from tui_pilot import SIZES, chats_read, wait_until
+from tui_pilot import SIZES, chat_screen, chats_read, wait_until
 
 from localchat.tui.app import LocalChatApp
-from localchat.tui.screens.chat import ChatScreen
 
 
 @pytest.mark.asyncio
@@ -18,7 +17,7 @@ async def test_a_message_sent_while_the_last_chat_is_read_keeps_its_new_chat(tmp
     engine = FakeEngine()
     engine.conversation_hold = asyncio.Event()  # reading a chat waits: the last chat's restore is slow
     async with LocalChatApp(client=engine, config_file=tmp_path / "tui.toml").run_test(size=size) as pilot:
-        screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen) and pilot.app.screen)
+        screen = await chat_screen(pilot)
         await wait_until(pilot, lambda: screen.focused is screen.composer)
         await pilot.press(*"Hello there", "enter")  # at once, while the last chat is still being read
         await wait_until(pilot, lambda: engine.sent, what="the message sent")
@@ -37,7 +36,7 @@ async def test_without_a_message_the_last_chat_opens_with_its_title(tmp_path):
     engine = FakeEngine()
     engine.conversation_hold = asyncio.Event()
     async with LocalChatApp(client=engine, config_file=tmp_path / "tui.toml").run_test(size=SIZES[0]) as pilot:
-        screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen) and pilot.app.screen)
+        screen = await chat_screen(pilot)
         await pilot.press(*"Hel")  # typing alone does not start a chat: the last one still opens
         engine.conversation_hold.set()
         await wait_until(pilot, lambda: len(screen.view.views) == 4 and chats_read(screen))

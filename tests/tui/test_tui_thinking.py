@@ -12,6 +12,7 @@ from tui_pilot import (
     note_text,
     open_settings,
     reply_written,
+    screen_of,
     shown,
     thinking_text,
     thinking_title,
@@ -119,7 +120,7 @@ async def test_the_n_reply_picker_keeps_each_replys_thinking_and_ctrl_r_ends_it(
     async with app_with(engine, tmp_path).run_test(size=SMALL) as pilot:
         screen = await primes_chat(pilot)
         await pilot.press(*"Three colours", "ctrl+g")
-        picker = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ForkPicker) and pilot.app.screen)
+        picker = await screen_of(pilot, ForkPicker)
         await wait_until(pilot, lambda: picker.cards[0].thinking, what="the first reply thinking")
         assert note_text(picker.cards[0]) == "thinking… ^r answers now"
         await wait_until(pilot, lambda: footer_key(picker, "end_thinking"), what="the key in the picker's footer")
@@ -180,7 +181,7 @@ async def test_the_help_lists_the_thinking_keys(tmp_path):
     async with app_with(FakeEngine(thinking=True), tmp_path).run_test(size=SMALL) as pilot:
         await primes_chat(pilot)
         await pilot.press("f1")
-        help_screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, HelpScreen) and pilot.app.screen)
+        help_screen = await screen_of(pilot, HelpScreen)
         table = help_screen.query_one(DataTable)
         rows = {(row[0], row[3]): row[1] for row in map(table.get_row_at, range(table.row_count))}
         assert rows[("Chat", "end_thinking")] == "ctrl+r" and rows[("N replies", "end_thinking")] == "ctrl+r"

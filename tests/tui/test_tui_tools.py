@@ -5,7 +5,7 @@ import secrets
 
 import pytest
 from textual.widgets import Input, Label, OptionList, RadioButton, TextArea
-from tui_pilot import chat_screen, reply_written, wait_until
+from tui_pilot import chat_screen, reply_written, screen_of, wait_until
 
 from localchat.app.protocol.conversations import SamplingSettings
 from localchat.tui.app import LocalChatApp
@@ -37,7 +37,7 @@ async def test_search_finds_a_message_and_opens_its_chat(client, tmp_path):
         await wait_until(pilot, lambda: screen.session.conversation is not None)
         assert screen.session.conversation.id != wanted.id
         await pilot.press("ctrl+f")
-        search = await wait_until(pilot, lambda: isinstance(pilot.app.screen, SearchScreen) and pilot.app.screen)
+        search = await screen_of(pilot, SearchScreen)
         await pilot.press(*word)
         hits = search.query_one(OptionList)
         await wait_until(pilot, lambda: hits.option_count > 0, what="search hits")
@@ -54,7 +54,7 @@ async def test_export_writes_markdown_and_json_files(client, tmp_path):
     async with LocalChatApp(client=client, config_file=tmp_path / "tui.toml").run_test(size=SIZE) as pilot:
         await chat_screen(pilot, conversation.id)
         await pilot.press("ctrl+o")
-        export = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ExportScreen) and pilot.app.screen)
+        export = await screen_of(pilot, ExportScreen)
         assert export.query_one("#path", Input).value.endswith("Hello-exporter.md")
         export.query_one("#path", Input).value = str(tmp_path / "chat.md")
         await pilot.press("enter")
@@ -66,7 +66,7 @@ async def test_export_writes_markdown_and_json_files(client, tmp_path):
                                             for n in pilot.app._notifications), what="the notification")
 
         await pilot.press("ctrl+o")
-        export = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ExportScreen) and pilot.app.screen)
+        export = await screen_of(pilot, ExportScreen)
         export.query_one("#json", RadioButton).value = True
         await wait_until(pilot, lambda: export.query_one("#path", Input).value.endswith(".json"))
         export.query_one("#path", Input).value = str(tmp_path / "chat.json")
@@ -82,7 +82,7 @@ async def test_settings_modal_saves_the_system_prompt_and_sampling(client, tmp_p
     async with LocalChatApp(client=client, config_file=tmp_path / "tui.toml").run_test(size=SIZE) as pilot:
         screen = await chat_screen(pilot, conversation.id)
         await pilot.press("ctrl+s")
-        modal = await wait_until(pilot, lambda: isinstance(pilot.app.screen, SettingsScreen) and pilot.app.screen)
+        modal = await screen_of(pilot, SettingsScreen)
         assert modal.query_one("#max-tokens", Input).value == "8"
         modal.query_one("#system-prompt", TextArea).text = "Answer like a pirate."
         for field, value in {"temperature": "0.5", "top-p": "0.8", "max-tokens": "2x", "seed": "7",
@@ -114,6 +114,6 @@ async def test_settings_modal_saves_the_system_prompt_and_sampling(client, tmp_p
         reply = await reply_written(pilot, screen)
         assert reply.message.stats.completion_tokens <= 20
         await pilot.press("ctrl+s")
-        modal = await wait_until(pilot, lambda: isinstance(pilot.app.screen, SettingsScreen) and pilot.app.screen)
+        modal = await screen_of(pilot, SettingsScreen)
         assert [modal.query_one(f"#{f}", Input).value for f in ("temperature", "top-p", "max-tokens", "seed",
                                                                 "fork-n")] == ["0.5", "0.8", "20", "7", "2"]

@@ -3,9 +3,11 @@ widget shows, and what the screen shows at the sizes it must fit."""
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from textual.geometry import Region
 from textual.pilot import Pilot
+from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Static
 
@@ -15,6 +17,8 @@ from localchat.tui.widgets.message_view import MessageView
 
 # the sizes every main screen is checked at: a newcomer's 80x24 (tmux), and a roomier terminal
 SIZES = [(80, 24), (120, 40)]
+
+S = TypeVar("S", bound=Screen)
 
 
 async def wait_until(pilot: Pilot, condition: Callable[[], object], timeout: float = 60.0, what: str = ""):
@@ -27,11 +31,15 @@ async def wait_until(pilot: Pilot, condition: Callable[[], object], timeout: flo
     raise TimeoutError(f"timed out waiting for {what or condition}")
 
 
+async def screen_of(pilot: Pilot, kind: type[S], what: str = "") -> S:
+    """The app's screen, once it is a `kind` (a dialog pushed, a dialog's screen back)."""
+    return await wait_until(pilot, lambda: isinstance(pilot.app.screen, kind) and pilot.app.screen, what=what)
+
+
 async def open_settings(pilot: Pilot) -> SettingsScreen:
     """Ctrl+S on the chat: the settings dialog, once it shows."""
     await pilot.press("ctrl+s")
-    return await wait_until(pilot, lambda: isinstance(pilot.app.screen, SettingsScreen) and pilot.app.screen,
-                            what="the settings dialog")
+    return await screen_of(pilot, SettingsScreen, what="the settings dialog")
 
 
 def shown(widget: Static) -> str:
@@ -100,7 +108,7 @@ def chats_read(screen: ChatScreen) -> bool:
 
 async def branched_chat(pilot: Pilot) -> ChatScreen:
     """The chat screen once it shows the fake engine's branched chat (4 messages) and its chat list (3 chats)."""
-    screen = await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen) and pilot.app.screen)
+    screen = await chat_screen(pilot)
     await wait_until(pilot, lambda: len(screen.view.views) == 4 and len(screen.query("ChatItem")) == 3
                      and chats_read(screen), what="the branched chat")
     return screen

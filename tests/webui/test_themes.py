@@ -42,18 +42,17 @@ def test_the_chosen_theme_overrides_the_system_and_is_remembered(browser, server
 
 
 @pytest.mark.parametrize("theme", ["light", "dark"])
-@pytest.mark.parametrize("size", SIZES)
-def test_text_reads_at_4_5_to_1_in_both_themes(browser, server, api, size, theme):
-    with new_page(browser, *SIZES[size]) as page:
-        chat = ChatPage(page, server, api).sign_in()
-        choose_theme(chat, theme)
-        assert page.evaluate(BACKGROUND) == BACKGROUNDS[theme]
-        text = {"body text": page.locator("body"), "the chat's title": page.locator("#chat-title"),
-                "muted text": page.locator("#empty-chat li").first, "a note": page.locator("#empty-chat .model-advice"),
-                "a chip": page.locator("#chat-summary .chip-name").first,
-                "a placeholder": page.locator("#message")}
-        for name, locator in text.items():
-            color, background = colors(locator)
-            if name == "a placeholder":
-                color = locator.evaluate("e => getComputedStyle(e, '::placeholder').color")
-            assert contrast(color, background) >= 4.5, (name, color, background, contrast(color, background))
+def test_text_reads_at_4_5_to_1_in_both_themes(chat_at_both_sizes, theme):
+    chat = chat_at_both_sizes
+    page = chat.page
+    choose_theme(chat, theme)
+    assert page.evaluate(BACKGROUND) == BACKGROUNDS[theme]
+    text = {"body text": page.locator("body"), "the chat's title": page.locator("#chat-title"),
+            "muted text": page.locator("#empty-chat li").first, "a note": page.locator("#empty-chat .model-advice"),
+            "a chip": page.locator("#chat-summary .chip-name").first,
+            "a placeholder": page.locator("#message")}
+    for name, locator in text.items():
+        color, background = colors(locator)
+        if name == "a placeholder":
+            color = locator.evaluate("e => getComputedStyle(e, '::placeholder').color")
+        assert contrast(color, background) >= 4.5, (name, color, background, contrast(color, background))

@@ -40,7 +40,7 @@ from localchat.tui.widgets.composer import Composer
 from localchat.tui.widgets.context_gauge import ChatHeader
 from localchat.tui.widgets.conversation_view import ConversationView
 from localchat.tui.widgets.document_chips import AttachedDocuments, DocumentChips
-from localchat.tui.widgets.empty_chat import EmptyChat, EmptyChatKeys
+from localchat.tui.widgets.empty_chat import EmptyChat
 from localchat.tui.widgets.message_view import ChatMessage
 from localchat.tui.widgets.thinking_block import END_THINKING_KEY, ThinkingBlock
 
@@ -138,16 +138,13 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         """The engine's model, and what it can do: a base model (no chat template) only continues text, which the
         note above the message box says; sending is refused (can_generate)."""
         self.show_model(health.model)
-        self.query_one(EmptyChat).show(health.model, self.keys_of_empty_chat(switchable=health.backend == "embedded"))
+        self.query_one(EmptyChat).show(health.model, self.key_of("settings"),
+                                       self.key_of("switch_model") if health.backend == "embedded" else None)
         self.can_chat = health.chat is not False
         self.thinks = health.thinking is True
         note = self.query_one("#base-model-note", Static)
         note.update("" if self.can_chat else base_model_notice(health.model))
         note.display = not self.can_chat
-
-    def keys_of_empty_chat(self, switchable: bool) -> EmptyChatKeys:
-        return EmptyChatKeys(self.key_of("settings"),
-                             self.key_of("switch_model") if switchable else None)
 
     def show_model(self, model: str | None) -> None:
         self.model = model

@@ -65,11 +65,6 @@ class ForkPicker(ModalScreen[str | None]):
     def card_of(self, message_id: str) -> ReplyCard | None:
         return next((card for card in self.cards if card.message.id == message_id), None)
 
-    @property
-    def shown(self) -> ReplyCard:
-        """The reply in view one at a time (the focused one)."""
-        return next(card for card in self.cards if card.has_class("-shown"))
-
     def on_mount(self) -> None:
         self.cards[0].focus()
 

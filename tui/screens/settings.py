@@ -159,8 +159,9 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         try:
             self.dismiss(self.read())
         except ValueError as error:
-            self.query_one("#settings-error", Label).update(str(error))
-            self.query_one("#settings-error", Label).add_class("-shown")
+            note = self.query_one("#settings-error", Label)
+            note.update(str(error))
+            note.add_class("-shown")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "save":
