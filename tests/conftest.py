@@ -13,12 +13,13 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402  (after OMP_WAIT_POLICY: OpenMP reads it when torch loads)
 
 # Every test run gets its own LOCALCHAT_HOME, so no test reads or writes the user's folders; it is removed at exit.
-# Its cache folder's models/ (converted and packed models, ~700 MB) and test-references/ (transformers' copy of the
-# embedded model) are kept between runs in .test-cache/ (or $LOCALCHAT_TEST_CACHE): an entry is keyed by the loader's
-# format and the file's size and time, so a later run reuses it only where a fresh one would be the same, and a first
-# start (seconds of conversion for every fresh home) is paid once, not on every run of the edit-test loop. The rest
-# of the cache (the KV cache's disk tier) is each home's own.
-KEPT_CACHE_FOLDERS = ("models", "test-references")
+# Its cache folder's models/ (converted and packed models, ~700 MB), test-references/ (transformers' copy of the
+# embedded model) and native/ (the compiled CPU kernels) are kept between runs in .test-cache/ (or
+# $LOCALCHAT_TEST_CACHE), and every home a test makes links them: an entry is keyed by what made it (the loader's
+# format and the file's size and time; the kernels' sources, flags and compiler), so a later run reuses it only where
+# a fresh one would be the same, and a first start (seconds of conversion, three of compiling, for every fresh home)
+# is paid once, not at every engine a test starts. The rest of the cache (the KV cache's disk tier) is each home's own.
+KEPT_CACHE_FOLDERS = ("models", "test-references", "native")
 if "LOCALCHAT_HOME" not in os.environ:
     os.environ["LOCALCHAT_HOME"] = tempfile.mkdtemp(prefix="localchat-test-home-")
     atexit.register(shutil.rmtree, os.environ["LOCALCHAT_HOME"], ignore_errors=True)

@@ -47,6 +47,36 @@ def test_new_rename_delete_newest_first(chat, api):
     assert chat.conversation_id == created  # the open chat stays open
 
 
+def test_a_chat_created_while_the_list_is_asked_for_stays_in_it(chat, api):
+    """A list the server sent before a chat was created (asked for at a rename, a reply's end) arrives after it: the
+    new chat stays in the list, current (the list is asked again)."""
+    named = api.post("/api/conversations", json={"title": "to rename"}).json()
+    chat.open(named["id"])
+    held = []  # the first chat list asked for: fetched from the server now, given to the page later
+
+    def hold_first_list(route):
+        if route.request.method == "GET" and not held:
+            held.append((route, route.fetch()))
+        else:
+            route.continue_()
+
+    chat.page.route("**/api/conversations", hold_first_list)
+    current = chat.page.locator("#chats li.current")
+    current.locator("button.rename").click()
+    chat.page.fill("#chats .rename-input", "renamed")
+    chat.page.press("#chats .rename-input", "Enter")
+    while not held:  # (the route's handler runs while the page waits)
+        chat.page.wait_for_timeout(20)
+    chat.page.click("#new-chat")
+    expect(chat.page.locator("#chat-title")).to_have_text("New chat")
+    created = chat.conversation_id
+    route, response = held[0]
+    route.fulfill(response=response)  # the list from before the new chat
+    expect(chat.page.locator(f'#chats li.current[data-id="{created}"]')).to_have_count(1)
+    expect(chat.page.locator(f'#chats li[data-id="{named["id"]}"] .title')).to_have_text("renamed")
+    assert chat_ids(chat)[0] == created
+
+
 def test_search_opens_the_hit_in_its_branch(chat, api):
     conversation = api.post("/api/conversations", json={"settings": {**FAST, "max_tokens": 4}}).json()
     messages = f"/api/conversations/{conversation['id']}/messages"

@@ -25,6 +25,7 @@ class App {
     this.session = new ChatSession();
     this.streaming = null;  // the id of the chat whose replies are being written
     this.openings = 0;  // a chat opened later wins over one still loading
+    this.chatChanges = 0;  // local changes to the chat list: a list asked for before one is stale
     this.following = null;  // the timer that reloads a chat while another client writes its replies
     this.contextLimit = null;  // the model's context in tokens, as the server last said (null: not known)
     // what a chat not yet written gets (GET /api/conversation-defaults): {system_prompt, settings, small_model}
@@ -104,7 +105,7 @@ class App {
 
   async start() {
     try {
-      this.conversations = await api.listConversations();
+      await this.listChats();
     } catch (error) {
       if (error.status === 401 || error.status === 403) {
         $("signed-out").hidden = false;
@@ -127,7 +128,7 @@ class App {
   async open(id, messageId = null) {
     const opening = ++this.openings;
     const tree = await api.getConversation(id);
-    if (!this.conversations.some((c) => c.id === id)) this.conversations = await api.listConversations();
+    if (!this.conversations.some((c) => c.id === id)) await this.listChats();
     if (opening !== this.openings) return;
     if (this.session.conversation?.id !== id) this.thread.clear();
     this.session.open(tree, messageId);
@@ -226,8 +227,25 @@ class App {
     if (!this.sidebar.searching) this.sidebar.showChats(this.conversations, this.session.conversation?.id);
   }
 
+  /** The chat list from the server; asked again where the list changed here meanwhile (a chat created or deleted
+   * while the request was under way would otherwise be lost or come back). */
+  async listChats() {
+    let changes;
+    do {
+      changes = this.chatChanges;
+      const conversations = await api.listConversations();
+      if (changes === this.chatChanges) this.conversations = conversations;
+    } while (changes !== this.chatChanges);
+  }
+
+  /** A change made here to the chat list: `change` maps the list to the new one. */
+  changeChats(change) {
+    this.chatChanges++;
+    this.conversations = change(this.conversations);
+  }
+
   async refreshChats() {
-    this.conversations = await api.listConversations();
+    await this.listChats();
     const open = this.session.conversation;
     this.session.conversation = this.conversations.find((c) => c.id === open?.id) ?? open;
     this.showTitle();
@@ -303,7 +321,7 @@ class App {
     const empty = this.session.conversation;
     const conversation = empty ? await api.updateConversation(empty.id, fields)
       : await api.createConversation(fields);
-    this.conversations = [conversation, ...this.conversations.filter((c) => c.id !== conversation.id)];
+    this.changeChats((chats) => [conversation, ...chats.filter((c) => c.id !== conversation.id)]);
     this.session.newChat(conversation);
     this.summaries = [];
     this.render();
@@ -436,7 +454,7 @@ class App {
     this.openings++;
     this.panels.openSidebar(false);
     const conversation = await api.createConversation();
-    this.conversations.unshift(conversation);
+    this.changeChats((chats) => [conversation, ...chats]);
     this.thread.clear();
     this.session.newChat(conversation);
     this.summaries = [];
@@ -452,7 +470,7 @@ class App {
     this.showError(null);
     try {
       const fresh = await api.summarize(source.id, this.session.savedLeaf());
-      this.conversations = await api.listConversations();
+      await this.listChats();
       if (this.session.conversation?.id === source.id) await this.open(fresh.id);
       else this.renderChats();
     } catch (error) {
@@ -469,7 +487,7 @@ class App {
     const title = this.conversations.find((c) => c.id === id)?.title ?? "this chat";
     if (!(await confirmDelete(`Delete “${title}” and all its branches?`))) return;
     await api.deleteConversation(id);
-    this.conversations = this.conversations.filter((c) => c.id !== id);
+    this.changeChats((chats) => chats.filter((c) => c.id !== id));
     if (this.session.conversation?.id === id) {
       this.session.newChat(null);
       if (this.conversations.length) await this.open(this.conversations[0].id);
@@ -506,7 +524,7 @@ class App {
       const conversation = await api.updateConversation(open.id, fields);
       if (this.session.conversation?.id !== open.id) return;
       this.session.conversation = conversation;
-      this.conversations = this.conversations.map((c) => (c.id === open.id ? conversation : c));
+      this.changeChats((chats) => chats.map((c) => (c.id === open.id ? conversation : c)));
       this.showTitle();
       this.showContext();
     });
