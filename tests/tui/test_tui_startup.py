@@ -9,6 +9,7 @@ from fake_engine import FakeEngine
 from tui_pilot import SIZES, chat_screen, chats_read, wait_until
 
 from localchat.tui.app import LocalChatApp
+from localchat.tui.widgets.empty_chat import EmptyChat
 
 
 @pytest.mark.asyncio
@@ -42,3 +43,29 @@ async def test_without_a_message_the_last_chat_opens_with_its_title(tmp_path):
         await wait_until(pilot, lambda: len(screen.view.views) == 4 and chats_read(screen))
         assert screen.session.conversation.id == "c_sort" and screen.sub_title == "Sorting in Python"
         assert screen.composer.text == "Hel"
+
+
+@pytest.mark.asyncio
+async def test_ctrl_n_while_the_last_chat_is_drawn_shows_the_new_chat(tmp_path):
+    """Ctrl+N while the reopened chat (a long one, near its context's edge) is still being drawn: the new chat shows,
+    and the restore's late end neither crashes the UI nor draws the old chat's gauge over the new one."""
+    engine = FakeEngine(long_chat=True)
+    engine.conversation_hold = asyncio.Event()
+    async with LocalChatApp(client=engine, config_file=tmp_path / "tui.toml").run_test(size=SIZES[0]) as pilot:
+        screen = await chat_screen(pilot)
+        drawn, show = asyncio.Event(), screen.view.show
+
+        async def slow_show(tree, path, documents):  # drawing the restored chat's branch takes a while
+            await show(tree, path, documents)
+            if path:
+                await drawn.wait()
+        screen.view.show = slow_show
+        engine.conversation_hold.set()
+        await wait_until(pilot, lambda: screen.session.conversation is not None, what="the last chat opened")
+        await pilot.press("ctrl+n")
+        drawn.set()
+        await wait_until(pilot, lambda: screen.query_one(EmptyChat).display and not screen.view.views,
+                         what="the new chat")
+        await pilot.pause(0.1)
+        assert screen.session.conversation is None and screen.query_one(EmptyChat).display and not screen.view.views
+        assert screen.gauge.use is None and screen.sub_title == ""

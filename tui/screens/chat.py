@@ -3,6 +3,8 @@
 keys into the session's actions and the engine's requests. Its parts for long chats (the context gauge, the cut, the
 summary and its links) and for documents are in long_chats.py and chat_documents.py."""
 
+import asyncio
+
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -89,6 +91,7 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         # the last chat is still to be opened (at start): True until it is, or until the user starts on another one
         # (sends from the empty chat, opens or creates one), which it must not replace
         self.restoring = True
+        self.drawing = asyncio.Lock()  # one render of the branch shown at a time (show_branch)
 
     def compose(self) -> ComposeResult:
         yield ChatHeader(icon="◆")
@@ -235,11 +238,14 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         await self.show_branch()
 
     async def show_branch(self) -> None:
-        """Render the session's branch, and what it uses of the model's context."""
-        path = self.session.path()
-        await self.view.show(self.session.tree, path, self.documents)
-        self.query_one(EmptyChat).display = not path
-        await self.show_context(path)
+        """Render the session's branch, and what it uses of the model's context. One render at a time, each of the
+        session as it is when its turn comes: the last one shows the chat opened last (a chat reopened at start and a
+        new chat begun while it is drawn)."""
+        async with self.drawing:
+            conversation, path = self.session.conversation, self.session.path()
+            await self.view.show(self.session.tree, path, self.documents)
+            self.query_one(EmptyChat).display = not path
+            await self.show_context(conversation, path)
 
     @engine_work(group="chats")
     async def on_chat_list_opened(self, event: ChatList.Opened) -> None:
@@ -611,7 +617,7 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
             self.view.show_positions(self.session.tree)
             if message.stats is not None and message.stats.context_limit is not None:
                 self.context_limit = message.stats.context_limit
-            await self.show_context(self.session.path())
+            await self.show_context(self.session.conversation, self.session.path())
 
     def writer(self, message_id: str):
         """Where a reply being written is shown: its card in the N-reply picker, else its message on screen."""

@@ -2,7 +2,7 @@
 near its edge (once per chat) and the divider where the last prompt was cut; a new chat from a summary of this one
 (F5, or a click on the warning), and the links between a chat and those begun from its summary (ctrl+l, or a click)."""
 
-from localchat.app.protocol.conversations import Message
+from localchat.app.protocol.conversations import Conversation, Message
 from localchat.tui.context_budget import branch_use, gauge_text, last_cut, near_limit
 from localchat.tui.engine_work import engine_work
 from localchat.tui.widgets.chat_links import ChatLink, ChatLinks
@@ -25,10 +25,9 @@ class LongChats:
     def gauge(self) -> ContextGauge:
         return self.query_one(ContextGauge)
 
-    async def show_context(self, path: list[Message]) -> None:
-        """The gauge of the branch's use of the context, a warning near its edge (once per chat), and the divider where
-        its last prompt was cut."""
-        conversation = self.session.conversation
+    async def show_context(self, conversation: Conversation | None, path: list[Message]) -> None:
+        """The gauge of the use of the context by a chat's branch (`path`; conversation None: a new chat), a warning
+        near its edge (once per chat), and the divider where its last prompt was cut."""
         documents = [self.documents[i] for i in conversation.documents if i in self.documents] if conversation else []
         use = branch_use(path, self.context_limit, sum(document.tokens for document in documents))
         self.gauge.show(use, self.key_of("summarize"))
