@@ -200,8 +200,9 @@ async def test_ctrl_r_ends_a_real_models_thinking_and_its_answer_follows(thinkin
         await wait_until(pilot, lambda: screen.thinks, what="the model known to think")
         await pilot.press(*"Hello", "enter")
         reply = await wait_until(pilot, lambda: screen.view.views and isinstance(screen.view.views[-1], ChatMessage)
-                                 and screen.view.views[-1].thinking and screen.view.views[-1],
-                                 what="the reply thinking")
+                                 and screen.view.views[-1].message.role == "assistant" and screen.view.views[-1],
+                                 what="the reply started")
+        await wait_until(pilot, lambda: reply.thinking, what="the reply thinking")
         await wait_until(pilot, lambda: reply.thinking_block.tokens >= 5, what="some thinking")
         assert thinking_title(reply).startswith("▶ Thinking… ") and reply.body.source == ""
         assert note_text(reply) == "thinking… ^r answers now"

@@ -28,7 +28,9 @@ async def wait_until(pilot: Pilot, condition: Callable[[], object], timeout: flo
         if value := condition():
             return value
         await pilot.pause(0.02)
-    raise TimeoutError(f"timed out waiting for {what or condition}")
+    said = [f"{n.title}: {n.message}" if n.title else n.message for n in pilot.app._notifications]  # (no public list)
+    raise TimeoutError(f"timed out waiting for {what or condition} (on {type(pilot.app.screen).__name__}; "
+                       f"notifications: {said or 'none'})")
 
 
 async def screen_of(pilot: Pilot, kind: type[S], what: str = "") -> S:
