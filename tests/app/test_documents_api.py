@@ -12,7 +12,9 @@ pytestmark = pytest.mark.slow  # real `localchat serve` processes: left out of `
 
 LINES = [f"Entry {n}: the mill by the river ground {n * 7} sacks of wheat in the year {1850 + n}, and the miller "
          f"wrote down the price of bread, which was {n % 9 + 2} pence." for n in range(40)]
-TEXT = "\n".join(LINES)  # about 1,500 tokens
+TEXT = "\n".join(LINES)  # about 1,900 tokens: more than a small context holds
+# the chats' document, about 550 tokens (35 KV blocks): a prefill of a second on the CPU, where TEXT's takes five
+DOCUMENT = "\n".join(LINES[:12])
 
 
 def make_pdf(lines: list[str]) -> bytes:
@@ -69,7 +71,7 @@ def test_html_and_markdown_are_read_as_their_text(api):
 
 
 def test_a_second_chat_on_the_same_document_finds_it_cached(api):
-    document = upload(api, "mill-cache.txt", TEXT.encode()).json()
+    document = upload(api, "mill-cache.txt", DOCUMENT.encode()).json()
     chats = [api.post("/api/conversations", json={"documents": [document["id"]]}).json() for _ in range(2)]
     assert chats[0]["documents"] == [document["id"]]
     first, second = (first_reply(api, chat["id"]) for chat in chats)
@@ -82,7 +84,7 @@ def test_a_second_chat_on_the_same_document_finds_it_cached(api):
 
 
 def test_a_message_carries_its_documents_before_its_text(api):
-    document = upload(api, "mill-message.txt", TEXT.encode()).json()
+    document = upload(api, "mill-message.txt", DOCUMENT.encode()).json()
     conversation = api.post("/api/conversations", json={}).json()["id"]
     reply = first_reply(api, conversation, documents=[document["id"]])
     assert reply["stats"]["prompt_tokens"] > document["tokens"]
@@ -97,7 +99,7 @@ def test_a_message_carries_its_documents_before_its_text(api):
 
 
 def test_a_document_in_use_is_not_deleted_and_a_deleted_conversation_leaves_it(api):
-    document = upload(api, "mill-kept.txt", TEXT.encode()).json()
+    document = upload(api, "mill-kept.txt", DOCUMENT.encode()).json()
     conversation = api.post("/api/conversations", json={"documents": [document["id"]]}).json()["id"]
     first_reply(api, conversation)
     response = api.delete(f"/api/documents/{document['id']}")
@@ -148,7 +150,7 @@ def test_a_chat_after_a_restart_finds_the_document_on_disk(tmp_path):
     server = Server(home, args=["--kv-blocks", "256"]).start()
     try:
         with server.client() as api:
-            document = upload(api, "mill-disk.txt", TEXT.encode()).json()
+            document = upload(api, "mill-disk.txt", DOCUMENT.encode()).json()
             first_reply(api, api.post("/api/conversations", json={"documents": [document["id"]]}).json()["id"])
     finally:
         server.stop()
@@ -165,7 +167,7 @@ def test_a_chat_after_a_restart_finds_the_document_on_disk(tmp_path):
 
 
 def test_a_chat_without_messages_may_be_set_to_start_from_documents(api):
-    document = upload(api, "mill-patch.txt", TEXT.encode()).json()
+    document = upload(api, "mill-patch.txt", DOCUMENT.encode()).json()
     conversation = api.post("/api/conversations", json={"system_prompt": ""}).json()["id"]  # the documents alone
     patched = api.patch(f"/api/conversations/{conversation}", json={"documents": [document["id"]]})
     assert patched.status_code == 200 and patched.json()["documents"] == [document["id"]]
