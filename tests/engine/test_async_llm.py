@@ -17,7 +17,10 @@ PROMPT = [{"role": "user", "content": "Write a haiku about autumn leaves."}]
 
 @pytest.fixture(scope="module")
 def async_llm():
-    engine = AsyncLLM(dtype="float32")
+    """The engine with a KV cache of 512 blocks (8,192 tokens, the model's whole context, as by default): a failed
+    step zeroes the cache, which took seconds of page faults on the default share of memory (gigabytes)."""
+    engine = AsyncLLM(dtype="float32", num_kv_blocks=512)
+    assert engine.max_model_len == 8192
     yield engine
     engine.shutdown()
 

@@ -29,6 +29,9 @@ from localchat.engine.gguf_header import read_header
 from localchat.engine.loader import ModelSource, resolve_model
 from localchat.engine.models.families import family_for
 
+# KV caches of 1,024 blocks (4,096 tokens of 4, past every model's context here): by default a tiny model's cache
+# is capped at 2**20 tokens, and building that block pool (262,144 blocks) took most of each test's second
+KV_BLOCKS = 1024
 COMMON = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
               max_position_embeddings=256, initializer_range=0.1, rms_norm_eps=1e-6)
 
@@ -111,7 +114,8 @@ def test_prefill_and_decode_logits_match_transformers(arch, tokenizer, tmp_path)
     randomize_norms(reference)
 
     # small blocks and a small token budget: prompts span many blocks and prefill in chunks
-    llm = LLM(saved(reference, tokenizer, tmp_path), dtype="float32", block_size=4, max_num_batched_tokens=24)
+    llm = LLM(saved(reference, tokenizer, tmp_path), dtype="float32", block_size=4, max_num_batched_tokens=24,
+              num_kv_blocks=KV_BLOCKS)
     seen = record_logits(llm)
     outputs = llm.generate(random_prompts((5, 23, 41)), SamplingParams(temperature=0, max_tokens=33, ignore_eos=True))
 
@@ -127,7 +131,8 @@ def test_windowed_prefix_hits_and_forks_match_transformers(arch, tokenizer, tmp_
     torch.manual_seed(0)
     reference = AutoModelForCausalLM.from_config(CONFIGS[arch](), dtype=torch.float32).eval()
     randomize_norms(reference)
-    llm = LLM(saved(reference, tokenizer, tmp_path), dtype="float32", block_size=4, max_num_batched_tokens=16)
+    llm = LLM(saved(reference, tokenizer, tmp_path), dtype="float32", block_size=4, max_num_batched_tokens=16,
+              num_kv_blocks=KV_BLOCKS)
     shared, first, second = random_prompts((30, 3, 6))
     seen = record_logits(llm)
     outputs = llm.generate([shared + first], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
@@ -151,7 +156,7 @@ def test_multimodal_gemma3_checkpoint_runs_its_text_model(tokenizer, tmp_path):
     config = Gemma3Config(text_config=text_config, vision_config=vision, mm_tokens_per_image=4)
     reference = Gemma3ForConditionalGeneration(config).eval()
     randomize_norms(reference)
-    llm = LLM(saved(reference, tokenizer, tmp_path), dtype="float32", block_size=4)
+    llm = LLM(saved(reference, tokenizer, tmp_path), dtype="float32", block_size=4, num_kv_blocks=KV_BLOCKS)
     assert llm.engine.runner.model.config.model_type == "gemma3_text"
     seen = record_logits(llm)
     outputs = llm.generate(random_prompts((19,)), SamplingParams(temperature=0, max_tokens=5, ignore_eos=True))
@@ -225,7 +230,7 @@ def packed_llm(arch: str, tokenizer, tmp_path: Path, monkeypatch) -> tuple[LLM, 
     (tmp_path / "cache").mkdir()
     source = ModelSource(arch, reference.config, tokenizer, tmp_path / "cache", tmp_path / "model.gguf")
     monkeypatch.setattr(llm_engine, "resolve_model", lambda model: source)
-    llm = LLM(arch, block_size=4)
+    llm = LLM(arch, block_size=4, num_kv_blocks=KV_BLOCKS)
     assert llm.engine.packed
     return llm, reference, source
 

@@ -73,15 +73,19 @@ def test_top1_agreement_with_float32_transformers(llm, hf_smollm2):
 def test_a_seeded_request_gives_the_same_tokens_cold_cached_alone_and_batched(llm):
     prompts = [llm.engine.apply_chat_template([{"role": "user", "content": f"{q} (take {i})"}])
                for i, q in enumerate(QUESTIONS * 3)][:20]
-    params = [SamplingParams(temperature=0.9, top_p=0.95, seed=100 + i, max_tokens=24) for i in range(len(prompts))]
+    # 12 tokens a reply, each with its logprob: a logit whose bits differ shows in the logprob at once, where a seeded
+    # draw changes its token only near a boundary of the distribution
+    params = [SamplingParams(temperature=0.9, top_p=0.95, seed=100 + i, max_tokens=12, logprobs=0)
+              for i in range(len(prompts))]
     llm.engine.kv.forget_cached()
     alone_cold = [llm.generate(p, s)[0] for p, s in zip(prompts, params)]
     batched_cached = llm.generate(prompts, params)
     assert all(o.num_cached_tokens > 0 for o in batched_cached)
     llm.engine.kv.forget_cached()
     batched_cold = llm.generate(prompts, params)
-    tokens = [[o.outputs[0].token_ids for o in run] for run in (alone_cold, batched_cold, batched_cached)]
-    assert tokens[0] == tokens[1] == tokens[2]  # alone = batched (cold), cold = cached (batched)
+    replies = [[(o.outputs[0].token_ids, o.outputs[0].logprobs) for o in run]
+               for run in (alone_cold, batched_cold, batched_cached)]
+    assert replies[0] == replies[1] == replies[2]  # alone = batched (cold), cold = cached (batched)
 
 
 def test_the_thread_count_changes_no_token_and_no_logprob(llm):

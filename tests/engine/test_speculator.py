@@ -81,8 +81,9 @@ def drafted(llm: LLM) -> tuple[int, int]:
 
 
 @pytest.mark.slow  # the embedded model, twice
-@pytest.mark.parametrize("params", [SamplingParams(temperature=0.0, max_tokens=48),
-                                    SamplingParams(temperature=0.8, seed=11, max_tokens=48)], ids=["greedy", "seeded"])
+# 32 tokens a reply: already well over 50 drafted tokens kept, and dozens cut, in each run
+@pytest.mark.parametrize("params", [SamplingParams(temperature=0.0, max_tokens=32),
+                                    SamplingParams(temperature=0.8, seed=11, max_tokens=32)], ids=["greedy", "seeded"])
 def test_speculation_changes_no_token(engines, params) -> None:
     """22 prompts, four at a time: drafts beside other replies' decodes and prefills."""
     before = drafted(engines[True])
@@ -90,6 +91,7 @@ def test_speculation_changes_no_token(engines, params) -> None:
     assert [replies(engines[True], g, params) for g in groups] == [replies(engines[False], g, params) for g in groups]
     after = drafted(engines[True])
     assert after[1] - before[1] > 50, "the replies kept too few drafts to show anything"
+    assert after[0] - after[1] > before[0] - before[1], "no draft was cut: the rejecting path went unchecked"
     assert drafted(engines[False]) == (0, 0)
 
 
@@ -101,11 +103,14 @@ def test_speculation_changes_no_token_of_forks_stops_limits_and_penalties(engine
               SamplingParams(temperature=0.7, seed=9, max_tokens=60, repetition_penalty=1.3, frequency_penalty=0.4,
                              logprobs=2)]
     chats = CHATS[1:5]
-    on, off = replies(engines[True], chats, params), replies(engines[False], chats, params)
+    # one run on each engine: its token ids, and the logprobs of the last reply (asked for by its params)
+    runs = {spec: engines[spec].chat([[{"role": "user", "content": c}] for c in chats], params)
+            for spec in (True, False)}
+    on, off = ([[o.token_ids for o in out.outputs] for out in runs[spec]] for spec in (True, False))
     assert on == off
     assert [len(r) for r in on] == [4, 1, 1, 1] and len(on[2][0]) == 7
-    with_logprobs = [engines[on].chat([{"role": "user", "content": chats[3]}], params[3])[0].outputs[0].logprobs
-                     for on in (True, False)]
+    with_logprobs = [runs[spec][3].outputs[0].logprobs for spec in (True, False)]
+    assert len(with_logprobs[0]) == len(on[3][0])
     assert [(p.token_id, p.logprob) for p in with_logprobs[0]] == [(p.token_id, p.logprob) for p in with_logprobs[1]]
 
 
@@ -126,12 +131,13 @@ def test_a_constrained_reply_checks_its_drafts_through_its_grammar(engines) -> N
 
 
 @pytest.mark.slow
-def test_a_preempted_speculating_reply_is_the_same_as_one_alone() -> None:
-    """A KV cache too small for every reply at once: replies are preempted and recomputed, drafts and all."""
-    params = SamplingParams(temperature=0.8, seed=3, max_tokens=96)
-    small = [LLM(speculative=on, num_kv_blocks=24) for on in (False, True)]
+def test_a_preempted_speculating_reply_is_the_same_as_one_alone(engines) -> None:
+    """A KV cache too small for every reply at once (16 blocks, 256 tokens: less than the six prompts alone):
+    replies are preempted and recomputed, drafts and all. Each reply alone comes from the engine without drafts."""
+    params = SamplingParams(temperature=0.8, seed=3, max_tokens=48)
+    small = LLM(speculative=True, num_kv_blocks=16)
     chats = CHATS[:6]
-    alone = [replies(small[0], [c], params)[0] for c in chats]
-    assert replies(small[1], chats, params) == alone
-    assert small[1].stats()["num_preemptions"] > 0
-    assert drafted(small[1])[1] > 0
+    alone = [replies(engines[False], [c], params)[0] for c in chats]
+    assert replies(small, chats, params) == alone
+    assert small.stats()["num_preemptions"] > 0
+    assert drafted(small)[1] > 0

@@ -177,11 +177,15 @@ def test_engine_greedy_tokens_match_torch_backend(arch, tmp_path, monkeypatch):
                         staticmethod(lambda cache, pairs: (copies.extend(pairs), copy_blocks(cache, pairs))))
     gen = torch.Generator().manual_seed(3)
     shared = torch.randint(0, 512, (20,), generator=gen).tolist()
-    prompts = [shared + torch.randint(0, 512, (n,), generator=gen).tolist() for n in (1, 13, 30)]
-    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, n=2)
+    # contexts of 21 to 68 tokens: decodes over one key tile and, at the end, over two (split-K); 8 tokens a reply
+    # (the interpreter's decode steps are what takes the time) still cross a block in every reply
+    prompts = [shared + torch.randint(0, 512, (n,), generator=gen).tolist() for n in (1, 13, 40)]
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, n=2)
     outputs = {}
     for backend in ("torch", "triton"):
-        llm = LLM(str(tmp_path), dtype="float32", block_size=8, max_num_batched_tokens=24, attention_backend=backend)
+        # 512 blocks (4,096 tokens): a tiny model's default cache of 2**20 tokens takes a while to set up
+        llm = LLM(str(tmp_path), dtype="float32", block_size=8, max_num_batched_tokens=24, num_kv_blocks=512,
+                  attention_backend=backend)
         outputs[backend] = [[c.token_ids for c in o.outputs] for o in llm.generate(prompts, params)]
         assert llm.stats()["cached_prompt_tokens"] > 0
     assert llm.engine.runner.backend is TritonPagedAttention and copies
