@@ -247,12 +247,13 @@ class LLMEngine:
                                        finish_reason="abort"))
 
     def reset(self) -> None:
-        """After a failed step: drop every request and start the KV memory afresh, every block free and cleared (a
-        step cut short may have left blocks half written or half counted). The disk tier keeps what it wrote."""
+        """After a failed step: drop every request and start the KV memory afresh, every block free and new (a step
+        cut short may have left blocks half written or half counted): a new block pool clears each block's memory
+        on its first use, as at the start, so the cache (gigabytes) is not zeroed at once, which took seconds and made
+        every page of it resident. The disk tier keeps what it wrote."""
         self.output.clear()
         self.scheduler.clear()
         self.kv.reset()
-        self.runner.clear_kv_cache()
 
     def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> int:
         """Drop the cached blocks of the token sequences `dropped` (a deleted conversation's branches) that none of

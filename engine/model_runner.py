@@ -49,10 +49,6 @@ class ModelRunner:
     def kv_cache_bytes(self) -> int:
         return self.kv_cache.numel() * self.kv_cache.element_size()
 
-    def clear_kv_cache(self) -> None:
-        """Zero every block (after a failed step, which may have left some half written)."""
-        self.kv_cache.zero_()
-
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> torch.Tensor:
         """Compute the new tokens of every scheduled sequence, its draft's after its own; logits (float32) at the

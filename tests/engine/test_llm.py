@@ -218,6 +218,22 @@ def test_abort_frees_the_blocks(llm, prompts):
     assert engine.kv.pool.num_used == 0 and not engine.has_unfinished_requests()
 
 
+def test_a_reset_after_a_failed_step_reads_no_old_value_and_leaves_unused_memory_alone(llm, prompts, reference):
+    """A failed step's reset: every block is new again and cleared at its first use (garbage in blocks a reply
+    used before changes no token), while memory no block uses is left as it is: the cache (gigabytes) is not
+    zeroed at once, which made every page of it resident."""
+    engine, garbage = llm.engine, 256
+    cache = engine.runner.kv_cache
+    assert cache.shape[2] > garbage + 1
+    cache[:, :, : garbage + 1] = float("nan")  # what a step cut short may leave, and more
+    engine.reset()
+    (out,) = llm.generate(prompts[0], GREEDY)
+    assert out.outputs[0].token_ids == reference[0]
+    used = set(range(cache.shape[2])) - engine.kv.pool.never_used
+    assert used and max(used) < garbage  # the reply ran on blocks that held garbage
+    assert cache[:, :, garbage].isnan().all()  # a block not used since was not written
+
+
 def test_a_prompt_longer_than_the_token_budget_prefills_in_chunks(prompts):
     small = LLM(dtype="float32", max_num_batched_tokens=16)  # steps that compute a chunk and sample nothing
     (out,) = small.generate(prompts[2], GREEDY)
