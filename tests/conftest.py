@@ -8,9 +8,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-# Two test workers and their engine processes share the cores: threads that wait sleep instead of spinning.
+# Three test workers (`./dev test`) and their engine processes share the cores: one thread each (torch's default, a
+# thread per core in every process, oversubscribed them: the speculator's tests spent 13 s in the kernel with two
+# threads, 1 s with one), and threads that wait sleep instead of spinning. Tests of thread counts set their own.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-import torch  # noqa: E402  (after OMP_WAIT_POLICY: OpenMP reads it when torch loads)
+import torch  # noqa: E402  (after OMP_*: OpenMP reads them when torch loads)
 
 # Every test run gets its own LOCALCHAT_HOME, so no test reads or writes the user's folders; it is removed at exit.
 # Its cache folder's models/ (converted and packed models, ~700 MB), test-references/ (transformers' copy of the
@@ -93,7 +96,7 @@ def api(server) -> httpx.Client:
         yield client
 
 
-# The test files that take longest (each over 40 s), started first so that two workers (`./dev test`) end together
+# The test files that take longest (each over 40 s), started first so that the workers (`./dev test`) end together
 # instead of one running a long file alone at the end.
 LONGEST_FIRST = ["packaging/test_wheel.py", "engine/test_llm.py", "app/test_hardening.py",
                  "engine/test_packed_model.py", "app/test_openapi_fuzz.py"]
