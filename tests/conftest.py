@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-# Three test workers (`./dev test`) and their engine processes share the cores: one thread each (torch's default, a
+# Two test workers (`./dev test`) and their engine processes share the cores: one thread each (torch's default, a
 # thread per core in every process, oversubscribed them: the speculator's tests spent 13 s in the kernel with two
 # threads, 1 s with one), and threads that wait sleep instead of spinning. Tests of thread counts set their own.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
