@@ -91,7 +91,9 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         # the last chat is still to be opened (at start): True until it is, or until the user starts on another one
         # (sends from the empty chat, opens or creates one), which it must not replace
         self.restoring = True
-        self.drawing = asyncio.Lock()  # one render of the branch shown at a time (show_branch)
+        # one render of the branch at a time (show_branch): a chat opened (the last one, at start) while the user
+        # starts a new one; the second would remove the messages the first is still mounting
+        self.drawing = asyncio.Lock()
 
     def compose(self) -> ComposeResult:
         yield ChatHeader(icon="◆")

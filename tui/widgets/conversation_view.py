@@ -25,9 +25,6 @@ class CutMarker(Static):
 class ConversationView(VerticalScroll, can_focus=False):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        # one show() at a time: a chat opened (the last one, at start) while the user starts a new one; the second
-        # would remove the messages the first is still mounting
-        self.showing = asyncio.Lock()
         self.placing_cut = asyncio.Lock()  # one show_cut() at a time: a reply ends while another branch is shown
 
     @property
@@ -42,18 +39,18 @@ class ConversationView(VerticalScroll, can_focus=False):
         return next(iter(self.query_children(CutMarker)), None)
 
     async def show(self, branches: MessageTree, path: list[Message], documents: dict[str, Document]) -> None:
-        """documents: the ones the messages carry, by id (a message shows those it has)."""
-        async with self.showing:
-            views = self.views
-            shared = 0
-            while shared < min(len(views), len(path)) and views[shared].message.id == path[shared].id:
-                shared += 1
-            if shared < len(views):
-                await self.remove_children(views[shared:])
-            if shared < len(path):
-                await self.mount_all([ChatMessage(message, documents=documents) for message in path[shared:]])
-            self.show_positions(branches)
-            self.anchor()
+        """documents: the ones the messages carry, by id (a message shows those it has). One call at a time (the
+        chat screen's show_branch): a second would remove the messages the first is still mounting."""
+        views = self.views
+        shared = 0
+        while shared < min(len(views), len(path)) and views[shared].message.id == path[shared].id:
+            shared += 1
+        if shared < len(views):
+            await self.remove_children(views[shared:])
+        if shared < len(path):
+            await self.mount_all([ChatMessage(message, documents=documents) for message in path[shared:]])
+        self.show_positions(branches)
+        self.anchor()
 
     def show_positions(self, branches: MessageTree) -> None:
         for view in self.views:
