@@ -40,6 +40,7 @@ class SamplingSettings(Struct, kw_only=True, forbid_unknown_fields=True):
     presence_penalty: PresencePenalty = 0.0
     frequency_penalty: FrequencyPenalty = 0.0
     max_tokens: MaxTokens = 512
+    ignore_eos: bool = False  # go on past the model's end of turn up to max_tokens (benchmarks and tests)
     seed: Seed | None = None
     stop: StopStrings = msgspec.field(default_factory=list)
     json_mode: bool = False  # every reply is a JSON object (grammar-constrained)

@@ -63,6 +63,7 @@ def reply_sampling(settings: SamplingSettings, n: int, syntax: ToolSyntax = IN_S
     where the settings name none."""
     values = {name: getattr(settings, name) for name in SHARED_FIELDS}
     values |= {"n": n, "seed": settings.seed, "max_tokens": settings.max_tokens, "stop": list(settings.stop),
+               "ignore_eos": settings.ignore_eos,
                "thinking_token_budget": _or(settings.thinking_token_budget, thinking_token_budget)}
     shape = ReplyShape(tools=settings.tools, tool_choice=settings.tool_choice,
                        format=JSONObjectFormat() if settings.json_mode else None, format_field="json_mode")

@@ -92,7 +92,8 @@ def test_a_client_that_disconnects_mid_stream_frees_its_blocks(api, server, kind
     else:
         cid = api.post("/api/conversations", json={}).json()["id"]
         path, body = f"/api/conversations/{cid}/messages", {
-            "content": "Tell me a long story.", "settings": {"max_tokens": 2000, "temperature": 1.0}}
+            "content": "Tell me a long story.",
+            "settings": {"max_tokens": 2000, "ignore_eos": True, "temperature": 1.0}}
     with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.token}"}, timeout=60) as own:
         with own.stream("POST", path, json=body) as response:
             for _, data in sse_events(response):

@@ -136,7 +136,7 @@ def test_n_branches_regenerate_edit(api, conversation):
 
 def test_stop_keeps_the_partial_reply(api, server, conversation):
     cid = conversation["id"]
-    long = {"max_tokens": 400, "temperature": 1.0, "seed": 1}
+    long = {"max_tokens": 400, "ignore_eos": True, "temperature": 1.0, "seed": 1}  # still writing at the stop
     listener, events, started = stream_in_background(
         api, f"/api/conversations/{cid}/messages",
         {"content": "Write a very long story about the sea.", "settings": long})

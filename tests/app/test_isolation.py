@@ -25,7 +25,7 @@ HOSTILE_SCHEMAS = [
     {"anyOf": [{"type": "object", "properties": {f"k{i}": {"type": "integer"}}, "required": [f"k{i}"]}
                for i in range(3000)]},
 ]
-MAX_GAP_S = 0.5  # between two tokens of a stream, whatever another request asks of the server
+MAX_GAP_S = 0.5  # added to a stream's gap between two tokens by whatever another request asks of the server
 
 
 def json_schema(schema: dict) -> dict:
@@ -37,7 +37,7 @@ class Stream:
 
     def __init__(self, api: httpx.Client, body: dict):
         self.chunks: list[tuple[float, dict | str]] = []
-        self.writing = threading.Event()
+        self.writing, self.stopping = threading.Event(), threading.Event()
         self.thread = threading.Thread(target=self._read, args=(api, body))
         self.thread.start()
 
@@ -47,6 +47,13 @@ class Stream:
                 self.chunks.append((time.monotonic(), data if data == "[DONE]" else json.loads(data)))
                 if data != "[DONE]" and any(c["delta"].get("content") for c in json.loads(data).get("choices", [])):
                     self.writing.set()
+                if self.stopping.is_set():  # the client leaves: the server aborts the reply
+                    return
+
+    def stop(self) -> list[dict | str]:
+        """Leave the stream where it is; its chunks so far."""
+        self.stopping.set()
+        return self.join()
 
     def join(self) -> list[dict | str]:
         self.thread.join(timeout=120)
@@ -150,10 +157,15 @@ def store_long_messages(server, count: int, chars: int) -> str:
 
 
 def test_a_large_search_and_a_large_tool_grammar_leave_a_stream_at_its_pace(api, server):
+    """The stream's largest gap while a search over 2 MB of chats runs and 25 tools' grammar compiles stays within
+    MAX_GAP_S of its largest gap in the second before (what the machine's load alone does to its pace). The stream
+    cannot end before both are done: ignore_eos and far more tokens than it writes meanwhile, then it is left."""
     store_long_messages(server, 8, 250_000)
-    streamed = Stream(api, {"messages": STORY, "max_tokens": 400, "ignore_eos": True, "temperature": 0})
+    streamed = Stream(api, {"messages": STORY, "max_tokens": 8000, "ignore_eos": True, "temperature": 0})
     assert streamed.writing.wait(60)
+    time.sleep(1.0)  # the window the baseline is measured over, not a wait for something
     started = time.monotonic()
+    alone = streamed.largest_gap_between(started - 1.0, started)
     for query in ("paris OR prime", "the lazy dog", "qu*"):
         hits = api.get("/api/search", params={"q": query, "limit": 50})
         assert hits.status_code == 200 and len([h for h in hits.json() if h["conversation_title"] == "long messages"
@@ -162,6 +174,10 @@ def test_a_large_search_and_a_large_tool_grammar_leave_a_stream_at_its_pace(api,
                                  "tool_choice": "required", "max_tokens": 8})
     assert tools.status_code == 200, tools.text
     ended = time.monotonic()
-    chunks = streamed.join()
-    finished_normally(chunks)
-    assert streamed.largest_gap_between(started, ended) < MAX_GAP_S
+    chunks = streamed.stop()
+    assert chunks and not any("error" in c for c in chunks), chunks[-3:]
+    assert chunks[-1] != "[DONE]", "the stream ended before the search and the tools were done"
+    during = streamed.largest_gap_between(started, ended)
+    print(f"largest gap alone {alone:.3f} s, while searching and compiling {during:.3f} s "
+          f"(they took {ended - started:.2f} s)")
+    assert during < alone + MAX_GAP_S

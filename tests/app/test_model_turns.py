@@ -82,21 +82,37 @@ def turns(monkeypatch):
     return ModelTurns(FakeBackend("a"), FakeConversations(), ActiveRequests())
 
 
-async def run(turns: ModelTurns, name: str, log: list[str], hold_s: float, keep_alive: float | None = None) -> None:
+async def run(turns: ModelTurns, name: str, log: list[str], release: asyncio.Event | None = None,
+              keep_alive: float | None = None) -> None:
+    """A request for model `name`: it holds its turn until `release` is set (none: it leaves at once)."""
     await turns.enter(model(name))
     log.append(f"start {name}")
-    await asyncio.sleep(hold_s)
+    if release is not None:
+        await release.wait()
     log.append(f"end {name}")
     await turns.leave(keep_alive)
+
+
+async def until(condition, what: str) -> None:
+    """Wait for something the turns do on their own (a generous deadline: a fake backend acts at once)."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.005)
 
 
 @pytest.mark.asyncio
 async def test_requests_for_two_models_are_served_in_turn_in_the_order_they_came(turns):
     log: list[str] = []
+    releases = [asyncio.Event() for _ in range(5)]
     tasks = []
-    for name, hold in (("a", 0.05), ("a", 0.05), ("b", 0.02), ("a", 0.01), ("b", 0.01)):
-        tasks.append(asyncio.create_task(run(turns, name, log, hold)))
-        await asyncio.sleep(0.001)
+    for name, release in zip("aabab", releases):
+        tasks.append(asyncio.create_task(run(turns, name, log, release)))
+        await asyncio.sleep(0)  # each one asks for its turn before the next comes
+    await until(lambda: log == ["start a", "start a"], "the two a's side by side")
+    for i, started in ((0, 2), (1, 2), (2, 5), (3, 7), (4, 9)):  # each request in turn leaves once it ran
+        await until(lambda started=started: len(log) >= started, f"request {i} started")
+        releases[i].set()
     await asyncio.gather(*tasks)
     # the two a's run side by side; b waits for them; the a after b waits for b (no overtaking), then b's last
     assert log[:4] == ["start a", "start a", "end a", "end a"]
@@ -107,18 +123,17 @@ async def test_requests_for_two_models_are_served_in_turn_in_the_order_they_came
 @pytest.mark.asyncio
 async def test_keep_alive_unloads_once_nothing_runs_and_the_next_request_loads_again(turns):
     log: list[str] = []
-    await run(turns, "a", log, 0, keep_alive=0.05)
+    await run(turns, "a", log, keep_alive=0.05)
     assert turns.backend.events == []  # not yet: its keep_alive runs
-    await asyncio.sleep(0.2)
-    assert turns.backend.events == ["unload"] and turns.unload_at is None
-    await run(turns, "a", log, 0)  # loads again; no keep_alive: loaded for good
-    await asyncio.sleep(0.1)
-    assert turns.backend.events == ["unload", "reload"] and not turns.backend.unloaded
+    await until(lambda: turns.backend.events == ["unload"], "the unload after keep_alive")
+    assert turns.unload_at is None
+    await run(turns, "a", log)  # loads again; no keep_alive: loaded for good
+    await until(lambda: turns.backend.events == ["unload", "reload"], "the load again")
+    assert not turns.backend.unloaded
 
     turns.active.add("running")  # a request of another API still runs: keep_alive 0 waits for it
-    await run(turns, "a", log, 0, keep_alive=0)
-    await asyncio.sleep(0.1)
+    await run(turns, "a", log, keep_alive=0)
+    await asyncio.sleep(0.1)  # a window in which nothing may happen
     assert turns.backend.events == ["unload", "reload"]
     turns.active.remove("running")
-    await asyncio.sleep(0.1)
-    assert turns.backend.events == ["unload", "reload", "unload"]
+    await until(lambda: turns.backend.events == ["unload", "reload", "unload"], "the unload once nothing runs")

@@ -49,7 +49,7 @@ def test_concurrent_requests_and_abort_free_blocks(async_llm):
     ids = async_llm.engine.apply_chat_template(PROMPT)
 
     async def scenario():
-        long = SamplingParams(temperature=0.8, seed=1, max_tokens=400, ignore_eos=True)
+        long = SamplingParams(temperature=0.8, seed=1, max_tokens=4000, ignore_eos=True)  # running at the abort
         running = asyncio.create_task(collect(async_llm, ids, long, request_id="long"))
         short = await collect(async_llm, ids, SamplingParams(temperature=0, max_tokens=8), "short")
         await async_llm.abort("long")
@@ -57,7 +57,7 @@ def test_concurrent_requests_and_abort_free_blocks(async_llm):
 
     (_, short_tokens, _, _), (_, long_tokens, _, long_last) = asyncio.run(scenario())
     assert len(short_tokens) == 8
-    assert long_last.outputs[0].finish_reason == "abort" and len(long_tokens) < 400
+    assert long_last.outputs[0].finish_reason == "abort" and len(long_tokens) < 4000
     assert asyncio.run(async_llm.stats())["kv_blocks_used"] == 0
 
 
@@ -155,14 +155,17 @@ def test_a_slow_grammar_compiles_while_the_other_replies_go_on(async_llm, monkey
     async def scenario():
         deltas_while_compiling = 0
 
+        writing = asyncio.Event()
+
         async def stream():
             nonlocal deltas_while_compiling
-            params = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
+            params = SamplingParams(temperature=0, max_tokens=4000, ignore_eos=True)  # until it is aborted
             async for _ in async_llm.generate(ids, params, "steady"):
+                writing.set()
                 deltas_while_compiling += compiling.is_set() and not compiled.is_set()
 
         steady = asyncio.create_task(stream())
-        await asyncio.sleep(0.2)
+        await writing.wait()
         await collect(async_llm, ids, SamplingParams(max_tokens=4, structured=slow))
         await async_llm.abort("steady")
         await steady

@@ -2,7 +2,6 @@
 It stays close to transformers' float32 on the same (dequantized) weights, and a seeded request gives the same
 tokens cold or cached, alone or batched."""
 
-import time
 from collections.abc import Iterator
 
 import gguf
@@ -116,8 +115,6 @@ def test_an_unsupported_architecture_or_tensor_type_is_refused_at_once(tmp_path)
         for write in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file):
             write()
         writer.close()
-        started = time.monotonic()
         with pytest.raises(ValueError, match="gpt2" if name == "arch" else "Q2_K"):
             resolve_model(str(path))
-        assert time.monotonic() - started < 2
         assert not [p for p in (user_dir("cache") / "models").glob(f"{name}-*")]

@@ -77,7 +77,8 @@ async def test_a_reply_streams_as_markdown_and_is_stored(client, tmp_path, monke
 
 @pytest.mark.asyncio
 async def test_escape_stops_a_reply_and_keeps_it_marked_stopped(client, tmp_path):
-    conversation = await client.create_conversation(settings=SamplingSettings(temperature=0.0, max_tokens=400))
+    until_the_escape = SamplingSettings(temperature=0.0, max_tokens=3000, ignore_eos=True)  # on any machine
+    conversation = await client.create_conversation(settings=until_the_escape)
     async with app_for(client, tmp_path).run_test(size=SIZE) as pilot:
         screen = await chat_screen(pilot, conversation.id)
         await type_and_send(pilot, "Write a very long story about a dragon.")
@@ -88,7 +89,7 @@ async def test_escape_stops_a_reply_and_keeps_it_marked_stopped(client, tmp_path
 
         stored = (await client.conversation(conversation.id)).messages[-1]
         assert stored.stopped and stored.finish_reason == "abort"
-        assert 0 < stored.stats.completion_tokens < 400
+        assert 0 < stored.stats.completion_tokens < 3000
         assert note_text(reply) == "stopped" and reply.body.source == stored.content
 
 
