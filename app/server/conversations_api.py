@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Literal
 
 import msgspec
-from litestar import Controller, Response, delete, get, patch, post
+from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
@@ -37,6 +37,7 @@ from localchat.app.protocol.conversations import (
 from localchat.app.server.backends import BackendDep, BackendRequestError
 from localchat.app.server.config import quoted
 from localchat.app.server.conversations import DEFAULT_TITLE, Conversations, Replies, shown_leaf
+from localchat.app.server.disconnect import while_connected
 from localchat.app.server.openapi import EventStream, MarkdownOrJSON
 from localchat.app.server.sampling import reply_sampling
 from localchat.app.server.store import Store
@@ -161,14 +162,15 @@ class ConversationController(Controller):
         return await conversations.end_thinking(conversation_id, data.message_id)
 
     @post("/{conversation_id:str}/summarize", status_code=201)
-    async def summarize(self, conversation_id: Id, data: JSONBody[SummarizeRequest], store: StoreDep,
-                        conversations: ConversationsDep) -> Conversation:
+    async def summarize(self, request: Request, conversation_id: Id, data: JSONBody[SummarizeRequest],
+                        store: StoreDep, conversations: ConversationsDep) -> Conversation:
         """A fresh start: the model summarizes the branch that ends at `leaf` (default: the one shown), and a new
         conversation begins from that summary (its system prompt ends with it), linked to this one (summary_of; this
-        one's tree lists it in summaries). Answers once the summary is written."""
+        one's tree lists it in summaries). Answers once the summary is written; a client that leaves before ends it
+        (nothing is stored)."""
         conversation = store.get_conversation(conversation_id)
         try:
-            return await conversations.summarize(conversation, data.leaf)
+            return await while_connected(request, conversations.summarize(conversation, data.leaf))
         except ValueError as error:
             if isinstance(error, BackendRequestError):
                 raise

@@ -45,6 +45,7 @@ from localchat.app.server.active_requests import ActiveRequests
 from localchat.app.server.backends import Backend, BackendDep, BackendNotReady, BackendRequestError, failure_message
 from localchat.app.server.chat_template import template_variables
 from localchat.app.server.config import ServerConfig, quoted
+from localchat.app.server.disconnect import while_connected
 from localchat.app.server.error_text import error_message
 from localchat.app.server.model_turns import ModelTurns
 from localchat.app.server.ollama_models import find_model, keep_alive_seconds, listed, running, shown
@@ -123,8 +124,9 @@ class OllamaController(Controller):
         return RunningModels([running(model, backend.max_model_len, expires)])
 
     @post("/chat", status_code=200)
-    async def chat(self, data: JSONBody[ChatRequest], backend: BackendDep, turns: NamedDependency[ModelTurns],
-                   active: NamedDependency[ActiveRequests], config: NamedDependency[ServerConfig]) -> Response:
+    async def chat(self, request: Request, data: JSONBody[ChatRequest], backend: BackendDep,
+                   turns: NamedDependency[ModelTurns], active: NamedDependency[ActiveRequests],
+                   config: NamedDependency[ServerConfig]) -> Response:
         """Streamed as NDJSON unless "stream": false; the last object has done true and the counters."""
         started = time.monotonic()
         req = data
@@ -152,10 +154,10 @@ class OllamaController(Controller):
             await turns.leave(keep_alive)
             raise
         reply = _Reply(job, req.model, started, turn.load_s, sampling, chat=True)
-        return await reply.answer(req.stream, turns, keep_alive, num_ctx)
+        return await reply.answer(request, req.stream, turns, keep_alive, num_ctx)
 
     @post("/generate", status_code=200)
-    async def generate(self, data: JSONBody[GenerateRequest], backend: BackendDep,
+    async def generate(self, request: Request, data: JSONBody[GenerateRequest], backend: BackendDep,
                        turns: NamedDependency[ModelTurns], active: NamedDependency[ActiveRequests],
                        config: NamedDependency[ServerConfig]) -> Response:
         """Streamed as NDJSON unless "stream": false. The prompt goes through the model's chat template (as a user
@@ -197,7 +199,7 @@ class OllamaController(Controller):
             raise
         reply = _Reply(job, req.model, started, turn.load_s, sampling, chat=False,
                        context=prompt if not req.raw else None)
-        return await reply.answer(req.stream, turns, keep_alive, num_ctx)
+        return await reply.answer(request, req.stream, turns, keep_alive, num_ctx)
 
     @post("/embed", status_code=200)
     async def embed(self, request: Request, backend: BackendDep) -> Response:
@@ -392,19 +394,26 @@ class _Reply:
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
 
-    async def answer(self, stream: bool, turns: ModelTurns, keep_alive: float | None, num_ctx: int) -> Response:
+    async def answer(self, request: Request, stream: bool, turns: ModelTurns, keep_alive: float | None,
+                     num_ctx: int) -> Response:
+        """The reply as a stream, or whole once written (aborted if its client leaves first: disconnect.py)."""
         headers = {NUM_CTX_HEADER: str(num_ctx)}
         if stream:
             return Stream(self._lines(turns, keep_alive), media_type=NDJSON, headers=headers)
         try:
-            text, thinking = "", ""
-            async for out in self._outputs():
-                text += out.text
-                thinking += out.reasoning or ""
+            text, thinking = await while_connected(request, self._whole())
         finally:
             await turns.leave(keep_alive)
         content, calls = self._calls(text)
         return Response(self._object(content, thinking, calls, done=True), headers=headers)
+
+    async def _whole(self) -> tuple[str, str]:
+        """The reply's text and thinking, once it is written."""
+        text, thinking = "", ""
+        async for out in self._outputs():
+            text += out.text
+            thinking += out.reasoning or ""
+        return text, thinking
 
     async def _outputs(self):
         async for _, update in self.job.updates():

@@ -45,6 +45,7 @@ from localchat.app.server.active_requests import ActiveRequests
 from localchat.app.server.backends import Backend, BackendDep, BackendRequestError, Update, failure_message
 from localchat.app.server.chat_template import template_variables
 from localchat.app.server.config import MAX_CHOICES, MAX_PROMPTS, ServerConfig, quoted
+from localchat.app.server.disconnect import while_connected
 from localchat.app.server.openapi import JSONOrEventStream
 from localchat.app.server.sampling import Sampling, chat_sampling, completion_sampling
 from localchat.app.server.tool_calls import CallReader, StreamedReply, finish_reason, template_chat
@@ -63,7 +64,7 @@ class OpenAIController(Controller):
         return Response(ModelList(data=[Model(id=backend.model_name, created=int(time.time()))]))
 
     @post("/chat/completions", status_code=200, operation_class=JSONOrEventStream)
-    async def chat_completions(self, data: JSONBody[ChatCompletionRequest], backend: BackendDep,
+    async def chat_completions(self, request: Request, data: JSONBody[ChatCompletionRequest], backend: BackendDep,
                                active: NamedDependency[ActiveRequests], config: NamedDependency[ServerConfig]
                                ) -> Response[ChatCompletion]:
         """Streamed (stream: true) as server-sent events of ChatCompletionChunk, ending with `data: [DONE]`. A thinking
@@ -89,13 +90,13 @@ class OpenAIController(Controller):
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return ServerSentEvent(_chat_chunks(job, include_usage, sampling.calls))
-        results = await job.collect()
+        results = await while_connected(request, job.collect())
         choices = [_chat_choice(backend, o, sampling.calls) for o in results]
         return Response(ChatCompletion(id=job.id, created=job.created, model=job.model, choices=choices,
                                        usage=job.usage()))
 
     @post("/completions", status_code=200, operation_class=JSONOrEventStream)
-    async def completions(self, data: JSONBody[CompletionRequest], backend: BackendDep,
+    async def completions(self, request: Request, data: JSONBody[CompletionRequest], backend: BackendDep,
                           active: NamedDependency[ActiveRequests]) -> Response[Completion]:
         """Streamed (stream: true) as server-sent events of Completion chunks, ending with `data: [DONE]`."""
         req = data
@@ -113,7 +114,7 @@ class OpenAIController(Controller):
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return ServerSentEvent(_completion_chunks(job, echoes, include_usage))
-        results = await job.collect()
+        results = await while_connected(request, job.collect())
         choices = [CompletionChoice(index=o.index, text=echoes[o.index // params.n] + o.text,
                                     finish_reason=o.finish_reason,
                                     logprobs=_completion_logprobs(backend, o.logprobs))
@@ -350,22 +351,24 @@ class OpenAIRelay(Controller):
     path = "/v1"
 
     @get("/models")
-    async def models(self, backend: BackendDep) -> Response[ModelList]:
-        return await _relay(backend, "GET", "/v1/models", None)
+    async def models(self, request: Request, backend: BackendDep) -> Response[ModelList]:
+        return await _relay(request, backend, "GET", "/v1/models", None)
 
     @post("/chat/completions", status_code=200, operation_class=JSONOrEventStream)
     async def chat_completions(self, request: Request, data: JSONBody[ChatCompletionRequest],
                                backend: BackendDep) -> Response[ChatCompletion]:
-        return await _relay(backend, "POST", "/v1/chat/completions", await request.body())
+        return await _relay(request, backend, "POST", "/v1/chat/completions", await request.body())
 
     @post("/completions", status_code=200, operation_class=JSONOrEventStream)
     async def completions(self, request: Request, data: JSONBody[CompletionRequest],
                           backend: BackendDep) -> Response[Completion]:
-        return await _relay(backend, "POST", "/v1/completions", await request.body())
+        return await _relay(request, backend, "POST", "/v1/completions", await request.body())
 
 
-async def _relay(backend: Backend, method: str, path: str, body: bytes | None) -> Response:
-    response = await backend.proxy(method, path, body)
+async def _relay(request: Request, backend: Backend, method: str, path: str, body: bytes | None) -> Response:
+    """The remote server's answer, streamed back. A whole answer comes once it is written: a client that leaves
+    meanwhile closes the relayed request, and the remote server aborts it."""
+    response = await while_connected(request, backend.proxy(method, path, body))
 
     async def relay() -> AsyncIterator[bytes]:
         try:
