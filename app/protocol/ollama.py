@@ -109,6 +109,13 @@ class GenerateRequest(Struct, kw_only=True):
     context: list[int] | None = None  # deprecated in Ollama: earlier tokens, continued
 
 
+class EmbedRequest(Struct, kw_only=True):
+    """/api/embed and /api/embeddings: the model is looked up (a 404 names an unknown one), then refused: localchat
+    runs no model that embeds. Their other fields (input, prompt, ...) are ignored."""
+
+    model: str
+
+
 class Reply(Struct, kw_only=True, omit_defaults=True):
     """What every object of a reply carries; the last (done) also the counters, durations in nanoseconds."""
 

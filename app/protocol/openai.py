@@ -1,9 +1,9 @@
 """The OpenAI-compatible shapes under /v1: chat completions and completions (whole and streamed), the tools a
 reply may call, and the model list."""
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from msgspec import Struct
+from msgspec import Meta, Struct
 
 from localchat.app.protocol.limits import (
     FrequencyPenalty,
@@ -127,7 +127,7 @@ ResponseFormat = TextFormat | JSONObjectFormat | JSONSchemaResponseFormat
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):
-    messages: list[ChatMessageIn]
+    messages: Annotated[list[ChatMessageIn], Meta(min_length=1)]
     max_completion_tokens: MaxTokens | None = None
     logprobs: bool = False
     top_logprobs: Logprobs | None = None
@@ -144,7 +144,18 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
 
 
 class CompletionRequest(SamplingFields, kw_only=True):
-    prompt: str | list[str | int | list[int]]  # a string, strings, token ids, or lists of token ids
+TOKEN_ID = {"type": "integer", "minimum": 0}
+# a string, strings, token ids, or lists of token ids, none empty: what the handler takes of the looser union that
+# msgspec decodes (it states both; a prompt must also fit the context and the vocabulary)
+PROMPT_SCHEMA = {"anyOf": [
+    {"type": "string", "minLength": 1},
+    {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+    {"type": "array", "minItems": 1, "items": TOKEN_ID},
+    {"type": "array", "minItems": 1, "items": {"type": "array", "minItems": 1, "items": TOKEN_ID}},
+]}
+
+
+    prompt: Annotated[str | list[str | int | list[int]], Meta(extra_json_schema={"allOf": [PROMPT_SCHEMA]})]
     logprobs: Logprobs | None = None
     echo: bool = False
 

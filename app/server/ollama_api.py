@@ -18,12 +18,14 @@ import msgspec
 from litestar import Controller, MediaType, Request, Response, delete, get, post
 from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody
 from litestar.response import Stream
 
 from localchat.app.protocol.ollama import (
     ChatRequest,
     ChatResponse,
+    EmbedRequest,
     Error,
     FunctionCall,
     GenerateRequest,
@@ -51,6 +53,7 @@ from localchat.app.server.model_turns import ModelTurns
 from localchat.app.server.ollama_models import find_model, keep_alive_seconds, listed, running, shown
 from localchat.app.server.openai_api import EngineJob
 from localchat.app.server.sampling import Sampling, ollama_sampling
+from localchat.app.server.openapi import JSONOrNDJSON
 from localchat.app.server.store import StoreError
 from localchat.app.server.tool_calls import template_chat
 from localchat.engine.model_catalog import LocalModel, find_models, model_at
@@ -80,6 +83,11 @@ def _unexpected(request: Request, error: Exception) -> Response:
 
 
 # Ollama's error shape for every failure of its routes (the app's handlers answer in OpenAI's)
+# the answers of the routes for what localchat never does, as the schema documents them: a refusal, always
+REFUSED = {400: ResponseSpec(Error, description=f"always: {NEVER_DOWNLOADS}")}
+CANNOT_EMBED = {400: ResponseSpec(Error, description="always, for a model of this machine: localchat runs text "
+                                                     "generation models, none that embeds")}
+
 OLLAMA_EXCEPTION_HANDLERS = {
     HTTPException: _http_error,
     StoreError: lambda request, error: _error(404, str(error)),
@@ -123,10 +131,10 @@ class OllamaController(Controller):
         expires = None if turns.unload_at is None else time.time() + turns.unload_at - turns.clock()
         return RunningModels([running(model, backend.max_model_len, expires)])
 
-    @post("/chat", status_code=200)
+    @post("/chat", status_code=200, operation_class=JSONOrNDJSON)
     async def chat(self, request: Request, data: JSONBody[ChatRequest], backend: BackendDep,
                    turns: NamedDependency[ModelTurns], active: NamedDependency[ActiveRequests],
-                   config: NamedDependency[ServerConfig]) -> Response:
+                   config: NamedDependency[ServerConfig]) -> Response[ChatResponse]:
         """Streamed as NDJSON unless "stream": false; the last object has done true and the counters."""
         started = time.monotonic()
         req = data
@@ -156,10 +164,10 @@ class OllamaController(Controller):
         reply = _Reply(job, req.model, started, turn.load_s, sampling, chat=True)
         return await reply.answer(request, req.stream, turns, keep_alive, num_ctx)
 
-    @post("/generate", status_code=200)
+    @post("/generate", status_code=200, operation_class=JSONOrNDJSON)
     async def generate(self, request: Request, data: JSONBody[GenerateRequest], backend: BackendDep,
                        turns: NamedDependency[ModelTurns], active: NamedDependency[ActiveRequests],
-                       config: NamedDependency[ServerConfig]) -> Response:
+                       config: NamedDependency[ServerConfig]) -> Response[GenerateResponse]:
         """Streamed as NDJSON unless "stream": false. The prompt goes through the model's chat template (as a user
         message after `system`) unless `raw` or the model has none (a base model)."""
         started = time.monotonic()
@@ -201,20 +209,21 @@ class OllamaController(Controller):
                        context=prompt if not req.raw else None)
         return await reply.answer(request, req.stream, turns, keep_alive, num_ctx)
 
-    @post("/embed", status_code=200)
-    async def embed(self, request: Request, backend: BackendDep) -> Response:
-        return await _cannot_embed(request, backend)
+    @post(["/embed", "/embeddings"], status_code=400, responses=CANNOT_EMBED)
+    async def embed(self, data: JSONBody[EmbedRequest], backend: BackendDep) -> Response[Error]:
+        """Always refused (400), once the model is found: localchat runs no model that embeds."""
+        _check_embedded(backend)
+        await _model(backend, data.model)
+        return _error(400, f"{data.model} cannot embed: localchat runs text generation models, none that embeds")
 
-    @post("/embeddings", status_code=200)
-    async def embeddings(self, request: Request, backend: BackendDep) -> Response:
-        return await _cannot_embed(request, backend)
-
-    @post(["/pull", "/push", "/create", "/copy"], status_code=200)
-    async def never_downloads(self) -> Response:
+    @post(["/pull", "/push", "/create", "/copy"], status_code=400, responses=REFUSED)
+    async def never_downloads(self) -> Response[Error]:
+        """Always refused (400): localchat never downloads, uploads or changes model files."""
         return _error(400, NEVER_DOWNLOADS)
 
-    @delete("/delete", status_code=200)
-    async def never_deletes(self) -> Response:
+    @delete("/delete", status_code=400, responses=REFUSED)
+    async def never_deletes(self) -> Response[Error]:
+        """Always refused (400): localchat never deletes model files."""
         return _error(400, NEVER_DOWNLOADS)
 
 
@@ -247,16 +256,6 @@ async def _model(backend: Backend, name: str) -> LocalModel:
     if model is None:
         raise NotFoundException(f"model {quoted(name)} not found: GET /api/tags lists the models on this machine")
     return model
-
-
-async def _cannot_embed(request: Request, backend: Backend) -> Response:
-    try:
-        name = msgspec.json.decode(await request.body()).get("model", "")
-    except (msgspec.DecodeError, AttributeError):
-        raise ValidationException("a JSON object with the model's name is required") from None
-    _check_embedded(backend)
-    await _model(backend, str(name))
-    return _error(400, f"{name} cannot embed: localchat runs text generation models, none that embeds")
 
 
 def _keep_alive(value) -> float | None:

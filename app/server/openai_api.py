@@ -73,8 +73,6 @@ class OpenAIController(Controller):
         _check_model(req, backend)
         if req.top_logprobs is not None and not req.logprobs:
             raise ValidationException("top_logprobs needs logprobs: true")
-        if not req.messages:
-            raise ValidationException("messages must not be empty")
         syntax = backend.tool_syntax  # the model's: ready, _check_model asked
         sampling = _checked(chat_sampling, req, syntax, config.thinking_token_budget)
         try:
