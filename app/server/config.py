@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from localchat.app.server.context_budget import DEFAULT_POLICY, POLICIES
 from localchat.engine.dirs import user_dir
 from localchat.engine.sampling_params import check_limit
+from localchat.engine.structured_output import MAX_SCHEMA_DEPTH
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = int(os.environ.get("LOCALCHAT_PORT") or 8741)  # where `localchat serve` listens unless --port
@@ -23,7 +24,11 @@ MAX_REQUEST_BYTES = 4 * 1024 * 1024  # a request body
 MAX_CHARS_PER_TOKEN = 32  # a text longer than max_model_len times this cannot fit: refused without tokenizing it
 MAX_PROMPTS = 32  # prompts of one /v1/completions request
 MAX_CHOICES = 64  # prompts times n of one /v1/completions request
-MAX_JSON_DEPTH = 64  # arrays and objects within each other in a JSON body (decoding one recurses per level)
+# arrays and objects within each other in a JSON body, measured before it is decoded (decoding recurses per level):
+# as deep as a JSON Schema may be in itself (the engine's limit, which names the schema), and the few levels of the
+# request around it (a conversation's settings.tools[i].function.parameters, Ollama's messages[i].tool_calls[j].
+# function.arguments: 6)
+MAX_JSON_DEPTH = MAX_SCHEMA_DEPTH + 8
 MAX_QUOTED_CHARS = 100  # of a name or id that an error message quotes back
 
 

@@ -36,7 +36,14 @@ class DocumentError(ValueError):
 
 def read_document(name: str, data: bytes) -> tuple[str, str, list[int]]:
     """(media type, text, the pages without text) of an uploaded file; DocumentError for one that holds no text
-    that can be read (an image, a binary file, a broken or empty PDF)."""
+    that can be read (an empty file, an image, a binary file, a broken or empty PDF)."""
+    media_type, text, empty_pages = _read(name, data)
+    if not text.strip():
+        raise DocumentError(f"{json.dumps(name)} holds no text ({len(data):,} bytes): there is nothing to read")
+    return media_type, text, empty_pages
+
+
+def _read(name: str, data: bytes) -> tuple[str, str, list[int]]:
     shown = json.dumps(name)
     if data.startswith(b"%PDF"):
         return ("application/pdf", *_pdf_text(shown, data))

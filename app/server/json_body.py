@@ -4,7 +4,10 @@
   level, and a body nested a thousand levels deep would end in a RecursionError (a 500).
 - It is decoded strictly into the handler's `data` type, as its OpenAPI schema states it: Litestar's own conversion
   is lax (it takes "3" for 3 and 0 for false).
-- A body that does not decode gets a message that says why, where msgspec's own would mislead."""
+- A number with no fraction (3.0) is taken for an integer field, as JSON Schema counts it an integer (and Ollama's
+  clients send them so); 3.5 is not.
+- A body that does not decode gets a message that says why, where msgspec's own would mislead, and names the field
+  where it can (NaN or Infinity, which JSON does not have)."""
 
 import json
 import re
@@ -61,11 +64,70 @@ class JSONBodyRequest(Request):
         if nesting_depth(body) > MAX_JSON_DEPTH:
             raise ClientException(f"the JSON body is nested deeper than {MAX_JSON_DEPTH} levels")
         try:
-            return msgspec.json.decode(body, type=data_field.annotation)
+            return decoded(body, data_field.annotation)
         except msgspec.ValidationError as error:
             raise ValidationException(extra=[validation_problem(error)]) from None
         except msgspec.DecodeError as error:
             if has_lone_surrogate(body):
                 raise ClientException("the JSON body is not valid Unicode: a string holds half of a UTF-16 "
                                       "surrogate pair (such as \\ud800)") from None
+            at = _byte_at(error)
+            if at is not None and (not_a_number := _NOT_A_NUMBER.match(body, at)):
+                raise ClientException(f"{json_path(body, not_a_number.start())}: {not_a_number[0].decode()} is not "
+                                      "a JSON number (JSON has no NaN or Infinity)") from None
             raise SerializationException(str(error)) from None
+
+
+def decoded(body: bytes, annotation):
+    """The body as `annotation`, strictly; where a float stands for an integer field, again with every number that
+    has no fraction read as an integer (a float field takes an integer as it is)."""
+    try:
+        return msgspec.json.decode(body, type=annotation)
+    except msgspec.ValidationError as error:
+        if not _FLOAT_FOR_INT.match(str(error)):
+            raise
+    return msgspec.convert(_whole_numbers_as_ints(msgspec.json.decode(body)), annotation, strict=True)
+
+
+def _whole_numbers_as_ints(value):
+    """A decoded JSON value with 3.0 as 3 (nesting_depth bounds the recursion)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _whole_numbers_as_ints(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers_as_ints(item) for item in value]
+    return value
+
+
+_FLOAT_FOR_INT = re.compile(r"Expected `[^`]*\bint\b[^`]*`, got `float`")
+_NOT_A_NUMBER = re.compile(rb"-?(NaN|Infinity|inf|nan)")
+_BYTE = re.compile(r"\(byte (\d+)\)")
+_TOKEN = re.compile(rb'"((?:[^"\\]|\\.)*)"|[\[\]{}:,]')
+
+
+def _byte_at(error: msgspec.DecodeError) -> int | None:
+    """Where msgspec found the body malformed (its message ends with `(byte N)`), if it says."""
+    found = _BYTE.search(str(error))
+    return int(found[1]) if found else None
+
+
+def json_path(body: bytes, at: int) -> str:
+    """The field the byte `at` of a JSON text is in, as msgspec names one (`messages[0].content`), read in one pass
+    over the text before it; `the JSON body` for its top level."""
+    path: list[list] = []  # per open container: [key or index]
+    last_string = None
+    for token in _TOKEN.finditer(body[:at]):
+        kind = token[0][:1]
+        if kind in b"{[":
+            path.append([None if kind == b"{" else 0])
+        elif kind in b"}]" and path:
+            path.pop()
+        elif kind == b":" and path:
+            path[-1][0] = last_string
+        elif kind == b"," and path and isinstance(path[-1][0], int):
+            path[-1][0] += 1
+        elif token[1] is not None:
+            last_string = json.loads(token[0])
+    parts = [f"[{key}]" if isinstance(key, int) else f".{key}" for (key,) in path if key is not None]
+    return "".join(parts).removeprefix(".") or "the JSON body"
