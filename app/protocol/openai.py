@@ -21,6 +21,7 @@ from localchat.app.protocol.limits import (
     TopK,
     TopP,
 )
+from localchat.app.protocol.sampling import SamplingDefaults
 
 
 class ContentPart(Struct, forbid_unknown_fields=True):
@@ -143,7 +144,6 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     thinking_token_budget: ThinkingBudget | None = None
 
 
-class CompletionRequest(SamplingFields, kw_only=True):
 TOKEN_ID = {"type": "integer", "minimum": 0}
 # a string, strings, token ids, or lists of token ids, none empty: what the handler takes of the looser union that
 # msgspec decodes (it states both; a prompt must also fit the context and the vocabulary)
@@ -155,6 +155,7 @@ PROMPT_SCHEMA = {"anyOf": [
 ]}
 
 
+class CompletionRequest(SamplingFields, kw_only=True):
     prompt: Annotated[str | list[str | int | list[int]], Meta(extra_json_schema={"allOf": [PROMPT_SCHEMA]})]
     logprobs: Logprobs | None = None
     echo: bool = False
@@ -274,11 +275,15 @@ class Completion(Struct):
     object: str = "text_completion"
 
 
-class Model(Struct):
+class Model(Struct, kw_only=True):
     id: str
     created: int
     owned_by: str = "localchat"
     object: str = "model"
+    # localchat's (a remote engine's list is relayed as it is): the context in tokens, as vLLM names it, and what a
+    # request that names no sampling values samples with
+    max_model_len: int | None = None
+    sampling: SamplingDefaults | None = None
 
 
 class ModelList(Struct):

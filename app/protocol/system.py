@@ -5,6 +5,8 @@ from typing import Literal
 
 from msgspec import Struct
 
+from localchat.app.protocol.sampling import SamplingDefaults
+
 
 class LoadProgress(Struct, kw_only=True):
     stage: str
@@ -27,6 +29,10 @@ class Health(Struct, kw_only=True):
     # whether the model thinks before it answers, marking its thinking (<think>...</think>): replies carry it apart
     # (reasoning_content), and the enable_thinking and thinking_token_budget settings apply (None until it is ready)
     thinking: bool | None = None
+    # what a request that names no sampling values samples with (None until it is ready), and what the KV cache holds
+    # (None until it is ready, or a remote engine's)
+    sampling: SamplingDefaults | None = None
+    kv_cache: "KVCacheSize | None" = None
 
 
 class LoginCode(Struct):
@@ -48,3 +54,14 @@ class ErrorDetail(Struct):
 
 class ErrorBody(Struct):
     error: ErrorDetail
+
+
+class KVCacheSize(Struct, kw_only=True):
+    """What the KV cache holds, in a user's terms: the tokens of chats it keeps resident between turns, how many chats
+    at the model's full context that is, and the memory it takes once full (it fills only as chats use it)."""
+
+    tokens: int
+    context_tokens: int  # the model's context
+    full_context_chats: float  # tokens / context_tokens
+    max_bytes: int
+    summary: str  # the same in words, as the start line and both UIs say it (app/kv_cache_words.py)

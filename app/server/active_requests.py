@@ -24,6 +24,11 @@ class ActiveRequests:
         if request is not None:
             request.done.set()
 
+    def rename(self, request_id: str, new_id: str) -> None:
+        """The same request, under the id of the engine request that now writes its replies."""
+        if request_id in self.requests:
+            self.requests[new_id] = self.requests.pop(request_id)
+
     def matching(self, conversation_id: str, message_id: str | None = None) -> dict[str, ActiveRequest]:
         return {rid: r for rid, r in self.requests.items()
                 if r.conversation_id == conversation_id and (message_id is None or message_id in r.message_ids)}

@@ -80,7 +80,9 @@ class SystemController(Controller):
         return Health(status=status, model=backend.model_name, backend=backend.kind, pid=os.getpid(),
                       version=VERSION, progress=None if loading.ready else loading.progress(), error=error,
                       chat=backend.can_chat if status == "ready" else None,
-                      thinking=backend.thinks if status == "ready" else None)
+                      thinking=backend.thinks if status == "ready" else None,
+                      sampling=backend.sampling if status == "ready" else None,
+                      kv_cache=backend.kv_cache if status == "ready" else None)
 
     @get("/metrics", media_type=MediaType.TEXT)
     async def metrics(self, backend: BackendDep, throughput: NamedDependency["Throughput"]) -> str:

@@ -10,6 +10,7 @@ serves it up to where that rendering changed. With a remote backend the prompt i
 """
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -32,6 +33,7 @@ from localchat.app.protocol.conversations import (
     StartEvent,
     StreamEvent,
     branch_tokens,
+    filled,
 )
 from localchat.app.server.active_requests import ActiveRequest, ActiveRequests
 from localchat.app.server.backends import Backend, BackendRequestError, Update, failure_message
@@ -47,6 +49,8 @@ DEFAULT_TITLE = "New chat"
 TITLE_LENGTH = 60
 SAVE_INTERVAL_S = 1.0  # a streaming reply's text is saved this often
 STOP_WAIT_S = 10.0  # how long a delete waits for its stopped replies to be saved
+# a fork's reply identical to a sibling's is sampled again (with the next seeds) at most this often, then kept
+MAX_RESAMPLES = 3
 MAX_DRAFT_SOURCES = 8  # earlier replies to the same message (regenerate, edit) that a new reply may draft from
 # a fresh start from a summary (summarize): what the model is asked, at most how long it writes, and how the new
 # conversation's system prompt and title say where it comes from
@@ -281,16 +285,20 @@ class Conversations:
         return message
 
     async def start_replies(self, conversation: Conversation, parent: Message, n: int,
-                            settings: SamplingSettings) -> "Replies":
-        """Validate and start n replies to `parent`; raises ValueError, BackendRequestError or BackendNotReady
-        before anything streams. The replies are stored at once (empty, unfinished) and saved as they grow."""
-        sampling = reply_sampling(settings, n, self.backend.tool_syntax, self.thinking_token_budget)
+                            override: SamplingSettings | None = None) -> "Replies":
+        """Validate and start n replies to `parent` with the conversation's settings (`override`: this request's,
+        each sampling value it leaves out the conversation's); raises ValueError, BackendRequestError or
+        BackendNotReady before anything streams. The replies are stored at once (empty, unfinished) and saved as
+        they grow."""
+        settings = fork_settings(conversation.settings, override, n, self.backend.sampling.fork_temperature)
+        sampling = reply_sampling(settings, n, self.backend.tool_syntax, self.thinking_token_budget,
+                                  self.backend.sampling)
         self.backend.check_chat()
         path = self.store.path(conversation.id, parent.id)
         prompt, repaired, fit = await asyncio.to_thread(self.fitted_prompt, conversation, path, settings)
         if repaired:
             self.store.set_token_ids(repaired)
-        replies = Replies(self, conversation, path, parent, sampling, uuid.uuid4().hex, fit)
+        replies = Replies(self, conversation, path, parent, sampling, uuid.uuid4().hex, fit, prompt)
         beside = self.store.replies_beside(conversation.id, parent, MAX_DRAFT_SOURCES)
         replies.stream = await self.backend.open(prompt, sampling.params, replies.request_id, beside)
         self.active.add(replies.request_id, conversation.id, replies.message_ids)
@@ -364,6 +372,17 @@ class Conversations:
             await asyncio.wait([asyncio.create_task(r.done.wait()) for r in requests.values()], timeout=STOP_WAIT_S)
 
 
+def fork_settings(settings: SamplingSettings, override: SamplingSettings | None, n: int,
+                  fork_temperature: float) -> SamplingSettings:
+    """The settings n replies sample with: the conversation's, overridden by the request's; a fork (n > 1) samples at
+    fork_temperature at least, for different replies, unless its request sets a temperature."""
+    if override is not None:
+        settings = filled(override, settings)
+    if n > 1 and (override is None or override.temperature is msgspec.UNSET):
+        settings = msgspec.structs.replace(settings, temperature=max(settings.temperature, fork_temperature))
+    return settings
+
+
 @dataclass(frozen=True)
 class Fit:
     """How a reply's prompt fits the model's context: its length (`limit`), and what a cut left out of the branch
@@ -393,6 +412,7 @@ class PartialReply:
     reasoning_tokens: int = 0
     thinking_ended_at: float | None = None  # when its answer (or its end) followed its thinking
     saved_reasoning: int = 0
+    resampled: int = 0  # times it was sampled again for being the same as a sibling
 
     def add(self, out: CompletionOutput) -> None:
         now = time.monotonic()
@@ -414,10 +434,12 @@ class Replies:
     (a crash loses at most that much) and each one whole as it completes."""
 
     def __init__(self, conversations: Conversations, conversation: Conversation, path: list[Message],
-                 parent: Message, sampling: Sampling, request_id: str, fit: Fit | None = None):
+                 parent: Message, sampling: Sampling, request_id: str, fit: Fit | None = None,
+                 prompt: list[int] | list[dict] | None = None):
         self.conversations, self.conversation, self.path, self.parent = conversations, conversation, path, parent
         self.store = conversations.store
-        self.sampling, self.request_id, self.fit = sampling, request_id, fit
+        self.sampling, self.request_id, self.fit, self.prompt = sampling, request_id, fit, prompt
+        self.repeats: list[PartialReply] = []  # finished the same as a sibling: sampled again once the others end
         self.replies = [PartialReply(new_id("m")) for _ in range(sampling.params.n)]
         self.stream: AsyncIterator[Update] | None = None
         self.started = time.monotonic()
@@ -447,13 +469,16 @@ class Replies:
     async def events(self) -> AsyncIterator[StreamEvent]:
         model = self.conversations.backend.model_name
         others = sorted({m.model for m in self.path if m.model and m.model != model})
-        yield StartEvent(parent_id=self.parent.id, message_ids=self.message_ids, model=model, retokenized_from=others)
+        yield StartEvent(parent_id=self.parent.id, message_ids=self.message_ids, model=model, retokenized_from=others,
+                         temperature=self.sampling.params.temperature)
         try:
             async for update in self.stream:
                 for event in self._take(update):
                     yield event
                 if time.monotonic() - self.saved_at >= SAVE_INTERVAL_S:
                     self._save_progress()
+            for reply in list(self.repeats):
+                yield DoneEvent(message=await self._sampled_again(reply))
         except Exception as error:  # the request or the engine failed: what was written so far is kept, stopped
             log.warning("a reply stream failed: %s", error)
             yield ErrorEvent(message=f"generation failed: {failure_message(error)}")
@@ -481,8 +506,39 @@ class Replies:
                                  reasoning_tokens=reply.reasoning_tokens)
         if self.prompt_tokens is not None:
             for reply in self.replies:
-                if reply.finish_reason and not reply.done:
-                    yield DoneEvent(message=self._finish(reply))
+                if reply.finish_reason and not reply.done and reply not in self.repeats:
+                    if self._repeats_a_sibling(reply):
+                        self.repeats.append(reply)
+                    else:
+                        yield DoneEvent(message=self._finish(reply))
+
+    def _repeats_a_sibling(self, reply: PartialReply) -> bool:
+        """Whether a fork's sampled reply, just finished, is the same as a sibling that finished before it."""
+        params = self.sampling.params
+        if params.n == 1 or params.greedy or self.prompt is None or reply.finish_reason not in ("stop", "length"):
+            return False
+        return any(other is not reply and (other.done or other in self.repeats) and other.text == reply.text
+                   and other.reasoning == reply.reasoning for other in self.replies)
+
+    async def _sampled_again(self, reply: PartialReply) -> Message:
+        """A reply that repeats a sibling, sampled again with the seeds after its siblings' (a new random one where
+        the request named none) until it differs, at most MAX_RESAMPLES times; stored and returned. Its request
+        takes the place of the first in the active requests: a stop or a departed client aborts it."""
+        params, index = self.sampling.params, self.replies.index(reply)
+        self.repeats.remove(reply)
+        while reply.resampled < MAX_RESAMPLES and self._repeats_a_sibling(reply):
+            again = dataclasses.replace(params, n=1, seed=params.seed_for(params.n * (reply.resampled + 1) + index))
+            request_id = uuid.uuid4().hex
+            self.conversations.active.rename(self.request_id, request_id)
+            self.request_id = request_id
+            stream = await self.conversations.backend.open(self.prompt, again, request_id)
+            fresh = PartialReply(reply.message_id, first_token_at=reply.first_token_at, resampled=reply.resampled + 1)
+            async for update in stream:
+                for out in update.outputs:
+                    fresh.add(out)
+                fresh.first_token_at = reply.first_token_at  # the reply's first token came with the first sample
+            self.replies[index] = reply = fresh
+        return self._finish(reply)
 
     def _save_progress(self) -> None:
         grown = [(r.message_id, r.text, r.reasoning or None) for r in self.replies
@@ -515,7 +571,8 @@ class Replies:
             accepted_draft_tokens=reply.accepted_draft_tokens, reasoning_tokens=reply.reasoning_tokens,
             thinking_s=round((reply.thinking_ended_at or now) - reply.first_token_at, 2)
             if reply.reasoning_tokens and reply.first_token_at else None,
-            context_tokens=(self.prompt_tokens or 0) + num_tokens, context_limit=self.fit.limit if self.fit else None)
+            context_tokens=(self.prompt_tokens or 0) + num_tokens, context_limit=self.fit.limit if self.fit else None,
+            temperature=self.sampling.params.temperature, resampled=reply.resampled)
         if self.fit is not None and self.fit.dropped_messages:
             message.stats.dropped_messages, message.stats.dropped_tokens = (self.fit.dropped_messages,
                                                                             self.fit.dropped_tokens)

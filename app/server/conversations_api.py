@@ -33,6 +33,7 @@ from localchat.app.protocol.conversations import (
     StreamEvent,
     SummarizeRequest,
     UserEvent,
+    filled,
 )
 from localchat.app.server.backends import BackendDep, BackendRequestError
 from localchat.app.server.config import quoted
@@ -55,8 +56,8 @@ class ConversationController(Controller):
         """documents: ids from POST /api/documents, placed after the system prompt (chats that start with the same
         documents share their KV blocks). A system prompt or settings left out: the model's defaults (GET
         /api/conversation-defaults)."""
-        defaults = chat_defaults(backend.parameters)
-        settings = _checked(data.settings or defaults.settings)
+        defaults = chat_defaults(backend.parameters, backend.sampling)
+        settings = _checked(filled(data.settings, defaults.settings) if data.settings else defaults.settings)
         system_prompt = defaults.system_prompt if data.system_prompt is None else data.system_prompt
         store.list_documents(data.documents)  # each one exists (404 otherwise)
         return store.create_conversation(data.title or DEFAULT_TITLE, system_prompt, settings,
@@ -84,8 +85,8 @@ class ConversationController(Controller):
         """Rename, set the system prompt or the sampling settings, the branch to show (active_leaf), or, while it has
         no messages, the documents it starts with."""
         before = store.get_conversation(conversation_id)
-        if data.settings is not UNSET:
-            _checked(data.settings)
+        if data.settings is not UNSET:  # a sampling value left out keeps the conversation's
+            data.settings = _checked(filled(data.settings, before.settings))
         if data.documents is not UNSET:
             if before.message_count:
                 raise HTTPException(status_code=409, detail="a conversation's documents are set before its first "
@@ -213,7 +214,7 @@ class ConversationDefaultsController(Controller):
     async def defaults(self, backend: BackendDep) -> ConversationDefaults:
         """What a new conversation gets where it sets no system prompt or settings, for the model the engine runs:
         a small model (the embedded one) a lower temperature and a short system prompt (app/chat_defaults.py)."""
-        return chat_defaults(backend.parameters)
+        return chat_defaults(backend.parameters, backend.sampling)
 
 
 def _checked(settings: SamplingSettings) -> SamplingSettings:
@@ -228,7 +229,7 @@ def _checked(settings: SamplingSettings) -> SamplingSettings:
 async def _start(conversations: Conversations, conversation: Conversation, parent: Message, n: int,
                  settings: SamplingSettings | None) -> Replies:
     try:
-        return await conversations.start_replies(conversation, parent, n, settings or conversation.settings)
+        return await conversations.start_replies(conversation, parent, n, settings)
     except ValueError as error:
         if isinstance(error, BackendRequestError):
             raise

@@ -2,9 +2,13 @@
 switched for another one on this machine."""
 
 import asyncio
+import logging
 import threading
 from collections.abc import AsyncIterator
 
+from localchat.app.kv_cache_words import kv_cache_size
+from localchat.app.protocol.system import KVCacheSize
+from localchat.app.sampling_defaults import UNKNOWN_MODEL, sampling_defaults
 from localchat.app.server.backends import BackendNotReady, BackendRequestError, Loading, Update
 from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.config import MAX_CHARS_PER_TOKEN
@@ -16,6 +20,8 @@ from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.structured_output import StructuredOutput
 
 LOAD_POLL_S = 0.05
+
+log = logging.getLogger("localchat.app")
 
 
 class EmbeddedBackend:
@@ -32,6 +38,8 @@ class EmbeddedBackend:
         self.loading = Loading()
         self.model_name: str | None = None
         self.parameters: int | None = None  # the model's weights, from its file's header (a new chat's defaults)
+        self.sampling = UNKNOWN_MODEL  # the model's sampling defaults, from its file or its family (once listed)
+        self.kv_cache: KVCacheSize | None = None  # what its KV cache holds (once loaded)
         self.stopping = False
         self.unloaded = False  # by unload(): nothing is loading until a request needs the model
 
@@ -44,11 +52,17 @@ class EmbeddedBackend:
         try:
             listed = chosen_model(self.model_choice)  # once a load, not at each new chat: it scans the model folders
             self.parameters = listed.parameters if listed else None
+            self.sampling = sampling_defaults(listed.sampling if listed else None)
             llm = AsyncLLM(self.model_arg, on_progress=self.loading.report, **self.engine_args)
             self.loading.stage, self.loading.fraction = "warming up", None
             asyncio.run(_warm_up(llm))
             self.template = ChatTemplate(llm.tokenizer)
             self.model_name = llm.model_name
+            stats = asyncio.run(llm.stats())
+            self.kv_cache = kv_cache_size(int(stats["kv_blocks_total"]), int(stats["block_size"]),
+                                          int(stats["kv_cache_bytes"]), llm.max_model_len)
+            log.info("%s ready: %s; sampling defaults: %s", llm.model_name, self.kv_cache.summary,
+                     self.sampling.source)
             self.llm = llm
             self.loading.stage, self.loading.fraction, self.loading.ready = "ready", 1.0, True
         except BaseException as error:  # shown by /health; the process keeps serving it

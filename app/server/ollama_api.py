@@ -43,6 +43,7 @@ from localchat.app.protocol.ollama import (
 from localchat.app.protocol.openai import FunctionCall as OpenAIFunctionCall
 from localchat.app.protocol.openai import FunctionDefinition, Tool
 from localchat.app.protocol.openai import ToolCall as OpenAIToolCall
+from localchat.app.protocol.sampling import SamplingDefaults
 from localchat.app.server.active_requests import ActiveRequests
 from localchat.app.server.backends import Backend, BackendDep, BackendNotReady, BackendRequestError, failure_message
 from localchat.app.server.chat_template import template_variables
@@ -52,8 +53,8 @@ from localchat.app.server.error_text import error_message
 from localchat.app.server.model_turns import ModelTurns
 from localchat.app.server.ollama_models import find_model, keep_alive_seconds, listed, running, shown
 from localchat.app.server.openai_api import EngineJob
-from localchat.app.server.sampling import Sampling, ollama_sampling
 from localchat.app.server.openapi import JSONOrNDJSON
+from localchat.app.server.sampling import Sampling, ollama_sampling
 from localchat.app.server.store import StoreError
 from localchat.app.server.tool_calls import template_chat
 from localchat.engine.model_catalog import LocalModel, find_models, model_at
@@ -82,12 +83,12 @@ def _unexpected(request: Request, error: Exception) -> Response:
     return _error(500, "the server failed to answer this request (the engine log has the details)")
 
 
-# Ollama's error shape for every failure of its routes (the app's handlers answer in OpenAI's)
 # the answers of the routes for what localchat never does, as the schema documents them: a refusal, always
 REFUSED = {400: ResponseSpec(Error, description=f"always: {NEVER_DOWNLOADS}")}
 CANNOT_EMBED = {400: ResponseSpec(Error, description="always, for a model of this machine: localchat runs text "
                                                      "generation models, none that embeds")}
 
+# Ollama's error shape for every failure of its routes (the app's handlers answer in OpenAI's)
 OLLAMA_EXCEPTION_HANDLERS = {
     HTTPException: _http_error,
     StoreError: lambda request, error: _error(404, str(error)),
@@ -156,7 +157,8 @@ class OllamaController(Controller):
             syntax = backend.tool_syntax
             num_ctx = _num_ctx(backend, req.options)
             prompt = await _fitted_chat(backend, messages, tools, syntax, variables, num_ctx)
-            sampling = _sampling(req, tools, syntax, _max_tokens(req.options, len(prompt), num_ctx), config)
+            sampling = _sampling(req, tools, syntax, _max_tokens(req.options, len(prompt), num_ctx), config,
+                                 backend.sampling)
             job = await EngineJob.open(backend, active, [prompt], sampling.params)
         except BaseException:
             await turns.leave(keep_alive)
@@ -200,7 +202,7 @@ class OllamaController(Controller):
                 raise BackendRequestError(f"the prompt has {len(prompt)} tokens: more than fit in a context of "
                                           f"{num_ctx} tokens (num_ctx)")
             sampling = _sampling(req, [], backend.tool_syntax, _max_tokens(req.options, len(prompt), num_ctx),
-                                 config, separate_reasoning=templated)
+                                 config, backend.sampling, separate_reasoning=templated)
             job = await EngineJob.open(backend, active, [prompt], sampling.params)
         except BaseException:
             await turns.leave(keep_alive)
@@ -361,10 +363,10 @@ async def _fitted_chat(backend: Backend, messages: list[dict], tools: list[Tool]
 
 
 def _sampling(req: ChatRequest | GenerateRequest, tools: list[Tool], syntax, max_tokens: int, config: ServerConfig,
-              separate_reasoning: bool = True) -> Sampling:
+              defaults: SamplingDefaults, separate_reasoning: bool = True) -> Sampling:
     try:
         return ollama_sampling(req.options, req.format or None, tools, syntax, max_tokens,
-                               config.thinking_token_budget, separate_reasoning)
+                               config.thinking_token_budget, separate_reasoning, defaults)
     except ValueError as error:
         raise ValidationException(str(error)) from None
 

@@ -11,8 +11,10 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+from localchat.app.protocol.conversations import SAMPLING_FIELDS
 from localchat.app.protocol.ollama import ListedModel, ModelDetails, RunningModel, ShowResponse
-from localchat.app.server.sampling import OLLAMA_DEFAULTS, OLLAMA_NAMES
+from localchat.app.sampling_defaults import sampling_defaults
+from localchat.app.server.sampling import OLLAMA_NAMES
 from localchat.engine.gguf_header import read_header
 from localchat.engine.model_catalog import LocalModel
 
@@ -103,8 +105,10 @@ def shown(model: LocalModel, verbose: bool) -> ShowResponse:
         capabilities.append("tools")
     if "<think>" in template or "enable_thinking" in template:
         capabilities.append("thinking")
-    parameters = "\n".join(f"{OLLAMA_NAMES.get(k, k):<30} {v}" for k, v in OLLAMA_DEFAULTS.items())
+    defaults = sampling_defaults(model.sampling)  # what a request for it that names no option gets
+    parameters = "\n".join(f"{OLLAMA_NAMES.get(k, k):<30} {getattr(defaults, k)}" for k in SAMPLING_FIELDS)
     modelfile = (f"# localchat does not use Modelfiles: the model's own files give its template and settings\n"
+                 f"# sampling defaults (PARAMETER): {defaults.source}\n"
                  f"FROM {model.path}\n")
     return ShowResponse(modelfile=modelfile, parameters=parameters, template=template, details=details(model),
                         model_info=info, capabilities=capabilities, modified_at=_modified_at(model))

@@ -61,7 +61,8 @@ class OpenAIController(Controller):
     @get("/models")
     async def models(self, backend: BackendDep) -> Response[ModelList]:
         backend.ensure_ready()
-        return Response(ModelList(data=[Model(id=backend.model_name, created=int(time.time()))]))
+        return Response(ModelList(data=[Model(id=backend.model_name, created=int(time.time()),
+                                              max_model_len=backend.max_model_len, sampling=backend.sampling)]))
 
     @post("/chat/completions", status_code=200, operation_class=JSONOrEventStream)
     async def chat_completions(self, request: Request, data: JSONBody[ChatCompletionRequest], backend: BackendDep,
@@ -74,7 +75,7 @@ class OpenAIController(Controller):
         if req.top_logprobs is not None and not req.logprobs:
             raise ValidationException("top_logprobs needs logprobs: true")
         syntax = backend.tool_syntax  # the model's: ready, _check_model asked
-        sampling = _checked(chat_sampling, req, syntax, config.thinking_token_budget)
+        sampling = _checked(chat_sampling, req, syntax, config.thinking_token_budget, backend.sampling)
         try:
             messages = [{"role": m.template_role, "content": m.text(), "tool_calls": m.tool_calls,
                          "tool_call_id": m.tool_call_id, "reasoning_content": m.reasoning_content}
@@ -101,7 +102,7 @@ class OpenAIController(Controller):
         _check_model(req, backend)
         if req.echo and req.logprobs is not None:
             raise ValidationException("echo with logprobs is not supported (prompt logprobs are not computed)")
-        params = _checked(completion_sampling, req).params
+        params = _checked(completion_sampling, req, backend.sampling).params
         texts = _prompts(req.prompt)
         if len(texts) > MAX_PROMPTS or len(texts) * params.n > MAX_CHOICES:
             raise ValidationException(f"at most {MAX_PROMPTS} prompts and {MAX_CHOICES} choices (prompts times n) "

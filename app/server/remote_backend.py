@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import httpx
 import msgspec
 
+from localchat.app.sampling_defaults import UNKNOWN_MODEL
 from localchat.app.server.backends import BackendNotReady, BackendRequestError, Loading, Update
 from localchat.app.server.sampling import openai_fields
 from localchat.app.server.tool_calls import IN_SYSTEM_PROMPT, ToolSyntax
@@ -44,6 +45,8 @@ class RemoteBackend:
     can_switch_models = False
     unloaded = False
     parameters = None  # its model's size is not known here
+    sampling = UNKNOWN_MODEL  # nor what its model's authors recommend
+    kv_cache = None  # nor its KV cache
     relays_openai = True
     template = None
     tool_syntax: ToolSyntax = IN_SYSTEM_PROMPT  # the server's template is unknown here: calls are taught as text

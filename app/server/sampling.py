@@ -1,15 +1,16 @@
 """The one place where a request's settings become what the engine runs, for every API: a conversation's reply
 (SamplingSettings), a /v1 request (its sampling fields, response_format, tools and tool_choice) and an Ollama request
 (its options, format and tools) give SamplingParams, the grammar its replies must match (JSON, or a required or named
-tool call) and the tools they may call. And the way back, for the remote backend: the OpenAI body fields that ask
-another server for SamplingParams.
+tool call) and the tools they may call. A sampling value a request leaves out is the model's default
+(SamplingDefaults, app/sampling_defaults.py), whichever API it came through. And the way back, for the remote
+backend: the OpenAI body fields that ask another server for SamplingParams.
 
 Every function here raises ValueError for settings that cannot work; each API answers it with a 400 in its words.
 """
 
 from dataclasses import dataclass, field
 
-from localchat.app.protocol.conversations import SamplingSettings
+from localchat.app.protocol.conversations import SAMPLING_FIELDS, SamplingDefaults, SamplingSettings, filled
 from localchat.app.protocol.ollama import Options as OllamaOptions
 from localchat.app.protocol.openai import (
     ChatCompletionRequest,
@@ -23,12 +24,13 @@ from localchat.app.protocol.openai import (
     TextFormat,
     Tool,
 )
+from localchat.app.sampling_defaults import UNKNOWN_MODEL
 from localchat.app.server.tool_calls import IN_SYSTEM_PROMPT, CallReader, ToolSyntax, call_grammar, check_tool_choice
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.structured_output import StructuredOutput
 
-# SamplingParams' fields that a /v1 request and a conversation's settings name alike, with the value each has when a
-# /v1 request leaves it out (then it changes nothing): OpenAI's own fields, then the extensions vLLM and SGLang take
+# SamplingParams' fields that a /v1 request and a conversation's settings name alike, with the value that changes
+# nothing (what the way back leaves out): OpenAI's own fields, then the extensions vLLM and SGLang take
 OPENAI_FIELDS = {"temperature": 1.0, "top_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
 EXTENDED_FIELDS = {"top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
 SHARED_FIELDS = OPENAI_FIELDS | EXTENDED_FIELDS
@@ -58,9 +60,10 @@ class Sampling:
 
 
 def reply_sampling(settings: SamplingSettings, n: int, syntax: ToolSyntax = IN_SYSTEM_PROMPT,
-                   thinking_token_budget: int | None = None) -> Sampling:
+                   thinking_token_budget: int | None = None, defaults: SamplingDefaults = UNKNOWN_MODEL) -> Sampling:
     """A conversation's n replies, written in the model's tool syntax; thinking_token_budget: the server's default,
     where the settings name none."""
+    settings = filled(settings, defaults)
     values = {name: getattr(settings, name) for name in SHARED_FIELDS}
     values |= {"n": n, "seed": settings.seed, "max_tokens": settings.max_tokens, "stop": list(settings.stop),
                "ignore_eos": settings.ignore_eos,
@@ -70,8 +73,8 @@ def reply_sampling(settings: SamplingSettings, n: int, syntax: ToolSyntax = IN_S
     return _build(values, shape, syntax)
 
 
-def chat_sampling(req: ChatCompletionRequest, syntax: ToolSyntax, thinking_token_budget: int | None = None
-                  ) -> Sampling:
+def chat_sampling(req: ChatCompletionRequest, syntax: ToolSyntax, thinking_token_budget: int | None = None,
+                  defaults: SamplingDefaults = UNKNOWN_MODEL) -> Sampling:
     """A /v1/chat/completions request (max_completion_tokens is OpenAI's newer name for max_tokens);
     thinking_token_budget: the server's default, where the request names none."""
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
@@ -79,33 +82,31 @@ def chat_sampling(req: ChatCompletionRequest, syntax: ToolSyntax, thinking_token
     shape = ReplyShape(tools=req.tools or [], tool_choice=choice if isinstance(choice, str) else "auto",
                        named=choice.function.name if isinstance(choice, NamedToolChoice) else None,
                        parallel=req.parallel_tool_calls, format=req.response_format)
-    values = _openai_values(req, max_tokens, (req.top_logprobs or 0) if req.logprobs else None)
+    values = _openai_values(req, max_tokens, (req.top_logprobs or 0) if req.logprobs else None, defaults)
     values["thinking_token_budget"] = _or(req.thinking_token_budget, thinking_token_budget)
     return _build(values, shape, syntax)
 
 
-def completion_sampling(req: CompletionRequest) -> Sampling:
+def completion_sampling(req: CompletionRequest, defaults: SamplingDefaults = UNKNOWN_MODEL) -> Sampling:
     """A /v1/completions request: plain text as the model writes it (a thinking model's markers and all), no
     tools."""
     max_tokens = req.max_tokens if req.max_tokens is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
-    values = _openai_values(req, max_tokens, req.logprobs) | {"separate_reasoning": False}
+    values = _openai_values(req, max_tokens, req.logprobs, defaults) | {"separate_reasoning": False}
     return _build(values, ReplyShape(), IN_SYSTEM_PROMPT)
 
 
-# what an Ollama request's options default to, as Ollama's own (its api.DefaultOptions)
-OLLAMA_DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "repetition_penalty": 1.0,
-                   "presence_penalty": 0.0, "frequency_penalty": 0.0}
 # Ollama's option names for SamplingParams' fields, where they differ
 OLLAMA_NAMES = {"repetition_penalty": "repeat_penalty"}
 
 
 def ollama_sampling(options: OllamaOptions | None, format: str | dict | None, tools: list[Tool], syntax: ToolSyntax,
-                    max_tokens: int, thinking_token_budget: int | None, separate_reasoning: bool) -> Sampling:
+                    max_tokens: int, thinking_token_budget: int | None, separate_reasoning: bool,
+                    defaults: SamplingDefaults = UNKNOWN_MODEL) -> Sampling:
     """An Ollama request (/api/chat, /api/generate): its options (num_predict already turned into max_tokens, which
     the caller fits to the context), format ("json" or a JSON Schema) and tools."""
     options = options or OllamaOptions()
-    values = {name: default if (value := getattr(options, OLLAMA_NAMES.get(name, name))) is None else value
-              for name, default in OLLAMA_DEFAULTS.items()}
+    values = {name: _or(getattr(options, OLLAMA_NAMES.get(name, name)), getattr(defaults, name))
+              for name in SAMPLING_FIELDS}
     values |= {"seed": options.seed, "stop": options.stop or [], "max_tokens": max_tokens,
                "thinking_token_budget": thinking_token_budget, "separate_reasoning": separate_reasoning}
     match format:
@@ -122,10 +123,10 @@ def _or(value, default):
     return default if value is None else value
 
 
-def _openai_values(req: SamplingFields, max_tokens: int | None, logprobs: int | None) -> dict:
-    """SamplingParams' fields from a /v1 request's, each one left out taking the value that changes nothing."""
-    values = {name: neutral if (value := getattr(req, name)) is None else value
-              for name, neutral in SHARED_FIELDS.items()}
+def _openai_values(req: SamplingFields, max_tokens: int | None, logprobs: int | None,
+                   defaults: SamplingDefaults) -> dict:
+    """SamplingParams' fields from a /v1 request's, each one left out taking the model's default."""
+    values = {name: _or(getattr(req, name), getattr(defaults, name)) for name in SHARED_FIELDS}
     return values | {"n": req.n, "seed": req.seed, "stop": req.stop or [], "max_tokens": max_tokens,
                      "logprobs": logprobs, "ignore_eos": req.ignore_eos}
 

@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from localchat.engine.recommended_sampling import FamilySampling
+
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
@@ -60,6 +62,9 @@ class ModelFamily:
     gguf_norms_plus_one: bool = False  # norm weights w stored as 1 + w
     gguf_config_tensors: tuple[str, ...] = ()  # tensors that are configuration, not weights (read by fix_gguf_config)
     fix_gguf_config: GGUFConfigFix | None = None  # what transformers' config from a GGUF file leaves out
+    # the sampling values the family's authors publish, by what a model's name holds (the first entry that matches),
+    # for files that carry none of their own (recommended_sampling.py)
+    sampling: tuple[FamilySampling, ...] = ()
 
     def model_class(self) -> type:
         module, name = self.model.split(":")

@@ -4,6 +4,7 @@ answers while its engine is not ready. The backend here is a remote engine that 
 import pytest
 from litestar.testing import AsyncTestClient
 
+from localchat.app.sampling_defaults import UNKNOWN_MODEL
 from localchat.app.server.app import create_app
 from localchat.app.server.config import ServerConfig
 from localchat.app.server.embedded_backend import EmbeddedBackend
@@ -48,7 +49,9 @@ async def test_conversation_crud_without_an_engine(client):
                                 json={"title": "Plans", "system_prompt": "Be brief.", "settings": {"seed": 4}})
     assert created.status_code == 201
     conversation = created.json()
-    assert conversation["settings"]["seed"] == 4 and conversation["settings"]["temperature"] == 0.7
+    # a value left out is the model's default (a remote engine's model: localchat's)
+    settings = conversation["settings"]
+    assert settings["seed"] == 4 and settings["temperature"] == UNKNOWN_MODEL.temperature
     cid = conversation["id"]
     renamed = await client.patch(f"/api/conversations/{cid}", json={"title": "Trips"}, headers=AUTH)
     assert renamed.json()["title"] == "Trips" and renamed.json()["system_prompt"] == "Be brief."

@@ -5,10 +5,19 @@ out; the tools and their reader; settings that cannot work; and the fields a rem
 import msgspec
 import pytest
 
-from localchat.app.protocol.conversations import SamplingSettings
+from localchat.app.protocol.conversations import SAMPLING_FIELDS, SamplingSettings
+from localchat.app.protocol.ollama import Options
 from localchat.app.protocol.openai import ChatCompletionRequest, CompletionRequest, FunctionDefinition, Tool
-from localchat.app.server.sampling import chat_sampling, completion_sampling, openai_fields, reply_sampling
+from localchat.app.sampling_defaults import UNKNOWN_MODEL, sampling_defaults
+from localchat.app.server.sampling import (
+    chat_sampling,
+    completion_sampling,
+    ollama_sampling,
+    openai_fields,
+    reply_sampling,
+)
 from localchat.app.server.tool_calls import HERMES, LLAMA3
+from localchat.engine.recommended_sampling import RecommendedSampling
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.structured_output import StructuredOutput
 
@@ -52,11 +61,31 @@ def test_a_required_call_is_the_grammar_in_the_models_syntax():
     assert params.structured.separator is None  # a conversation's reply is one call
 
 
-def test_what_a_v1_request_leaves_out_changes_nothing():
-    assert chat_sampling(chat_request(), HERMES).params == SamplingParams(max_tokens=None)
+QWEN3 = sampling_defaults(RecommendedSampling("Qwen 3's model card", temperature=0.6, top_p=0.95, top_k=20,
+                                              min_p=0.0))
+
+
+@pytest.mark.parametrize("defaults", [UNKNOWN_MODEL, QWEN3])
+def test_what_a_request_leaves_out_is_the_models_default_through_every_api(defaults):
+    values = {name: getattr(defaults, name) for name in SAMPLING_FIELDS}
+    assert chat_sampling(chat_request(), HERMES, defaults=defaults).params == SamplingParams(max_tokens=None,
+                                                                                            **values)
     # a completion is the text as the model writes it: a thinking model's markers are not taken out
-    assert completion_sampling(CompletionRequest(prompt="Once")).params == SamplingParams(max_tokens=16,
-                                                                                         separate_reasoning=False)
+    assert completion_sampling(CompletionRequest(prompt="Once"), defaults).params == SamplingParams(
+        max_tokens=16, separate_reasoning=False, **values)
+    ollama = ollama_sampling(None, None, [], HERMES, 32, None, True, defaults).params
+    assert ollama == SamplingParams(max_tokens=32, **values)
+    assert reply_sampling(SamplingSettings(max_tokens=32), 1, defaults=defaults).params == ollama
+
+
+def test_a_value_a_request_names_wins_over_the_models_default():
+    chat = chat_sampling(chat_request(temperature=1.3, top_k=5), HERMES, defaults=QWEN3).params
+    assert (chat.temperature, chat.top_k, chat.top_p, chat.min_p) == (1.3, 5, 0.95, 0.0)
+    ollama = ollama_sampling(msgspec.convert({"temperature": 1.3, "top_k": 5}, Options), None, [], HERMES, 8, None,
+                             True, QWEN3).params
+    assert (ollama.temperature, ollama.top_k, ollama.top_p) == (1.3, 5, 0.95)
+    reply = reply_sampling(SamplingSettings(temperature=1.3, top_k=5), 1, defaults=QWEN3).params
+    assert (reply.temperature, reply.top_k, reply.top_p) == (1.3, 5, 0.95)
 
 
 def test_the_v1_only_fields_reach_the_params():
@@ -94,6 +123,6 @@ def test_settings_that_cannot_work_are_refused_alike(settings, fields, message):
 def test_a_remote_server_is_sent_the_same_settings_back():
     params = reply_sampling(SamplingSettings(**SETTINGS), 2).params
     assert openai_fields(params) == {"n": 2, **SETTINGS}
-    plain = openai_fields(reply_sampling(SamplingSettings(), 1).params)
-    assert plain == {"n": 1, "max_tokens": 512, "temperature": 0.7, "top_p": 0.95, "presence_penalty": 0.0,
-                     "frequency_penalty": 0.0}  # the extensions only where they change something
+    plain = openai_fields(reply_sampling(SamplingSettings(), 1, defaults=QWEN3).params)
+    assert plain == {"n": 1, "max_tokens": 512, "temperature": 0.6, "top_p": 0.95, "presence_penalty": 0.0,
+                     "frequency_penalty": 0.0, "top_k": 20}  # the extensions only where they change something

@@ -3,6 +3,7 @@
 from typing import TYPE_CHECKING
 
 from localchat.engine.models.family import ModelFamily
+from localchat.engine.recommended_sampling import FamilySampling, RecommendedSampling
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -33,4 +34,6 @@ FAMILY = ModelFamily(
                       "post_ffw_norm": "post_feedforward_layernorm"},
     gguf_norms_plus_one=True,  # llama.cpp's RMSNorm multiplies by the weight, Gemma's by 1 + w
     fix_gguf_config=fix_gguf_config,
+    sampling=(FamilySampling("", RecommendedSampling("Gemma 3's generation_config", temperature=1.0, top_p=0.95,
+                                                     top_k=64, min_p=0.0)),),
 )
