@@ -46,16 +46,47 @@ class BlockPool:
     hash of the full block before them, so that the next turn of a chat copies them instead of computing them.
     """
 
-    def __init__(self, num_blocks: int, fingerprint: str = ""):
-        self.blocks = [Block(i) for i in range(num_blocks)]
-        self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+    def __init__(self, num_blocks: int, fingerprint: str = "",
+                 on_evict: Callable[[bytes, tuple[int, ...], int], None] | None = None):
+        """on_evict(hash, token_ids, block_id) hears of a cached block just before it is reused."""
+        self._root_hash = root_hash(fingerprint)
+        self._on_evict = on_evict
+        self.reset(num_blocks)
+
+    def reset(self, num_blocks: int | None = None) -> None:
+        """Every block free and new, nothing cached: each block's memory is cleared at its first use (take_first_used),
+        as at the start."""
+        self.blocks = [Block(i) for i in range(num_blocks or len(self.blocks))]
+        self.free_queue: OrderedDict[int, None] = OrderedDict((b.block_id, None) for b in self.blocks)
         self.cached: dict[bytes, int] = {}  # block hash -> block id
         self.partials: dict[bytes, int] = {}  # hash of the full block before a kept partial block -> its id
-        self.root_hash = root_hash(fingerprint)
-        self.on_evict: Callable[[Block], None] | None = None  # hears of a cached block just before it is reused
-        self.never_used = set(range(num_blocks))
+        self.never_used = set(range(len(self.blocks)))
         self.first_used: list[int] = []  # blocks handed out for the first time, whose memory must be cleared
         self.num_cached_free = 0  # free blocks that still hold a reusable prefix (hashed, count 0)
+
+    @property
+    def root_hash(self) -> bytes:
+        """The parent hash of a sequence's first block (see root_hash())."""
+        return self._root_hash
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def num_cached(self) -> int:
+        """Free blocks that still hold a reusable prefix."""
+        return self.num_cached_free
+
+    def ref_count(self, block_id: int) -> int:
+        """How many sequences hold the block."""
+        return self.blocks[block_id].ref_count
+
+    def take_first_used(self) -> list[int]:
+        """The blocks handed out for the first time since the last call, whose memory must be cleared before the next
+        forward (attention never reads uninitialized memory); the list starts afresh."""
+        first_used, self.first_used = self.first_used, []
+        return first_used
 
     @property
     def num_free(self) -> int:
@@ -76,8 +107,8 @@ class BlockPool:
             self.first_used.append(block_id)
         block = self.blocks[block_id]
         if block.hash is not None:
-            if self.on_evict is not None:
-                self.on_evict(block)
+            if self._on_evict is not None:
+                self._on_evict(block.hash, block.token_ids, block_id)
             del self.cached[block.hash]
             block.hash, block.token_ids = None, ()
             self.num_cached_free -= 1
@@ -99,10 +130,14 @@ class BlockPool:
         block.partial_after, block.token_ids = parent_hash, tuple(token_ids)
         self.partials[parent_hash] = block_id
 
-    def lookup_partial(self, parent_hash: bytes) -> Block | None:
-        """The kept partial block after this full block, if any (its tokens may match the next ones in part)."""
-        block_id = self.partials.get(parent_hash)
-        return None if block_id is None else self.blocks[block_id]
+    def lookup_partial(self, parent_hash: bytes) -> int | None:
+        """The id of the kept partial block after this full block, if any (its tokens may match the next ones in
+        part: partial_tokens)."""
+        return self.partials.get(parent_hash)
+
+    def partial_tokens(self, block_id: int) -> tuple[int, ...]:
+        """The tokens a kept partial block holds."""
+        return self.blocks[block_id].token_ids
 
     def _drop_partial(self, block: Block) -> None:
         """Make a kept partial block unfindable; free, it holds nothing worth keeping now: the first to be reused."""
@@ -150,8 +185,8 @@ class BlockPool:
         become the first to be reused."""
         for block_hash in hashes:
             partial = self.lookup_partial(block_hash)
-            if partial is not None and partial.ref_count == 0:
-                self._drop_partial(partial)
+            if partial is not None and self.blocks[partial].ref_count == 0:
+                self._drop_partial(self.blocks[partial])
             block_id = self.cached.get(block_hash)
             if block_id is not None and self.blocks[block_id].ref_count == 0:
                 block = self.blocks[block_id]

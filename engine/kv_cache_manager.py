@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from localchat.engine.block_pool import Block, BlockPool, hash_chain
+from localchat.engine.block_pool import BlockPool, hash_chain
 from localchat.engine.kv_disk_tier import KVDiskTier
 from localchat.engine.sequence import Sequence
 
@@ -14,12 +14,12 @@ from localchat.engine.sequence import Sequence
 @dataclass
 class PrefixHit:
     """What a sequence finds of its tokens on admission: full blocks in memory (hash, block id), then more full
-    blocks on disk (their hashes), or else the first `partial_tokens` tokens of a kept partial block. The last token
-    is never among them: it must be computed to give logits."""
+    blocks on disk (their hashes), or else the first `partial_tokens` tokens of a kept partial block (its id). The
+    last token is never among them: it must be computed to give logits."""
 
     cached: list[tuple[bytes, int]] = field(default_factory=list)
     on_disk: list[bytes] = field(default_factory=list)
-    partial: Block | None = None
+    partial: int | None = None
     partial_tokens: int = 0
     num_tokens: int = 0  # the sequence's tokens these hold
 
@@ -43,19 +43,18 @@ class KVCacheManager:
         giving a copy of a block's K and V to write, and block_view(block_id) the cache memory to read one into."""
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self.fingerprint = fingerprint
         self.disk = disk if enable_prefix_caching else None
         self.read_block, self.block_view = read_block, block_view
-        self.reset(num_blocks)
-
-    def reset(self, num_blocks: int | None = None) -> None:
-        """Every block free and new, nothing cached or pending: at the start, and after a failed step (no sequence
-        holds a block then; whatever the step left half done is forgotten)."""
-        self.pool = BlockPool(num_blocks or len(self.pool.blocks), self.fingerprint)
+        self.pool = BlockPool(num_blocks, fingerprint, self._save_block if self.disk is not None else None)
         self.pending_copies: list[tuple[int, int]] = []  # (src, dst) blocks to copy before the next forward
         self.copied_partials: list[int] = []  # kept partial blocks held until their copies are handed out
-        if self.disk is not None:
-            self.pool.on_evict = self._save_evicted
+
+    def reset(self) -> None:
+        """Every block free and new, nothing cached or pending: after a failed step (no sequence holds a block then;
+        whatever the step left half done is forgotten)."""
+        self.pool.reset()
+        self.pending_copies.clear()
+        self.copied_partials.clear()
 
     def num_blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -71,7 +70,7 @@ class KVCacheManager:
 
     def usage(self) -> KVCacheUsage:
         pool = self.pool
-        return KVCacheUsage(len(pool.blocks), pool.num_used, pool.num_cached_free, pool.num_free, self.block_size)
+        return KVCacheUsage(pool.num_blocks, pool.num_used, pool.num_cached, pool.num_free, self.block_size)
 
     def forget_cached(self) -> None:
         """Forget every cached prefix in memory (blocks in use keep their contents; the disk tier keeps its own)."""
@@ -110,7 +109,7 @@ class KVCacheManager:
             found.append(block_hash)
         return found
 
-    def _partial(self, seq: Sequence, start: int) -> tuple[Block | None, int]:
+    def _partial(self, seq: Sequence, start: int) -> tuple[int | None, int]:
         """A kept partial block (BlockPool.keep_partial) after seq's first `start` full blocks, and how many of
         seq's next tokens it holds (never seq's last token); (None, 0) if none."""
         if not self.enable_prefix_caching:
@@ -120,8 +119,8 @@ class KVCacheManager:
         if partial is None:
             return None, 0
         wanted = seq.token_ids[start * bs : min((start + 1) * bs, len(seq) - 1)]
-        held = next((i for i, (a, b) in enumerate(zip(partial.token_ids, wanted)) if a != b),
-                    min(len(partial.token_ids), len(wanted)))
+        kept = self.pool.partial_tokens(partial)
+        held = next((i for i, (a, b) in enumerate(zip(kept, wanted)) if a != b), min(len(kept), len(wanted)))
         return (partial, held) if held else (None, 0)
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int, hit: PrefixHit | None = None) -> bool:
@@ -137,17 +136,17 @@ class KVCacheManager:
         num_table_blocks = len(seq.block_table) + len(cached_prefix)
         num_new_blocks = self.num_blocks_for(num_computed + num_new_tokens) - num_table_blocks
         copy_last = (partial is None and num_computed % bs != 0
-                     and self.pool.blocks[seq.block_table[-1]].ref_count > 1)  # seq's own partial last block
-        revived = sum(1 for _, block_id in cached_prefix if self.pool.blocks[block_id].ref_count == 0)
-        revived += partial is not None and partial.ref_count == 0
+                     and self.pool.ref_count(seq.block_table[-1]) > 1)  # seq's own partial last block
+        revived = sum(1 for _, block_id in cached_prefix if self.pool.ref_count(block_id) == 0)
+        revived += partial is not None and self.pool.ref_count(partial) == 0
         if num_new_blocks + copy_last + revived > self.pool.num_free:
             return False
         for _, block_id in cached_prefix:
             self.pool.share(block_id)
             seq.block_table.append(block_id)
         if partial is not None:  # held (out of the free queue) until its copy is handed out with the step
-            self.pool.share(partial.block_id)
-            self.copied_partials.append(partial.block_id)
+            self.pool.share(partial)
+            self.copied_partials.append(partial)
         seq.num_computed_tokens = num_computed
         if copy_last:
             shared = seq.block_table[-1]
@@ -158,7 +157,7 @@ class KVCacheManager:
         if on_disk:
             self._load(seq, on_disk, new_blocks)
         if partial is not None:
-            self.pending_copies.append((partial.block_id, new_blocks[0]))
+            self.pending_copies.append((partial, new_blocks[0]))
         seq.block_table.extend(new_blocks)
         return True
 
@@ -198,11 +197,9 @@ class KVCacheManager:
         for i in range(seq.num_computed_tokens // bs):
             self._save_block(seq.block_hashes[i], seq.token_ids[i * bs : (i + 1) * bs], seq.block_table[i])
 
-    def _save_evicted(self, block: Block) -> None:
-        """A cached block is about to be reused: keep its K and V on disk first, if the tier lacks them."""
-        self._save_block(block.hash, block.token_ids, block.block_id)
-
     def _save_block(self, block_hash: bytes, token_ids: list[int] | tuple[int, ...], block_id: int) -> None:
+        """Keep a block's K and V on disk, if the tier lacks them (behind): a finished reply's, or a cached one's just
+        before it is reused (the pool's eviction listener)."""
         self.disk.write_behind(block_hash, token_ids, lambda: self.read_block(block_id))
 
     def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> int:
@@ -234,7 +231,7 @@ class KVCacheManager:
         bs, computed = self.block_size, seq.num_computed_tokens
         last = computed // bs
         if self.enable_prefix_caching and computed % bs and last < len(seq.block_table) and \
-                self.pool.blocks[seq.block_table[last]].ref_count == 1:
+                self.pool.ref_count(seq.block_table[last]) == 1:
             parent = seq.block_hashes[last - 1] if last else self.pool.root_hash
             self.pool.keep_partial(seq.block_table[last], parent, seq.token_ids[last * bs : computed])
         for block_id in reversed(seq.block_table):
@@ -246,7 +243,7 @@ class KVCacheManager:
         """What the cache memory needs before the next forward: copy-on-write copies, and blocks used for the
         first time, to clear so that attention never reads uninitialized memory."""
         copies, self.pending_copies = self.pending_copies, []
-        cleared, self.pool.first_used = self.pool.first_used, []
+        cleared = self.pool.take_first_used()
         for block_id in self.copied_partials:  # copied before anything writes into it again (the next forward)
             self.pool.release(block_id)
         self.copied_partials.clear()

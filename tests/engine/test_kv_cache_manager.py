@@ -496,13 +496,13 @@ def test_the_next_turn_copies_the_kept_partial_block_instead_of_computing_it() -
     turn = make_seq(kv, [1, 2, 3, 4, 5, 6, 7, 8, 9])
     hit = kv.find_prefix(turn)
     cached, found, held = hit.cached, hit.partial, hit.partial_tokens
-    assert len(cached) == 1 and found.block_id == partial and held == 2 and hit.num_tokens == 6
+    assert len(cached) == 1 and found == partial and held == 2 and hit.num_tokens == 6
     assert kv.allocate_slots(turn, len(turn) - hit.num_tokens, hit)
     assert turn.num_computed_tokens == 6 and turn.block_table[0] == cached[0][1]
     assert kv.pool.blocks[partial].ref_count == 1  # held until the copy is handed out with the step
     copies, _ = kv.take_block_updates()
     assert copies == [(partial, turn.block_table[1])] and partial not in turn.block_table
-    assert kv.pool.blocks[partial].ref_count == 0 and kv.pool.lookup_partial(cached[0][0]) is found  # still kept
+    assert kv.pool.blocks[partial].ref_count == 0 and kv.pool.lookup_partial(cached[0][0]) == found  # still kept
     kv.free(turn)
     assert all(b.ref_count == 0 for b in kv.pool.blocks)
 
