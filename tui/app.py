@@ -11,10 +11,10 @@ from localchat.tui.commands import ChatCommands
 from localchat.tui.config import TuiConfig, config_path
 from localchat.tui.screens.chat import ChatScreen
 from localchat.tui.screens.engine_error import EngineErrorScreen
-from localchat.tui.screens.fork_picker import ForkPicker
+from localchat.tui.screens.fork_picker import ForkPicker, ReplyCard
 from localchat.tui.screens.loading import LoadingScreen
 from localchat.tui.widgets.document_chips import AttachedChip
-from localchat.tui.widgets.message_view import ChatMessage, MessageView
+from localchat.tui.widgets.message_view import ChatMessage
 
 
 class LocalChatApp(App):
@@ -84,8 +84,9 @@ class LocalChatApp(App):
             self.show_engine_error(f"Lost the connection to the engine: {error or type(error).__name__}")
 
     def help_groups(self) -> list[tuple[str, list[Binding]]]:
-        return [("Chat", ChatScreen.BINDINGS), ("Message", [*ChatMessage.BINDINGS, *MessageView.BINDINGS]),
-                ("N replies", ForkPicker.BINDINGS), ("Attached document", AttachedChip.BINDINGS),
+        return [("Chat", ChatScreen.BINDINGS), ("Message", ChatMessage.BINDINGS),
+                ("N replies", [*ForkPicker.BINDINGS, *ReplyCard.BINDINGS]),
+                ("Attached document", AttachedChip.BINDINGS),
                 ("App", [Binding(self.COMMAND_PALETTE_BINDING, "command_palette", "Command palette, themes"),
                          *App.BINDINGS[:1]])]
 

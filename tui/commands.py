@@ -7,14 +7,21 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 class ChatCommands(Provider):
     def commands(self) -> list[tuple[str, str]]:
-        """(description, action) of the chat screen's and the focused message's keys."""
+        """(description, action) of the chat screen's and the focused message's keys, those that do something now
+        (not Branches or Export in an empty chat)."""
         from localchat.tui.screens.chat import ChatScreen
 
         if not isinstance(self.screen, ChatScreen):
             return []
-        groups = self.app.help_groups()[:2]
-        return [(binding.description, binding.action) for _, bindings in groups for binding in bindings
-                if "focus_message" not in binding.action]  # every action, the footer's and the rest
+        (_, chat), (_, message) = self.app.help_groups()[:2]
+        on_screen = [binding for binding in message if binding.action.startswith("screen.")]  # not Details: its own
+        return [(binding.description, binding.action) for binding in [*chat, *on_screen]
+                if "focus_message" not in binding.action and self.available(binding.action)]
+
+    def available(self, action: str) -> bool:
+        """The chat screen's check_action does not turn it off now (a message's key, "screen.edit", included)."""
+        name = action.removeprefix("screen.").split("(")[0]
+        return self.screen.check_action(name, ()) is not False
 
     async def discover(self) -> Hits:
         for description, action in self.commands():

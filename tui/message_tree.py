@@ -48,3 +48,14 @@ class MessageTree:
         if not self.messages:
             return None
         return self.newest_leaf(max(self.messages.values(), key=lambda m: m.created_at).id)
+
+    def place(self, message_id: str) -> tuple[int, int]:
+        """Which of its siblings a message is: (2, 3) for the second of three."""
+        siblings = self.siblings(message_id)
+        return siblings.index(message_id) + 1, len(siblings)
+
+    def fork_from(self, message_id: str, leaf: str | None) -> str | None:
+        """Where the branch through `message_id` leaves the one that ends at `leaf`: its first message not on that one
+        (None: `message_id` is on it)."""
+        on_leaf = {message.id for message in self.path(leaf)} if leaf in self.messages else set()
+        return next((message.id for message in self.path(message_id) if message.id not in on_leaf), None)

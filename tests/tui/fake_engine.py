@@ -136,6 +136,8 @@ class FakeEngine:
         self.refuse_with: EngineError | None = None  # raised by the next sends and regenerates, before any event
         self.documents: dict[str, Document] = {}
         self.sent: list[tuple[str, str, list[str]]] = []  # (conversation, text, documents) of every send
+        self.regenerated: list[str] = []  # the message of every regenerate
+        self.edited: list[tuple[str, str]] = []  # (message, new text) of every edit
         self.conversation_hold: asyncio.Event | None = None  # when set, a chat is read once it is set (a slow engine)
 
     def _check(self) -> None:
@@ -253,9 +255,22 @@ class FakeEngine:
 
     def regenerate(self, conversation_id: str, message_id: str, n: int = 1, settings=None
                    ) -> AsyncIterator[StreamEvent]:
+        self.regenerated.append(message_id)
         parent = next(m for m in self.messages[conversation_id] if m.id == message_id)
         parent_id = parent.parent_id if parent.role == "assistant" else parent.id
         return self._replies(conversation_id, parent_id, n)
+
+    async def edit(self, conversation_id: str, message_id: str, content: str, n: int = 1, settings=None
+                   ) -> AsyncIterator[StreamEvent]:
+        """A sibling of the user's message `message_id` with the new text, and its replies."""
+        self.edited.append((message_id, content))
+        old = next(m for m in self.messages[conversation_id] if m.id == message_id)
+        user = message(f"m_e{len(self.messages[conversation_id])}", old.parent_id, "user", content, 31, None,
+                       conversation_id, num_tokens=12)
+        self.messages[conversation_id].append(user)
+        yield UserEvent(message=user)
+        async for event in self._replies(conversation_id, user.id, n):
+            yield event
 
     async def _replies(self, conversation_id: str, parent_id: str, n: int) -> AsyncIterator[StreamEvent]:
         first = len(self.messages[conversation_id])

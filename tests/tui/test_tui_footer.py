@@ -1,5 +1,10 @@
 """The chat screen's footer and message box fit a newcomer's 80x24 and a roomier 120x40: no key's label runs into the
-next one's, none is cut, and the message box's placeholder shows whole (issue 32)."""
+next one's, none is cut, and the message box's placeholder shows whole (issue 32). The footer names the keys of the
+focused message: Edit on yours, ←/→ where it has siblings (issue 43).
+
+The footer redraws itself a frame after the focus moves (Textual recomposes it after a refresh, and may do so twice):
+a check of its keys waits until it shows them all, laid out (footer_shows), or it reads a half-built footer on a fast
+machine (issue 43: the test failed when run alone on a quiet one)."""
 
 import asyncio
 
@@ -10,6 +15,7 @@ from textual.widgets._footer import FooterLabel, KeyGroup
 from tui_pilot import SIZES, branched_chat, screen_lines, screen_of, wait_until
 
 from localchat.tui.app import LocalChatApp
+from localchat.tui.commands import ChatCommands
 from localchat.tui.screens.help import HelpScreen
 
 PLACEHOLDER = "Message (enter sends, f1: keys)"
@@ -22,12 +28,23 @@ def app_with(engine: FakeEngine, tmp_path) -> LocalChatApp:
 def assert_footer_readable(screen, width: int) -> None:
     """Every entry (a key and its label, or a group's keys and their label) is inside the screen, a column apart
     from the next."""
-    entries = [child for child in screen.query_one(Footer).children if child.region.width]
-    assert entries and all(entry.region.right <= width for entry in entries), "a footer key is cut"
+    entries = list(screen.query_one(Footer).children)
+    assert entries and all(entry.region.width for entry in entries), "the footer is not laid out"
+    assert all(entry.region.right <= width for entry in entries), "a footer key is cut"
     for before, after in zip(entries, entries[1:], strict=False):
         if isinstance(before, KeyGroup) and isinstance(after, FooterLabel):
             continue  # the group's keys and their label are one entry: "← → Branch"
         assert before.region.right < after.region.x, f"{before} runs into {after}"
+
+
+async def footer_shows(pilot, screen, *keys: str) -> str:
+    """The footer's line, once it shows every one of `keys` ("^r Regenerate") and each of its entries is laid out."""
+    def shown():
+        line = screen_lines(pilot)[-1]
+        entries = list(screen.query_one(Footer).children)
+        return (all(key in line for key in keys) and entries and all(entry.region.width for entry in entries)
+                and line)
+    return await wait_until(pilot, shown, what=f"{keys} in the footer")
 
 
 @pytest.mark.asyncio
@@ -35,11 +52,31 @@ def assert_footer_readable(screen, width: int) -> None:
 async def test_the_footer_keeps_its_keys_apart_with_a_message_focused(tmp_path, size):
     async with app_with(FakeEngine(), tmp_path).run_test(size=size) as pilot:
         screen = await branched_chat(pilot)
+        await footer_shows(pilot, screen, "f1 Help")
         assert_footer_readable(screen, size[0])  # the message box focused
-        screen.view.views[-1].focus()
-        await wait_until(pilot, lambda: "Regenerate" in screen_lines(pilot)[-1], what="a message's keys")
+        screen.view.views[1].focus()  # a reply with a sibling
+        line = await footer_shows(pilot, screen, "^r Regenerate")
         assert_footer_readable(screen, size[0])
-        assert " ← → Branch r Regenerate " in screen_lines(pilot)[-1]
+        assert " ← → Branch ^r Regenerate " in line and "Edit" not in line  # a reply is regenerated, not edited
+        screen.view.views[0].focus()  # your message, without siblings
+        line = await footer_shows(pilot, screen, "^e Edit")
+        assert_footer_readable(screen, size[0])
+        assert "^r Regenerate ^e Edit" in line and "Branch" not in line
+
+
+@pytest.mark.asyncio
+async def test_an_empty_chat_offers_no_branches_or_export(tmp_path):
+    """Branches (ctrl+t) and Export (ctrl+o) do nothing before a chat has a message: their keys are off, and the
+    command palette does not list them."""
+    async with app_with(FakeEngine(), tmp_path).run_test(size=SIZES[0]) as pilot:
+        screen = await branched_chat(pilot)
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: not screen.view.views, what="the new chat")
+        keys = {binding.binding.action for binding in screen.active_bindings.values()}
+        assert "branch_tree" not in keys and "export" not in keys
+        assert not {"branch_tree", "export"} & {action for _, action in ChatCommands(screen).commands()}
+        await pilot.press("ctrl+o", "ctrl+t")
+        assert pilot.app.screen is screen
 
 
 @pytest.mark.asyncio
@@ -52,11 +89,9 @@ async def test_the_footer_fits_while_a_focused_reply_thinks(tmp_path, size):
         screen = await wait_until(pilot, lambda: getattr(pilot.app.screen, "view", None) and pilot.app.screen)
         await wait_until(pilot, lambda: len(screen.view.views) == 2)
         screen.view.views[-1].focus()
-        await pilot.press("r")
-        await wait_until(pilot, lambda: "Answer now" in screen_lines(pilot)[-1], what="Answer now in the footer")
-        footer = screen_lines(pilot)[-1]
-        assert "esc Stop" in footer and "r Regenerate" in footer
-        assert "Branch" not in footer  # ←/→ do nothing while a reply is written
+        await pilot.press("ctrl+r")
+        footer = await footer_shows(pilot, screen, "Answer now", "esc Stop")
+        assert "Regenerate" not in footer and "Branch" not in footer  # refused while a reply is written
         assert_footer_readable(screen, size[0])
         engine.hold.set()
         await wait_until(pilot, lambda: not screen.writing)

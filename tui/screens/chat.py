@@ -26,24 +26,27 @@ from localchat.tui.chat_session import (
     ThinkingAdded,
 )
 from localchat.tui.engine_work import engine_work
-from localchat.tui.screens.branch_tree import BranchTreeScreen
+from localchat.tui.screens.branch_navigation import BranchNavigation
 from localchat.tui.screens.chat_documents import ChatDocuments
 from localchat.tui.screens.confirm import ConfirmScreen
 from localchat.tui.screens.export import ExportChoice, ExportScreen
 from localchat.tui.screens.fork_picker import ForkPicker
 from localchat.tui.screens.long_chats import LongChats
+from localchat.tui.screens.message_actions import MessageActions
 from localchat.tui.screens.models import ModelsScreen
 from localchat.tui.screens.prompt import PromptScreen
-from localchat.tui.screens.search import SearchScreen
 from localchat.tui.screens.settings import ChatSettings, SettingsScreen
+from localchat.tui.widgets.branch_notice import BranchNotice
+from localchat.tui.widgets.branch_switcher import BranchSwitcher
 from localchat.tui.widgets.chat_links import ChatLinks
 from localchat.tui.widgets.chat_list import ChatList
-from localchat.tui.widgets.composer import Composer
+from localchat.tui.widgets.composer import Composer, is_typing
 from localchat.tui.widgets.context_gauge import ChatHeader
 from localchat.tui.widgets.conversation_view import ConversationView
-from localchat.tui.widgets.document_chips import AttachedDocuments, DocumentChips
+from localchat.tui.widgets.document_chips import AttachedChip, AttachedDocuments, DocumentChips
 from localchat.tui.widgets.empty_chat import EmptyChat
 from localchat.tui.widgets.message_view import ChatMessage
+from localchat.tui.widgets.sidebar import Sidebar
 from localchat.tui.widgets.thinking_block import END_THINKING_KEY, ThinkingBlock
 
 DEFAULT_FORK_N = 3
@@ -63,13 +66,14 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         Binding("ctrl+f", "search", "Search", id="search"),
         Binding("ctrl+g", "fork", "Fork N", id="fork"),
         Binding("ctrl+t", "branch_tree", "Branches", id="branch_tree", show=False),
+        Binding("f6", "back_from_hit", "Back", id="back_from_hit"),  # shown while a search hit is on another branch
         Binding("escape", "stop", "Stop", id="stop"),  # shown while a reply is written
         Binding(END_THINKING_KEY, "end_thinking", "Answer now", id="end_thinking"),  # shown while a reply thinks
         Binding("ctrl+s", "settings", "Settings", id="settings", show=False),
         Binding("f2", "rename", "Rename", id="rename", show=False),
         Binding("f8", "delete_chat", "Delete chat", id="delete_chat", show=False),
         Binding("ctrl+o", "export", "Export", id="export", show=False),
-        Binding("ctrl+b", "toggle_sidebar", "Sidebar", id="toggle_sidebar", show=False),
+        Binding("ctrl+b", "toggle_sidebar", "Chats", id="toggle_sidebar"),  # shown while the chat list is hidden
         Binding("f4", "switch_model", "Switch model", id="switch_model", show=False),
         Binding("f5", "summarize", "New chat from a summary of this one", id="summarize", show=False),
         Binding("ctrl+l", "open_linked_chat", "Open the linked chat (summary)", id="open_linked_chat", show=False),
@@ -94,14 +98,17 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         # one render of the branch at a time (show_branch): a chat opened (the last one, at start) while the user
         # starts a new one; the second would remove the messages the first is still mounting
         self.drawing = asyncio.Lock()
+        self.message_actions = MessageActions(self)
+        self.branches = BranchNavigation(self)
 
     def compose(self) -> ComposeResult:
         yield ChatHeader(icon="◆")
         with Horizontal():
-            with Vertical(id="sidebar"):
+            with Sidebar(id="sidebar"):
                 yield ChatList(id="chats")
             with Vertical(id="main"):
                 yield ChatLinks(id="chat-links")
+                yield BranchNotice(id="branch-notice", markup=False)
                 yield DocumentChips(id="chat-documents")
                 yield EmptyChat(id="empty-chat")
                 yield ConversationView(id="conversation")
@@ -120,15 +127,22 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         return self.query_one("#composer", Composer)
 
     def on_key(self, event: events.Key) -> None:
-        """Printable text always goes to the message box, wherever the focus is, unless the key is a binding there
-        (a focused message's r, e, c...: Textual checks bindings after the key has bubbled up to here)."""
-        if (event.is_printable and event.character and not isinstance(self.focused, Input | TextArea)
-                and event.key not in self.active_bindings):
-            event.stop()
-            self.composer.focus()
-            self.composer.insert(event.character)
+        """The typing surface belongs to the user: text typed while a message, the chat list or a chip is focused goes
+        to the message box, and so do Backspace and Delete (a key bound there acts only with a modifier; Delete on a
+        focused chip, which is shown selected, takes it off). Textual checks bindings after the key has bubbled up to
+        here."""
+        focused = self.focused
+        if isinstance(focused, Input | TextArea) or not is_typing(event):
+            return
+        if event.key == "delete" and isinstance(focused, AttachedChip):
+            return
+        self.composer.take_typing(event)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.query_one(Sidebar).fit(event.size.width)
 
     def on_mount(self) -> None:
+        self.query_one(Sidebar).fit(self.size.width)
         self.composer.focus()
         self.load_model()
         self.load_chats(open_newest=True)
@@ -212,6 +226,7 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         restoring: the last chat, opened at start, which is not opened once the user has started on another."""
         if not restoring:
             self.restoring = False
+        self.branches.forget_back()
         tree = await self.client.conversation(conversation_id)
         if restoring and not self.restoring:
             return
@@ -257,6 +272,7 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
     def action_new_chat(self) -> None:
         """An empty chat; it is created with its first message."""
         self.restoring = False
+        self.branches.forget_back()
         self.session.new_chat()
         self.show_title()
         self.summaries = []
@@ -290,19 +306,21 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
             self.load_chats()
 
     def action_search(self) -> None:
-        self.app.push_screen(SearchScreen(self.client), self.open_hit)
+        self.branches.search()
 
     @engine_work(group="chats")
     async def open_hit(self, hit: SearchHit | None) -> None:
-        if hit is not None:
-            await self.open(hit.conversation_id, message_id=hit.message_id)
-            await self.query_one(ChatList).show(await self.client.list_conversations(), hit.conversation_id)
-            if (view := self.view.view_of(hit.message_id)) is not None:
-                view.scroll_visible(top=True)
-            self.composer.focus()  # the hit is shown; typing goes on in the message box
+        await self.branches.open_hit(hit)
+
+    @engine_work(group="chats")
+    async def on_branch_notice_back_asked(self, event: BranchNotice.BackAsked) -> None:
+        await self.branches.go_back()
+
+    def action_back_from_hit(self) -> None:
+        self.on_branch_notice_back_asked(BranchNotice.BackAsked())
 
     def action_toggle_sidebar(self) -> None:
-        self.query_one("#sidebar").toggle_class("-hidden")
+        self.query_one(Sidebar).toggle()
 
     def action_help(self) -> None:
         from localchat.tui.screens.help import HelpScreen
@@ -313,23 +331,15 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
 
     @property
     def target(self) -> ChatMessage | None:
-        """The message a key acts on: the focused one, else the last one on screen."""
-        if isinstance(self.focused, ChatMessage):
-            return self.focused
-        views = self.view.views
-        return views[-1] if views else None
+        return self.message_actions.target
 
     def action_focus_message(self, delta: int) -> None:
-        """The message before or after the focused one; from anywhere else, the last message."""
-        views, target = self.view.views, self.focused
-        at = views.index(target) + delta if target in views else len(views) - 1
-        if 0 <= at < len(views):
-            views[at].focus()
-            views[at].scroll_visible()
-        elif at >= len(views):
-            self.composer.focus()
+        self.message_actions.focus_message(delta)
 
-    def on_branch_switcher_switched(self, event) -> None:
+    def on_composer_up_from_top(self, event: Composer.UpFromTop) -> None:
+        self.message_actions.focus_message(-1)
+
+    def on_branch_switcher_switched(self, event: BranchSwitcher.Switched) -> None:
         view = next(view for view in event.switcher.ancestors if isinstance(view, ChatMessage))
         self.switch_branch(view.message.id, event.delta)
 
@@ -339,43 +349,20 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
 
     @engine_work(group="branch")
     async def switch_branch(self, message_id: str, delta: int) -> None:
-        if self.generating_in is None and (sibling := self.session.step_sibling(message_id, delta)) is not None:
-            await self.show_picked(sibling)
+        await self.branches.switch(message_id, delta)
 
     def action_branch_tree(self) -> None:
-        if (conversation := self.session.conversation) is not None:
-            path = [message.id for message in self.session.path()]
-            self.app.push_screen(BranchTreeScreen(conversation.title, self.session.tree, path), self.pick_branch)
+        self.branches.show_tree()
 
     @engine_work(group="branch")
     async def pick_branch(self, message_id: str | None) -> None:
-        if message_id is not None:
-            self.session.pick(message_id)
-            await self.show_picked(message_id)
-
-    async def show_picked(self, message_id: str) -> None:
-        """The branch through `message_id`, just picked: shown, the message focused, remembered as the active one."""
-        await self.show_branch()
-        self.view.view_of(message_id).focus()
-        await self.client.update_conversation(self.session.conversation.id, active_leaf=self.session.leaf)
+        await self.branches.pick(message_id)
 
     def action_copy_message(self) -> None:
-        if self.target is not None:
-            self.app.copy_to_clipboard(self.target.message.content)
-            self.notify("Copied the message")
+        self.message_actions.copy()
 
     def action_copy_code(self) -> None:
-        """The message's code blocks, one per press (the first, then the next, ...)."""
-        if self.target is None:
-            return
-        blocks = self.target.code_blocks
-        if not blocks:
-            self.notify("This message has no code block", severity="warning")
-            return
-        index = self.target.next_code_block % len(blocks)
-        self.target.next_code_block = index + 1
-        self.app.copy_to_clipboard(blocks[index])
-        self.notify(f"Copied code block {index + 1} of {len(blocks)}")
+        self.message_actions.copy_code()
 
     def action_export(self) -> None:
         if self.session.conversation is not None:
@@ -438,13 +425,14 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
 
     # --- writing replies ---
 
-    def on_composer_submitted(self, event: Composer.Submitted) -> None:
+    def on_message_box_submitted(self, event: Composer.Submitted) -> None:
         self.send(n=1)
 
     def action_fork(self) -> None:
-        """N replies: to the text in the message box, else beside the focused (or last) reply."""
+        """N replies: beside the focused message, else to the text in the message box, else beside the last reply."""
         conversation = self.session.conversation
-        if self.composer.text.strip() or self.target is None:
+        focused_message = isinstance(self.focused, ChatMessage)
+        if not focused_message and (self.composer.text.strip() or self.target is None):
             self.send(n=self.n_of(conversation.id) if conversation else DEFAULT_FORK_N)
         else:
             self.regenerate(self.n_of(conversation.id))
@@ -469,20 +457,7 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
             self.write_replies(lambda conversation_id, _: self.client.regenerate(conversation_id, message_id, n=n))
 
     def action_edit(self) -> None:
-        target = self.target
-        if target is None or not self.can_generate():
-            return
-        if target.message.role != "user":
-            self.notify("Only your messages can be edited; r writes a new reply", severity="warning")
-            return
-        message_id = target.message.id
-
-        def resend(content: str | None) -> None:
-            if content and content.strip() != target.message.content and self.can_generate():
-                self.write_replies(lambda conversation_id, _: self.client.edit(conversation_id, message_id, content))
-
-        self.app.push_screen(PromptScreen("Edit and resend (a new branch)", target.message.content, multiline=True,
-                                          action="Send"), resend)
+        self.message_actions.edit()
 
     def can_generate(self) -> bool:
         """One reply (or one set of N) at a time: a key press while one is written is refused, not queued. A base
@@ -504,14 +479,20 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         await self.client.stop(self.generating_in)
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
-        """Keys shown and working only while they do something: Stop and Answer now while replies are written, a
-        message's ←/→ while none is (which also keeps the footer within 80 columns)."""
+        """Keys shown and working only while they do something (which also keeps the footer within 80 columns): Stop
+        and Answer now while replies are written; a message's keys as message_actions says (Edit on yours; ←/→ where
+        it has siblings; none of those while a reply is written); Back while a search hit is on another branch;
+        Branches and Export once the chat has messages."""
         if action == "end_thinking":  # while a reply on screen thinks (else the key is free for others)
             return self.thinks and any(view.thinking for view in self.view.views)
         if action == "stop":
             return self.generating_in is not None
-        if action == "switch_branch":
-            return self.generating_in is None
+        if action in ("regenerate", "edit", "switch_branch"):
+            return self.message_actions.available(action, parameters)
+        if action == "back_from_hit":
+            return self.branches.back_to is not None
+        if action in ("branch_tree", "export"):
+            return bool(self.session.tree.messages)
         return True
 
     def on_thinking_block_streaming(self, event: ThinkingBlock.Streaming) -> None:

@@ -21,7 +21,7 @@ OTHER_REPLY = Binding.Group("Other reply")  # ← and → as one footer entry
 
 
 class ReplyCard(MessageView, can_focus=True):
-    pass
+    BINDINGS = [Binding("t", "toggle_details", "Details (stats, thinking)", id="card_details", show=False)]
 
 
 class ReplyRow(Horizontal):

@@ -1,32 +1,31 @@
-"""A modal that asks for one text: a title, a file path, an edited message."""
+"""A modal that asks for one line of text: a chat's title."""
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, TextArea
+from textual.widgets import Button, Input, Label
 
 
 class PromptScreen(ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="cancel"),
                 Binding("ctrl+s", "submit", "Save", id="submit", priority=True)]
 
-    def __init__(self, title: str, value: str = "", multiline: bool = False, action: str = "Save"):
+    def __init__(self, title: str, value: str = ""):
         super().__init__()
-        self.title_text, self.value, self.multiline, self.action_label = title, value, multiline, action
+        self.title_text, self.value = title, value
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label(self.title_text, classes="dialog-title")
-            yield TextArea(self.value, id="prompt-text") if self.multiline else Input(self.value, id="prompt-text")
+            yield Input(self.value, id="prompt-text")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Cancel", id="cancel")
-                yield Button(self.action_label, id="submit", variant="primary")
+                yield Button("Save", id="submit", variant="primary")
 
     @property
     def text(self) -> str:
-        field = self.query_one("#prompt-text")
-        return field.text if isinstance(field, TextArea) else field.value
+        return self.query_one("#prompt-text", Input).value
 
     def action_submit(self) -> None:
         if self.text.strip():

@@ -1,5 +1,6 @@
 """The message box: several lines, Enter sends, Shift+Enter or Ctrl+J starts a new line, a paste keeps its
-newlines; ↑ on the first line focuses the last message (whose keys then act on it)."""
+newlines; ↑ on the first line asks for the last message (UpFromTop). It is the chat's typing surface: a key typed
+while something else is focused comes here (take_typing)."""
 
 from dataclasses import dataclass
 
@@ -8,16 +9,24 @@ from textual.message import Message
 from textual.widgets import TextArea
 
 NEW_LINE_KEYS = ("shift+enter", "ctrl+j")  # terminals that cannot tell Shift+Enter from Enter send Ctrl+J as \n
+EDITING_KEYS = ("backspace", "delete")  # keys that edit the text wherever the focus is
 
 
-class Composer(TextArea):
+def is_typing(event: events.Key) -> bool:
+    """A key that writes or erases text (a letter, a space, Backspace, Delete), not one that moves or acts."""
+    return bool(event.is_printable and event.character) or event.key in EDITING_KEYS
+
+
+class MessageBox(TextArea):
+    """A text box where Enter sends (Submitted) and Shift+Enter or Ctrl+J starts a new line."""
+
     @dataclass
     class Submitted(Message):
-        composer: "Composer"
+        box: "MessageBox"
         text: str
 
-    def __init__(self, **kwargs):
-        super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus", **kwargs)
+    def __init__(self, text: str = "", **kwargs):
+        super().__init__(text, soft_wrap=True, show_line_numbers=False, tab_behavior="focus", **kwargs)
 
     async def _on_key(self, event: events.Key) -> None:
         if event.key == "enter":
@@ -28,9 +37,33 @@ class Composer(TextArea):
             event.stop()
             event.prevent_default()
             self.insert("\n")
-        elif event.key == "up" and self.cursor_location[0] == 0:  # above the first line: the last message
-            event.stop()
-            event.prevent_default()
-            await self.run_action("screen.focus_message(-1)")
         else:
             await super()._on_key(event)
+
+
+class Composer(MessageBox):
+    """The chat's message box."""
+
+    class UpFromTop(Message):
+        """↑ on the first line: the user moves up to the messages."""
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key == "up" and self.cursor_location[0] == 0:  # above the first line: the last message
+            event.stop()
+            event.prevent_default()
+            self.post_message(self.UpFromTop())
+        else:
+            await super()._on_key(event)
+
+    def take_typing(self, event: events.Key) -> None:
+        """A key typed while another widget had the focus: the box takes the focus and the key, as if it had had
+        them (a letter at the cursor, Backspace or Delete beside it)."""
+        event.stop()
+        event.prevent_default()
+        self.focus()
+        if event.key == "backspace":
+            self.action_delete_left()
+        elif event.key == "delete":
+            self.action_delete_right()
+        else:
+            self.insert(event.character)

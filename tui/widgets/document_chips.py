@@ -1,5 +1,6 @@
 """Documents as chips, one line: "▤ report.pdf · 1.2k tokens". The ones attached to the next message (or the new
-chat) can be taken off again: a click, or Delete on a focused chip; a chat's and a message's are only shown."""
+chat) can be taken off again: a click on its ✕, or Delete on a focused chip, which is shown selected (Backspace and
+letters typed there go to the message box); a chat's and a message's are only shown."""
 
 import asyncio
 
@@ -35,7 +36,7 @@ class DocumentChip(Static):
 class AttachedChip(DocumentChip, can_focus=True):
     """A document the next message (or the new chat) will carry."""
 
-    BINDINGS = [Binding("delete,backspace", "detach", "Take the document off", id="detach_document")]
+    BINDINGS = [Binding("delete", "detach", "Take the document off", id="detach_document")]
 
     def __init__(self, document: Document):
         super().__init__(document)

@@ -1,22 +1,32 @@
 """One message: who wrote it, the documents it carries, a thinking model's thinking (collapsed), its Markdown (streamed
-while it is written), and a reply's stats."""
+while it is written; the line breaks and indents it was written with kept), and a reply's stats: one short line, all
+of them in its details (which also show its thinking)."""
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
+from textual.reactive import reactive
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownFence, MarkdownStream
 
-from localchat.app.markdown import author, message_markdown
+from localchat.app.markdown import author
 from localchat.app.protocol.conversations import Message, ReplyStats
 from localchat.app.protocol.documents import Document
+from localchat.tui.reply_text import shown_markdown
 from localchat.tui.widgets.branch_switcher import BranchSwitcher
 from localchat.tui.widgets.document_chips import DocumentChips
 from localchat.tui.widgets.thinking_block import ThinkingBlock
 
 
+def short_stats(stats: ReplyStats) -> str:
+    """One short line: how fast, and how much of the prompt the cache held ("42.5 tok/s · 32 cached")."""
+    speed = f"{stats.tokens_per_s:.1f} tok/s" if stats.tokens_per_s is not None else f"{stats.completion_tokens} tokens"
+    return f"{speed} · {stats.cached_tokens} cached"
+
+
 def describe_stats(stats: ReplyStats) -> str:
+    """All of them, for the details."""
     parts = []
     if stats.time_to_first_token_s is not None:
         parts.append(f"first token {stats.time_to_first_token_s:.2f} s")
@@ -32,9 +42,9 @@ def describe_stats(stats: ReplyStats) -> str:
 
 class MessageView(Vertical):
     """A message as shown; a reply being written grows through a MarkdownStream until finish(), after its thinking
-    (think()) if it thinks."""
+    (think()) if it thinks. Its details (all its stats, its thinking) show while `details` is set."""
 
-    BINDINGS = [Binding("t", "toggle_thinking", "Show thinking", id="toggle_thinking", show=False)]
+    details = reactive(False, init=False)
 
     def __init__(self, message: Message, title: str | None = None, documents: dict[str, Document] | None = None,
                  **kwargs):
@@ -55,7 +65,7 @@ class MessageView(Vertical):
             yield Static(classes="message-note")
         yield DocumentChips(self.documents, classes="message-documents")
         yield ThinkingBlock(self.message)
-        yield Markdown(message_markdown(self.message), classes="message-body")
+        yield Markdown(shown_markdown(self.message), classes="message-body")
         yield Static(classes="message-stats")
 
     def on_mount(self) -> None:
@@ -116,7 +126,7 @@ class MessageView(Vertical):
         self.remove_class("-streaming")
         self.message = message
         self.thinking_block.finish(message)
-        markdown = message_markdown(message)  # a reply's tool calls show once they are read out of it
+        markdown = shown_markdown(message)  # a reply's tool calls show once they are read out of it
         if self.body.source != markdown:
             await self.body.update(markdown)
         self.show_outcome()
@@ -128,31 +138,32 @@ class MessageView(Vertical):
                     "cut at max tokens" if message.finish_reason == "length" else "")
         stats.display = message.stats is not None
         if message.stats is not None:
-            stats.update(describe_stats(message.stats))
+            stats.update(describe_stats(message.stats) if self.details else short_stats(message.stats))
+            stats.tooltip = describe_stats(message.stats)
 
-    def check_action(self, action: str, parameters: tuple) -> bool | None:
-        if action == "toggle_thinking":
-            return self.thinking_block.display
-        return True
+    def watch_details(self) -> None:
+        self.thinking_block.expanded = self.details
+        self.show_outcome()
 
-    def action_toggle_thinking(self) -> None:
-        self.thinking_block.expanded = not self.thinking_block.expanded
+    def action_toggle_details(self) -> None:
+        self.details = not self.details
 
 
 BRANCH = Binding.Group("Branch")  # ← and → as one footer entry
 
 
 class ChatMessage(MessageView, can_focus=True):
-    """A message of the branch on screen; keys act on the focused one."""
+    """A message of the branch on screen; keys act on the focused one, each with a modifier (or an arrow, Enter):
+    letters typed while it is focused go to the message box (the chat screen's on_key)."""
 
     BINDINGS = [
         Binding("left", "screen.switch_branch(-1)", "Prev branch", id="branch_previous", group=BRANCH),
         Binding("right", "screen.switch_branch(1)", "Next branch", id="branch_next", group=BRANCH),
-        Binding("r", "screen.regenerate", "Regenerate", id="regenerate"),
-        Binding("e", "screen.edit", "Edit", id="edit", show=False),  # your messages only; 80 columns hold no more
-        Binding("f", "screen.fork", "Fork N", id="fork_here", show=False),
-        Binding("c", "screen.copy_message", "Copy", id="copy_message", show=False),
-        Binding("y", "screen.copy_code", "Copy code", id="copy_code", show=False),
+        Binding("ctrl+r", "screen.regenerate", "Regenerate", id="regenerate"),
+        Binding("ctrl+e", "screen.edit", "Edit", id="edit"),  # shown on your messages
+        Binding("ctrl+c", "screen.copy_message", "Copy", id="copy_message", show=False),
+        Binding("ctrl+y", "screen.copy_code", "Copy code", id="copy_code", show=False),
+        Binding("enter", "toggle_details", "Details (stats, thinking)", id="toggle_details", show=False),
         Binding("up", "screen.focus_message(-1)", "Previous message", show=False, id="message_previous"),
         Binding("down", "screen.focus_message(1)", "Next message", show=False, id="message_next"),
     ]
