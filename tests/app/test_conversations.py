@@ -3,11 +3,14 @@ stop, export."""
 
 import time
 
+import httpx
 import msgspec
 import pytest
 
-from localchat.app.chat_defaults import SMALL_MODEL_SYSTEM_PROMPT, SMALL_MODEL_TEMPERATURE
-from localchat.app.protocol.conversations import SamplingSettings
+from localchat.app.chat_defaults import SMALL_MODEL_SYSTEM_PROMPT
+from localchat.app.protocol.conversations import SAMPLING_FIELDS, SamplingSettings
+from localchat.app.sampling_defaults import LOCALCHAT_DEFAULTS
+from localchat.app.server.conversations import MAX_RESAMPLES
 from support import stream_api, stream_in_background
 
 pytestmark = pytest.mark.slow  # a real `localchat serve`: left out of `./dev test --fast`
@@ -172,16 +175,58 @@ def test_rename_settings_system_prompt_delete(api):
     assert api.get(f"/api/conversations/{cid}").status_code == 404
 
 
-def test_a_new_chat_on_the_small_embedded_model_gets_its_defaults(api):
+def test_a_new_chat_on_the_small_embedded_model_gets_its_defaults(api, server):
     defaults = api.get("/api/conversation-defaults").json()
     assert defaults["small_model"] is True  # 135M weights
-    assert defaults["settings"]["temperature"] == SMALL_MODEL_TEMPERATURE < SamplingSettings().temperature
+    # SmolLM2's model card recommends temperature 0.2 and top_p 0.9; the rest are localchat's
+    sampling = {name: defaults["settings"][name] for name in SAMPLING_FIELDS}
+    assert sampling == LOCALCHAT_DEFAULTS | {"temperature": 0.2, "top_p": 0.9}
+    assert defaults["sampling"]["source"].startswith("SmolLM2's model card")
     assert defaults["system_prompt"] == SMALL_MODEL_SYSTEM_PROMPT
     plain = api.post("/api/conversations", json={"title": "plain"}).json()
     assert (plain["system_prompt"], plain["settings"]) == (defaults["system_prompt"], defaults["settings"])
-    # what the creator sets is kept: no system prompt at all, and its own settings object whole
-    own = api.post("/api/conversations", json={"system_prompt": "", "settings": {"seed": 3}}).json()
-    assert own["system_prompt"] == "" and own["settings"] == msgspec.to_builtins(SamplingSettings(seed=3))
+    # what the creator sets is kept: no system prompt at all, and its settings, each sampling value it leaves out the
+    # model's
+    own = api.post("/api/conversations", json={"system_prompt": "", "settings": {"seed": 3, "top_k": 7}}).json()
+    assert own["system_prompt"] == "" and own["settings"] == msgspec.to_builtins(
+        SamplingSettings(seed=3, **(sampling | {"top_k": 7})))
+    # the same values in /health, /v1/models and Ollama's /api/show
+    health = httpx.get(f"{server.url}/health").json()
+    assert health["sampling"] == defaults["sampling"] == api.get("/v1/models").json()["data"][0]["sampling"]
+    shown = api.post("/api/show", json={"model": health["model"]}).json()
+    assert "temperature                    0.2" in shown["parameters"] and "SmolLM2" in shown["modelfile"]
+
+
+def test_the_kv_cache_is_said_in_tokens_and_chats(server):
+    health = httpx.get(f"{server.url}/health").json()
+    kv_cache = health["kv_cache"]
+    assert kv_cache["tokens"] % 16 == 0 and kv_cache["context_tokens"] == 8192
+    assert kv_cache["summary"].startswith(f"chats stay resident for quick replies: {kv_cache['tokens']:,} tokens, "
+                                          f"about {kv_cache['full_context_chats']:g} chats at the full 8,192-token")
+    assert "memory fills only as chats use it" in kv_cache["summary"]
+    assert f"{health['model']} ready: {kv_cache['summary']}" in server.log.read_text()  # the start line says it
+
+
+def test_a_fork_gives_different_replies_and_says_how_it_sampled(api):
+    """A fork samples at the fork temperature (0.7 for the embedded model, whose chats sample at 0.2), and a reply
+    the same as a sibling's is sampled again with the next seeds, at most MAX_RESAMPLES times."""
+    fork_temperature = api.get("/api/conversation-defaults").json()["sampling"]["fork_temperature"]
+    cid = api.post("/api/conversations", json={}).json()["id"]
+    events = stream_api(api, f"/api/conversations/{cid}/messages", {"content": "Name a color.", "n": 3})
+    (start,) = [e for e in events if e["type"] == "start"]
+    forked = replies(events)
+    assert start["temperature"] == fork_temperature == 0.7
+    assert len({m["content"] for m in forked}) == 3 and {m["stats"]["temperature"] for m in forked} == {0.7}
+    # seeded: the third comes out the same as a sibling, is sampled again once and differs
+    seeded = replies(stream_api(api, f"/api/conversations/{cid}/messages", {
+        "content": "Say the word red.", "n": 3, "settings": {"temperature": 0.3, "seed": 5, "max_tokens": 16}}))
+    assert len({m["content"] for m in seeded}) == 3, [m["content"] for m in seeded]
+    assert [m["stats"]["resampled"] for m in seeded] == [0, 0, 1]
+    # a model that cannot write another reply (top_k 1): sampled again at most MAX_RESAMPLES times, then kept
+    same = replies(stream_api(api, f"/api/conversations/{cid}/messages", {
+        "content": "Say the word red.", "n": 3, "settings": {"temperature": 0.3, "top_k": 1, "max_tokens": 8}}))
+    assert len({m["content"] for m in same}) == 1
+    assert [m["stats"]["resampled"] for m in same] == [0, MAX_RESAMPLES, MAX_RESAMPLES]
 
 
 def test_export_markdown_and_json(api):
