@@ -14,6 +14,13 @@ def dev(home: Path, path: str) -> subprocess.CompletedProcess:
     return subprocess.run([ROOT / "dev", "--version"], env=env, capture_output=True, text=True, timeout=600)
 
 
+def dev_interleaved(home: Path, path: str) -> str:
+    """./dev --version's stderr and stdout in the order they were written."""
+    env = {"HOME": str(home), "PATH": path, "PYTHON": sys.executable}
+    return subprocess.run([ROOT / "dev", "--version"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=600).stdout
+
+
 def new_shell(home: Path, path: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", "localchat --version"], env={"HOME": str(home), "PATH": path},
                           capture_output=True, text=True)
@@ -27,10 +34,21 @@ def test_dev_links_localchat_into_a_folder_on_the_path(tmp_path):
     first = dev(tmp_path, path)
     assert first.returncode == 0, first.stderr
     assert os.readlink(bin_dir / "localchat") == str(ROOT / ".venv" / "bin" / "localchat")
-    assert f"localchat is linked at {bin_dir / 'localchat'}" in first.stderr
+    said = f"localchat is linked at {bin_dir / 'localchat'}"
+    # said before the app starts (a terminal UI would cover it) and again after it ends, around its output
+    assert first.stderr.count(said) == 2 and first.stdout.startswith("localchat ")
+    assert first.stderr.index(said) < first.stderr.rindex(said)
     found = new_shell(tmp_path, path)
     assert found.returncode == 0 and found.stdout.startswith("localchat ")
     assert "linked" not in dev(tmp_path, path).stderr  # said once
+
+
+def test_dev_says_where_it_linked_before_and_after_the_app(tmp_path):
+    bin_dir = tmp_path / ".local" / "bin"
+    bin_dir.mkdir(parents=True)
+    said, version, again = dev_interleaved(tmp_path, f"{bin_dir}:{SYSTEM_PATH}").strip().splitlines()
+    assert said == again == f"localchat is linked at {bin_dir / 'localchat'}: a new shell runs it as `localchat`"
+    assert version.startswith("localchat ")
 
 
 def test_dev_says_how_to_reach_the_link_when_no_folder_of_the_path_takes_it(tmp_path):
