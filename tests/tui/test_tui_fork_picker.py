@@ -15,7 +15,7 @@ HEADER = "Pick the reply to go on from: 1-3 or enter. The others stay as branche
 async def three_replies(pilot) -> ForkPicker:
     screen = await branched_chat(pilot)
     screen.view.views[-1].focus()
-    await pilot.press("f")  # N (3) replies beside the last one
+    await pilot.press("ctrl+g")  # N (3) replies beside the focused (last) one
     picker = await screen_of(pilot, ForkPicker)
     await wait_until(pilot, lambda: not picker.streaming, what="three replies")
     await pilot.pause()

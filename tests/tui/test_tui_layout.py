@@ -1,5 +1,5 @@
 """The terminal UI as people live in it (fixed data, no model): 80x24 fits, typed text reaches the message box,
-←/→ after r, a multi-line message, and a second request while a reply is written."""
+←/→ after ctrl+r (regenerate), a multi-line message, and a second request while a reply is written."""
 
 import asyncio
 
@@ -76,20 +76,20 @@ async def test_typing_after_opening_a_search_hit_goes_to_the_message_box(tmp_pat
         await pilot.press("down")  # from the query box to the results
         await pilot.press("enter")
         await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen) and screen.session.leaf == "m_a1")
-        await pilot.press(*"run")  # r is a message's key: typed, it must not regenerate
+        await pilot.press(*"run")  # typed, r must not regenerate (ctrl+r does)
         await pilot.pause()
         assert screen.composer.text == "run" and screen.focused is screen.composer
         assert len(engine.messages["c_sort"]) == 5 and not screen.writing
 
 
 @pytest.mark.asyncio
-async def test_left_and_right_work_after_r(tmp_path):
+async def test_left_and_right_work_after_a_regenerate(tmp_path):
     async with app_with(FakeEngine(), tmp_path).run_test(size=SMALL) as pilot:
         screen = await opened(pilot)
         await pilot.press("up")  # from the message box: the last message
         last = screen.view.views[-1]
         assert screen.focused is last and isinstance(last, ChatMessage)
-        await pilot.press("r")
+        await pilot.press("ctrl+r")
         new = await wait_until(pilot, lambda: not screen.writing and screen.view.views[-1].message.id != "m_a3"
                                and screen.view.views[-1])
         assert screen.focused is new and switcher_text(new) == "‹ 2/2 ›"
@@ -118,7 +118,7 @@ async def test_a_second_request_while_a_reply_is_written_is_refused(tmp_path):
     engine.hold = asyncio.Event()
     async with app_with(engine, tmp_path).run_test(size=SMALL) as pilot:
         screen = await opened(pilot)
-        await pilot.press("up", "r", "r", "r")  # three presses, the first still streaming
+        await pilot.press("up", "ctrl+r", "ctrl+r", "ctrl+r")  # three presses, the first still streaming
         await wait_until(pilot, lambda: screen.generating_in is not None)
         await pilot.press("ctrl+g")
         engine.hold.set()

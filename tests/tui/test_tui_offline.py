@@ -61,7 +61,7 @@ async def test_keymap_and_theme_come_from_the_config_file(tmp_path):
         help_screen = await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen) and app.screen)
         rows = {row[3]: row[1] for row in map(help_screen.query_one(DataTable).get_row_at,
                                                range(help_screen.query_one(DataTable).row_count))}
-        assert rows["new_chat"] == "ctrl+r" and rows["regenerate"] == "r" and rows["fork"] == "ctrl+g"
+        assert rows["new_chat"] == "ctrl+r" and rows["regenerate"] == "ctrl+r" and rows["fork"] == "ctrl+g"
         await pilot.press("escape")
 
         app.theme = "gruvbox"  # chosen in the palette: remembered, the keymap kept
@@ -111,9 +111,9 @@ async def test_copy_a_message_and_its_code_block(tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         screen = await opened(pilot)
         screen.view.views[1].focus()
-        await pilot.press("c")
+        await pilot.press("ctrl+c")
         assert app.clipboard == SORT_CODE
-        await pilot.press("y")
+        await pilot.press("ctrl+y")
         assert app.clipboard == "numbers = [3, 1, 2]\nprint(sorted(numbers))  # [1, 2, 3]"
 
 

@@ -1,6 +1,7 @@
 """A thinking model's replies in the terminal UI: the thinking collapsed above the answer while it streams
-("Thinking… N tokens") and after ("Thought for 12 s"), expanded with t or a click, ended with ctrl+r (the answer
-follows), kept per reply across branches and the N-reply picker, and its settings. On fixed data (FakeEngine), and
+("Thinking… N tokens") and after ("Thought for 12 s"), expanded with enter on the focused reply (its details) or a
+click, ended with ctrl+r (the answer follows), kept per reply across branches and the N-reply picker, and its
+settings. On fixed data (FakeEngine), and
 against a real engine on a tiny thinking model whose replies think until they are told to stop."""
 
 import pytest
@@ -61,10 +62,10 @@ async def test_a_stored_replys_thinking_is_collapsed_and_t_or_a_click_expands_it
 
         await pilot.press("up")  # the last message
         assert screen.focused is reply
-        await pilot.press("t")
+        await pilot.press("enter")
         await wait_until(pilot, lambda: thinking_text(reply) == PRIME_THOUGHTS[0], what="the thinking expanded")
         assert thinking_title(reply) == "▼ Thought for 3.4 s" and screen.composer.text == ""
-        await pilot.press("t")
+        await pilot.press("enter")
         await wait_until(pilot, lambda: thinking_text(reply) == "", what="the thinking collapsed")
 
         await pilot.click(reply.thinking_block.query_one(".thinking-title"))
@@ -78,7 +79,7 @@ async def test_each_branch_shows_its_own_thinking(tmp_path):
         await pilot.press("up", "right")  # the sibling reply
         second = await wait_until(pilot, lambda: screen.view.views[-1].message.id == "m_r2" and screen.view.views[-1])
         assert thinking_title(second) == "▶ Thought for 12 s"  # its own, collapsed
-        await pilot.press("t")
+        await pilot.press("enter")
         await wait_until(pilot, lambda: thinking_text(second) == PRIME_THOUGHTS[1])
         await pilot.press("left")
         first = await wait_until(pilot, lambda: screen.view.views[-1].message.id == "m_r1" and screen.view.views[-1])
@@ -109,7 +110,7 @@ async def test_thinking_streams_collapsed_and_ctrl_r_ends_it(tmp_path):
         assert stored.reasoning_content.startswith(THOUGHTS[0]) and done.body.source == stored.content
         assert thinking_title(done) == "▶ Thought for 2.5 s"  # the stored reply's stats.thinking_s
         assert note_text(done) == "" and footer_key(screen, "end_thinking") is None
-        await pilot.press("up", "t")
+        await pilot.press("up", "enter")  # its details
         await wait_until(pilot, lambda: thinking_text(done) == stored.reasoning_content)
 
 
@@ -185,7 +186,7 @@ async def test_the_help_lists_the_thinking_keys(tmp_path):
         table = help_screen.query_one(DataTable)
         rows = {(row[0], row[3]): row[1] for row in map(table.get_row_at, range(table.row_count))}
         assert rows[("Chat", "end_thinking")] == "ctrl+r" and rows[("N replies", "end_thinking")] == "ctrl+r"
-        assert rows[("Message", "toggle_thinking")] == "t"
+        assert rows[("Message", "toggle_details")] == "enter" and rows[("N replies", "card_details")] == "t"
 
 
 @pytest.mark.slow  # a real engine process
