@@ -17,8 +17,8 @@ from tui_pilot import (
 
 from localchat.app.protocol.conversations import SamplingSettings, StartEvent
 from localchat.tui.app import LocalChatApp
+from localchat.tui.screens.edit_message import EditMessageScreen
 from localchat.tui.screens.fork_picker import ForkPicker
-from localchat.tui.screens.prompt import PromptScreen
 from localchat.tui.widgets.chat_list import ChatList
 from localchat.tui.widgets.message_view import MessageView
 
@@ -66,7 +66,9 @@ async def test_a_reply_streams_as_markdown_and_is_stored(client, tmp_path, monke
         growing = [source for streaming, source in shown_while_streaming if streaming]
         assert len(growing) > 3 and all(stored.content.startswith(source) for source in growing)
         assert 0 < len(growing[0]) < len(growing[-1])  # shown as it was written
-        assert "tok/s" in stats_text(reply) and f"prompt {stored.stats.prompt_tokens}" in stats_text(reply)
+        assert stats_text(reply) == f"{stored.stats.tokens_per_s:.1f} tok/s · {stored.stats.cached_tokens} cached"
+        reply.details = True  # enter on it: all its stats
+        assert f"prompt {stored.stats.prompt_tokens}" in stats_text(reply)
         assert not reply.has_class("-streaming") and note_text(reply) in ("", "cut at max tokens")
         chats = screen.query_one(ChatList)
         await wait_until(pilot, lambda: chats.children and chats.children[0].conversation.id == conversation.id
@@ -103,7 +105,7 @@ async def test_regenerate_adds_a_sibling_and_left_shows_the_old_reply(client, tm
         old = first.message
         await pilot.press("shift+tab")  # from the message box to the last message
         assert screen.focused is first
-        await pilot.press("r")
+        await pilot.press("ctrl+r")
         second = await reply_written(pilot, screen, old={old.id})
         assert switcher_text(second) == "‹ 2/2 ›"
         assert switcher_text(screen.view.views[0]) == ""  # the user message has no siblings
@@ -130,10 +132,10 @@ async def test_edit_and_resend_makes_a_sibling_branch(client, tmp_path):
         await pilot.press("shift+tab", "shift+tab")  # the user message
         original = screen.focused.message
         assert original.role == "user"
-        await pilot.press("e")
-        prompt = await screen_of(pilot, PromptScreen)
-        prompt.query_one("#prompt-text").text = "What is three plus three?"
-        await pilot.press("ctrl+s")
+        await pilot.press("ctrl+e")
+        dialog = await screen_of(pilot, EditMessageScreen)
+        dialog.box.text = "What is three plus three?"
+        await pilot.press("enter")
         reply = await reply_written(pilot, screen, old={first.message.id})
 
         user = screen.view.views[0]
@@ -196,4 +198,4 @@ async def test_switching_branch_then_continuing_reuses_the_cached_prefix(client,
         question = {m.id: m for m in tree.messages}[stored.parent_id]
         assert question.parent_id == second  # continued the branch on screen
         assert stored.stats.cached_tokens > 0  # its prompt's prefix came from the KV cache
-        assert f"prompt {stored.stats.prompt_tokens} ({stored.stats.cached_tokens} cached)" in stats_text(reply)
+        assert f"{stored.stats.cached_tokens} cached" in stats_text(reply)
