@@ -6,14 +6,12 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from localchat.engine.block_pool import root_hash
 from localchat.engine.config import EngineConfig
-from localchat.engine.cpu_threads import CPUThreads
 from localchat.engine.dirs import user_dir
 from localchat.engine.kv_cache_manager import KVCacheManager
 from localchat.engine.kv_disk_tier import FORMAT_VERSION, KVDiskTier
@@ -21,15 +19,17 @@ from localchat.engine.loader import count_weights, load_packed, load_weights, mo
 from localchat.engine.memory import release_freed_memory
 from localchat.engine.model_runner import ModelRunner
 from localchat.engine.models import head_dim
-from localchat.engine.output_processor import OutputProcessor, RequestState
+from localchat.engine.output_processor import OutputProcessor
 from localchat.engine.outputs import RequestOutput
 from localchat.engine.reasoning import PROMPT_TAIL_TOKENS, Phase, find_markers
+from localchat.engine.request_table import RequestState, RequestTable
 from localchat.engine.sampler import Sampler, SamplerOutput
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.scheduler import Scheduler, StepPace, StopRules
 from localchat.engine.sequence import Sequence, SequenceStatus, reply_seed
 from localchat.engine.speculator import Speculator
-from localchat.engine.structured_output import Grammars, Matcher
+from localchat.engine.step_outputs import VerifiedTokens
+from localchat.engine.structured_output import Grammars, Matcher, ReplyGrammar
 
 # The KV cache's default size. On a GPU the engine owns the device, so it takes a share of the memory free after the
 # weights (vLLM's gpu_memory_utilization). On the CPU it shares the machine with the user's browser and editor, and
@@ -48,8 +48,9 @@ KV_CACHE_MAX_TOKENS = 2**20
 
 
 class LLMEngine:
-    """step() reads: schedule, run, start the other replies of prompts just computed, sample, update and
-    emit (see step). Requests come in through add_request and leave through their last delta (or abort)."""
+    """step() reads as its phases: schedule, run (and count the computed tokens, starting the other replies of
+    prompts just computed), sample and verify, apply, emit. Requests come in through add_request and leave through
+    their last delta (or abort)."""
 
     def __init__(self, config: EngineConfig | None = None,
                  on_progress: Callable[[str, float | None], None] | None = None):
@@ -65,47 +66,51 @@ class LLMEngine:
         model_config = source.config.get_text_config()  # a multimodal model's text part
         self.device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = _dtype(config.dtype, self.device)
-        limit = model_config.max_position_embeddings
-        if config.max_model_len is not None and not 1 < config.max_model_len <= limit:
-            raise ValueError(f"max_model_len must be in [2, {limit}] for {source.name}, got {config.max_model_len}")
-        block_size = config.block_size
-        self.packed = _runs_packed(source, config.quantization, self.device)
-        self.kv_dtype = (_dtype(config.kv_cache_dtype, self.device) if config.kv_cache_dtype is not None
-                         else torch.bfloat16 if self.packed else self.dtype)
-        num_kv_blocks = config.num_kv_blocks or default_num_blocks(model_config, block_size, self.kv_dtype,
-                                                                   self.device)
-        self.max_model_len = min(config.max_model_len or limit, num_kv_blocks * block_size)
-        if source.needs_conversion(self.packed):
-            progress(f"converting {source.gguf_file.name} for this machine (its first start only)", None)
-        source.ensure_converted(self.packed)
-        total = count_weights(source, self.packed)
-        weights = _reporting(load_packed(source) if self.packed else load_weights(source, self.dtype), total, progress)
-        self.runner = ModelRunner(model_config, weights, self.packed, self.dtype, self.kv_dtype, self.device,
-                                  block_size, num_kv_blocks, self.max_model_len, config.attention_backend)
-        # what a block's K and V depend on besides its tokens: no block is shared across a change of any of these
-        fingerprint = "/".join(map(str, ("localchat-kv", FORMAT_VERSION, model_identity(source), self.dtype,
-                                         self.kv_dtype, "packed" if self.packed else "dense", block_size,
-                                         self.device.type, self.runner.backend.__name__)))
+        num_kv_blocks = self._load_runner(source, model_config, progress)
+        fingerprint = self._fingerprint(source)
         self.disk = _disk_tier(config, fingerprint, self.runner)
-        self.kv = KVCacheManager(num_kv_blocks, block_size, config.enable_prefix_caching, fingerprint, self.disk,
-                                 self.runner.read_block, self.runner.block_view)
+        self.kv = KVCacheManager(num_kv_blocks, config.block_size, config.enable_prefix_caching, fingerprint,
+                                 self.disk, self.runner.read_block, self.runner.block_view)
         eos_token_ids = _eos_token_ids(source, model_config)
         self.pace = StepPace(config.decode_step_target_s)
         self.speculator = Speculator(enabled=config.speculative)
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens, self.pace,
                                    StopRules(frozenset(eos_token_ids), self.max_model_len), self.speculator)
         self.sampler = Sampler()
-        self.cpu_threads = CPUThreads(config.cpu_threads) if self.device.type == "cpu" else None
         self.reasoning_markers = find_markers(self.tokenizer)  # a thinking model's <think> and </think>
-        self.output = OutputProcessor(self.tokenizer, self.reasoning_markers)
+        self.requests = RequestTable()
+        self.output = OutputProcessor(self.tokenizer, self.requests, self.reasoning_markers)
         self.grammars = Grammars(self.tokenizer, model_config.vocab_size, eos_token_ids)
         self._request_ids = itertools.count()
         release_freed_memory()  # what a first start's conversion of the weights dropped
 
-    @property
-    def requests(self) -> dict[str, RequestState]:
-        """The requests in flight, by id."""
-        return self.output.requests
+    def _load_runner(self, source, model_config, progress: Callable[[str, float | None], None]) -> int:
+        """Choose the weights' form and the cache's dtype, size the KV cache (max_model_len with it), load the weights
+        (converting a GGUF on its first start) and build the model runner; the cache's blocks."""
+        config, limit = self.config, model_config.max_position_embeddings
+        if config.max_model_len is not None and not 1 < config.max_model_len <= limit:
+            raise ValueError(f"max_model_len must be in [2, {limit}] for {source.name}, got {config.max_model_len}")
+        self.packed = _runs_packed(source, config.quantization, self.device)
+        self.kv_dtype = (_dtype(config.kv_cache_dtype, self.device) if config.kv_cache_dtype is not None
+                         else torch.bfloat16 if self.packed else self.dtype)
+        num_kv_blocks = config.num_kv_blocks or default_num_blocks(model_config, config.block_size, self.kv_dtype,
+                                                                   self.device)
+        self.max_model_len = min(config.max_model_len or limit, num_kv_blocks * config.block_size)
+        if source.needs_conversion(self.packed):
+            progress(f"converting {source.gguf_file.name} for this machine (its first start only)", None)
+        source.ensure_converted(self.packed)
+        total = count_weights(source, self.packed)
+        weights = _reporting(load_packed(source) if self.packed else load_weights(source, self.dtype), total, progress)
+        self.runner = ModelRunner(model_config, weights, self.packed, self.dtype, self.kv_dtype, self.device,
+                                  config.block_size, num_kv_blocks, self.max_model_len, config.attention_backend,
+                                  config.cpu_threads)
+        return num_kv_blocks
+
+    def _fingerprint(self, source) -> str:
+        """What a block's K and V depend on besides its tokens: no block is shared across a change of any of these."""
+        return "/".join(map(str, ("localchat-kv", FORMAT_VERSION, model_identity(source), self.dtype, self.kv_dtype,
+                                  "packed" if self.packed else "dense", self.config.block_size, self.device.type,
+                                  self.runner.backend.__name__)))
 
     def tokenize(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
@@ -149,14 +154,14 @@ class LLMEngine:
             raise ValueError(f"request id {request_id!r} is already running")
         if matcher is None and params.structured is not None:
             matcher = self.grammars.matcher(params.structured)
-        seq = Sequence(request_id, 0, list(prompt_token_ids), len(prompt_token_ids), params,
-                       reply_seed(params, 0), matcher, num_siblings_pending=params.n - 1, max_tokens=max_tokens)
         phase = self._first_phase(prompt_token_ids, params)
-        if phase not in (None, Phase.ANSWER):  # the grammar waits for the answer: the thinking is free
-            seq.matcher, seq.answer_matcher = None, seq.matcher
+        # a thinking reply's grammar waits for the answer: the thinking is free
+        grammar = ReplyGrammar(matcher, phase not in (None, Phase.ANSWER)) if matcher is not None else None
+        seq = Sequence(request_id, 0, list(prompt_token_ids), len(prompt_token_ids), params,
+                       reply_seed(params, 0), grammar, num_siblings_pending=params.n - 1, max_tokens=max_tokens)
         self.kv.hash_blocks(seq)
         self.speculator.add_sources(request_id, draft_sources or [])
-        self.output.add(RequestState(request_id, prompt_token_ids, params, first_phase=phase))
+        self.requests.add(RequestState(request_id, prompt_token_ids, params, first_phase=phase))
         self.output.track(seq)
         self.scheduler.add(seq)
         return request_id
@@ -177,57 +182,67 @@ class LLMEngine:
         return bool(self.requests)
 
     def step(self) -> list[RequestOutput]:
-        """One batch: what runs (the scheduler), one forward over its new tokens and drafts (the model runner), a
-        token for each sequence whose tokens are all computed, and one after each draft token it keeps (the
-        sampler; their text: the output processor), or in their place the marker a thinking reply must take (its
-        budget spent, or asked to answer now: output_processor.forced_tokens; computed at the next step, as a
-        prompt's tokens are), what that changes (the scheduler: new tokens, replies started and ended; a grammar
-        that waited for the answer starts), and the deltas of the requests that changed."""
+        """One batch, in phases, each handing the next a typed result: schedule (what runs: ScheduledBatch); run (one
+        forward over its new tokens and drafts: LogitRows), whose tokens the scheduler then counts, starting the other
+        replies of prompts just computed (SampleRows); sample and verify (a token for each sequence whose tokens are
+        all computed, and one after each draft token the sampler agreed with: VerifiedTokens); apply (each reply takes
+        its tokens: _apply); emit (the deltas of the requests that changed)."""
         started = time.perf_counter()
         batch = self.scheduler.schedule()
         if not batch.seqs:
             return []
-        if self.cpu_threads is not None:
-            self.cpu_threads.adjust()
-        logits = self.runner.run(batch)
-        rows = self.scheduler.computed(batch)
-        sample_rows, logit_rows, num_scored = [], [], []
-        for seq, logit_row, draft in zip(rows.seqs, rows.logit_rows, rows.drafts):
-            scored = self.speculator.rows(seq, draft) if draft else [seq]
-            sample_rows += scored
-            logit_rows += range(logit_row, logit_row + len(scored))
-            num_scored.append(len(scored))
-        if logit_rows != list(range(len(logits))):  # a request's replies sample from its one row; a cut draft
-            logits = logits[torch.tensor(logit_rows, device=logits.device)]
-        kept = self.speculator.kept(self.sampler(logits, sample_rows), rows.drafts, num_scored)
-        replies = [ReplyTokens(list(k.token_ids), list(k.logprobs)) for k in kept]
-        self._take(rows.seqs, replies)
-        for seq, draft, reply in zip(rows.seqs, rows.drafts, replies):
-            if draft:
-                self.scheduler.settle(seq, draft, reply.num_kept_draft_tokens)
-            if seq.answer_matcher is not None and not seq.is_finished and self.output.answering(seq):
-                seq.matcher, seq.answer_matcher = seq.answer_matcher, None  # the answer begins: so does its grammar
+        rows = self.scheduler.commit_and_fork(self.runner.run(batch))
+        verified = self.speculator.verify(self.sampler, rows)
+        self._apply(verified)
         self.pace.observe(batch, time.perf_counter() - started)
-        return self.output.deltas(rows.seqs)
+        return self._emit(rows.seqs)
 
-    def _take(self, seqs: list[Sequence], replies: list["ReplyTokens"]) -> None:
-        """Each sequence takes its reply's tokens, the first of every reply, then the second, ..., as plain steps
-        would; where a thinking reply must close its thinking (forced_tokens), before its first token or after a kept
-        draft token, the engine's tokens take the place of the rest."""
-        for seq, reply in zip(seqs, replies):
-            reply.force(0, self.output.forced_tokens(seq))
-        j = 0
-        while taking := [(seq, r) for seq, r in zip(seqs, replies) if len(r.token_ids) > j and not seq.is_finished]:
-            taking_seqs = [seq for seq, _ in taking]
-            taken = SamplerOutput([r.token_ids[j] for _, r in taking], [r.logprobs[j] for _, r in taking])
-            stopped = self.output.add_tokens(taking_seqs, taken, [j >= r.forced_from for _, r in taking])
-            for request_id, error in self.scheduler.update(taking_seqs, taken.token_ids, stopped).items():
-                self.output.fail(request_id, error)
-                self._end(request_id)
-            for seq, reply in taking:
-                if j + 1 < min(len(reply.token_ids), reply.forced_from) and not seq.is_finished:
-                    reply.force(j + 1, self.output.forced_tokens(seq))
-            j += 1
+    def _apply(self, verified: list[VerifiedTokens]) -> None:
+        """Each reply takes its verified tokens (_take), its draft is settled (the scheduler keeps what the kept
+        tokens computed and drops the rest), and a grammar that waited for the reply's answer begins with it (after the
+        step's tokens: the closing marker the engine writes is not the answer's)."""
+        self._take(verified)
+        for reply in verified:
+            if reply.draft:
+                self.scheduler.settle(reply.seq, reply.draft, reply.num_kept_draft_tokens)
+            if self.output.answer_begun(reply.seq):
+                reply.seq.begin_answer()
+
+    def _take(self, verified: list[VerifiedTokens]) -> None:
+        """Each sequence takes its tokens, the first of every reply, then the second, ..., as plain steps would;
+        where a thinking reply must close its thinking (forced_tokens), before its first token or after a kept draft
+        token, the engine's tokens take the place of the rest (decided token by token: a token's text may end the
+        thinking, or spend its budget)."""
+        for reply in verified:
+            reply.force(0, self.output.forced_tokens(reply.seq))
+        position = 0
+        while taking := [r for r in verified if len(r.token_ids) > position and not r.seq.is_finished]:
+            self._take_position(taking, position)
+            position += 1
+
+    def _take_position(self, taking: list[VerifiedTokens], j: int) -> None:
+        """The replies `taking` take their token at position j: into their text (the output processor), then their
+        sequences (the scheduler: grammar, blocks, the end of a reply); a request whose grammar failed ends."""
+        seqs = [reply.seq for reply in taking]
+        taken = SamplerOutput([r.token_ids[j] for r in taking], [r.logprobs[j] for r in taking])
+        stopped = self.output.add_tokens(seqs, taken, [j >= r.forced_from for r in taking])
+        for request_id, error in self.scheduler.update(seqs, taken.token_ids, stopped).items():
+            self.requests.fail(request_id, error)
+            self._end(request_id)
+        for reply in taking:
+            if j + 1 < min(len(reply.token_ids), reply.forced_from) and not reply.seq.is_finished:
+                reply.force(j + 1, self.output.forced_tokens(reply.seq))
+
+    def _emit(self, seqs: list[Sequence]) -> list[RequestOutput]:
+        """The deltas of the requests of these sequences, once each."""
+        return [self._delta(request_id) for request_id in dict.fromkeys(seq.request_id for seq in seqs)]
+
+    def _delta(self, request_id: str) -> RequestOutput:
+        """What changed in a request since its last delta; a finished request leaves the table."""
+        delta = self.output.delta(self.requests[request_id])
+        if delta.finished:
+            self.requests.remove(request_id)
+        return delta
 
     def abort(self, request_id: str, save: bool = True) -> RequestOutput | None:
         """Stop a request and free its blocks (kept on disk unless save is False); its last delta, or None for an
@@ -235,7 +250,7 @@ class LLMEngine:
         if request_id not in self.requests:
             return None
         self._end(request_id, save)
-        return self.output.delta(request_id)
+        return self._delta(request_id)
 
     def _end(self, request_id: str, save: bool = True) -> None:
         """Finish every reply of a request with "abort", the replies not yet started too."""
@@ -248,10 +263,10 @@ class LLMEngine:
 
     def reset(self) -> None:
         """After a failed step: drop every request and start the KV memory afresh, every block free and new (a step
-        cut short may have left blocks half written or half counted): a new block pool clears each block's memory
-        on its first use, as at the start, so the cache (gigabytes) is not zeroed at once, which took seconds and made
+        cut short may have left blocks half written or half counted): the block pool clears each block's memory on
+        its first use, as at the start, so the cache (gigabytes) is not zeroed at once, which took seconds and made
         every page of it resident. The disk tier keeps what it wrote."""
-        self.output.clear()
+        self.requests.clear()
         self.scheduler.clear()
         self.kv.reset()
 
@@ -284,8 +299,8 @@ class LLMEngine:
             "num_preemptions": scheduler.num_preemptions,
             "draft_tokens": self.speculator.stats.drafted,
             "accepted_draft_tokens": self.speculator.stats.accepted,
-            **({"cpu_threads": self.cpu_threads.threads, "cpu_load_of_others": self.cpu_threads.others}
-               if self.cpu_threads else {}),
+            **({"cpu_threads": cpu_threads.threads, "cpu_load_of_others": cpu_threads.others}
+               if (cpu_threads := self.runner.cpu_threads) else {}),
             **self._disk_stats(),
         }
 
@@ -296,30 +311,6 @@ class LLMEngine:
         stats = dataclasses.asdict(self.disk.stats)
         return {**{f"kv_disk_{name}": value for name, value in stats.items()},
                 "kv_disk_hit_rate": stats["hits"] / stats["lookups"] if stats["lookups"] else 0.0}
-
-
-@dataclass
-class ReplyTokens:
-    """What one reply takes in a step: the tokens the sampler kept (its own, then each draft token it agreed with),
-    where from the engine writes instead (forced_tokens: a thinking reply's closing marker), and their logprobs."""
-
-    token_ids: list[int]
-    logprobs: list
-    forced_from: int = 2**63  # the first token the engine wrote; past the end: none
-
-    def force(self, at: int, forced: tuple[int, ...]) -> None:
-        """From position `at` on, the engine's tokens `forced` in place of the sampled ones (none: nothing changes)."""
-        if forced:
-            self.token_ids = self.token_ids[:at] + list(forced)
-            self.logprobs = self.logprobs[:at] + [None] * len(forced)
-            self.forced_from = at
-
-    @property
-    def num_kept_draft_tokens(self) -> int:
-        """Of a scored draft, the tokens kept (whose K and V the step computed): each sampled token but the last agreed
-        with the draft token before it; where the engine's tokens took over early, every sampled one did."""
-        sampled = min(len(self.token_ids), self.forced_from)
-        return sampled if 0 < self.forced_from < 2**63 else max(sampled - 1, 0)
 
 
 def _eos_token_ids(source, model_config) -> set[int]:

@@ -1,4 +1,5 @@
-"""Turns a scheduled batch into flat tensors, runs the model once, and returns the logits to sample from."""
+"""Turns a scheduled batch into flat tensors, runs the model once, and returns the logits to sample from, each row
+with the sequence it belongs to."""
 
 from collections.abc import Iterable
 
@@ -6,18 +7,21 @@ import torch
 from transformers import PretrainedConfig
 
 from localchat.engine.attention import AttentionMetadata, get_backend
+from localchat.engine.cpu_threads import CPUThreads
 from localchat.engine.models.families import family_for
-from localchat.engine.scheduler import ScheduledBatch
+from localchat.engine.step_outputs import LogitRows, ScheduledBatch
 
 
 class ModelRunner:
     def __init__(self, config: PretrainedConfig, weights: Iterable[tuple[str, torch.Tensor]],
                  packed: bool, dtype: torch.dtype, kv_dtype: torch.dtype, device: torch.device, block_size: int,
-                 num_blocks: int,
-                 max_model_len: int, attention_backend: str | None = None):
+                 num_blocks: int, max_model_len: int, attention_backend: str | None = None,
+                 cpu_threads: int | None = None):
         """config: the text model's (PretrainedConfig.get_text_config()); weights: dense (name, tensor) pairs with
-        Hugging Face names, or (packed) a GGUF's packed weights as loader.load_packed gives them."""
+        Hugging Face names, or (packed) a GGUF's packed weights as loader.load_packed gives them; cpu_threads: on the
+        CPU, the kernels' thread count (None: as many as the other processes leave, see cpu_threads.py)."""
         self.device, self.dtype, self.kv_dtype, self.block_size = device, dtype, kv_dtype, block_size
+        self.cpu_threads = CPUThreads(cpu_threads) if device.type == "cpu" else None
         model_class = family_for(config.model_type).model_class()
         with torch.device("meta"):  # no memory and no random init for weights about to be replaced
             self.model = model_class(config, max_model_len, rope_device=device)
@@ -50,9 +54,11 @@ class ModelRunner:
         return self.kv_cache.numel() * self.kv_cache.element_size()
 
     @torch.inference_mode()
-    def run(self, batch: ScheduledBatch) -> torch.Tensor:
-        """Compute the new tokens of every scheduled sequence, its draft's after its own; logits (float32) at the
-        last own token and each draft token of the sequences listed in batch.sample_rows, in that order."""
+    def run(self, batch: ScheduledBatch) -> LogitRows:
+        """Compute the new tokens of every scheduled sequence, its draft's after its own; the logits at the last own
+        token and each draft token of the sequences listed in batch.sample_rows, in that order."""
+        if self.cpu_threads is not None:
+            self.cpu_threads.adjust()
         if batch.cleared:
             self.kv_cache[:, :, torch.tensor(batch.cleared, device=self.device)] = 0
         if batch.copies:
@@ -71,4 +77,4 @@ class ModelRunner:
         last_tokens = torch.tensor([row for i in batch.sample_rows
                                     for row in range(meta.query_start_loc[i + 1] - 1 - len(batch.drafts[i]),
                                                      meta.query_start_loc[i + 1])], dtype=torch.int64, device=device)
-        return self.model.compute_logits(hidden[last_tokens])
+        return LogitRows(self.model.compute_logits(hidden[last_tokens]), batch)

@@ -1,15 +1,16 @@
 """The output side of the engine: per request, its replies' text (incremental detokenizing: it finds the stop
 strings, and takes a thinking model's reasoning apart), logprobs, and the deltas streamed to callers. It changes no
-engine state: the scheduler decides when a reply ends, and the engine when a reply's thinking is closed (from what
-forced_tokens() says)."""
+engine state: the scheduler decides when a reply ends, the engine when a reply's thinking is closed (from what
+forced_tokens() says) and when its answer's grammar begins (answer_begun()), and the request table (the engine's)
+which requests are in flight."""
 
 from dataclasses import dataclass, field
 
 from localchat.engine.detokenizer import IncrementalDetokenizer
 from localchat.engine.outputs import CompletionOutput, RequestOutput, TokenLogprob
 from localchat.engine.reasoning import Phase, ReasoningMarkers, ReasoningParser
+from localchat.engine.request_table import RequestState, RequestTable
 from localchat.engine.sampler import SamplerOutput
-from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.sequence import Sequence
 
 
@@ -28,35 +29,12 @@ class ReplyState:
     sent_finished: bool = False
 
 
-@dataclass
-class RequestState:
-    request_id: str
-    prompt_token_ids: list[int]
-    params: SamplingParams
-    seqs: list[Sequence] = field(default_factory=list)  # by reply index, as they are forked
-    replies: list[ReplyState] = field(default_factory=list)
-    error: str | None = None  # why it failed alone (its grammar), if it did
-    first_phase: Phase | None = None  # a thinking model's: where each reply starts (None: no thinking to take apart)
-    end_thinking: bool = False  # asked to answer now: each reply's thinking is closed at its next token
-
-    @property
-    def finished(self) -> bool:
-        return len(self.seqs) == self.params.n and all(s.is_finished for s in self.seqs)
-
-
 class OutputProcessor:
-    def __init__(self, tokenizer, markers: ReasoningMarkers | None = None):
+    def __init__(self, tokenizer, requests: RequestTable, markers: ReasoningMarkers | None = None):
         self.tokenizer = tokenizer
+        self.requests = requests  # the engine's: read here
         self.markers = markers  # the model's reasoning markers, if it thinks
-        self.requests: dict[str, RequestState] = {}
         self.generated_tokens = 0
-
-    def add(self, request: RequestState) -> None:
-        self.requests[request.request_id] = request
-
-    def clear(self) -> None:
-        """Forget every request (after a failed step)."""
-        self.requests.clear()
 
     def track(self, seq: Sequence) -> None:
         """A reply of its request starts (the first, or one started beside it once the prompt was computed)."""
@@ -104,12 +82,14 @@ class OutputProcessor:
         budget = request.params.thinking_token_budget
         if parser.thinking and (request.end_thinking or (budget is not None and reply.num_reasoning_tokens >= budget)):
             return self.markers.closing_ids
-        if parser.phase is Phase.BEFORE and seq.answer_matcher is not None and seq.num_output_tokens == 0:
+        if parser.phase is Phase.BEFORE and seq.grammar_waits_for_answer and seq.num_output_tokens == 0:
             return self.markers.opening_ids
         return ()
 
-    def answering(self, seq: Sequence) -> bool:
-        """seq's reply is past its thinking: its answer has begun (or it had none)."""
+    def answer_begun(self, seq: Sequence) -> bool:
+        """seq's grammar waits for its answer, which has begun now (the reply is past its thinking)."""
+        if not seq.grammar_waits_for_answer or seq.is_finished:
+            return False
         parser = self._reply(seq).detokenizer.reasoning
         return parser is None or parser.phase is Phase.ANSWER
 
@@ -122,17 +102,8 @@ class OutputProcessor:
         request.end_thinking = True
         return True
 
-    def fail(self, request_id: str, error: str) -> None:
-        """The request failed alone: its last delta says why."""
-        self.requests[request_id].error = error
-
-    def deltas(self, seqs: list[Sequence]) -> list[RequestOutput]:
-        """The deltas of the requests of these sequences, once each."""
-        return [self.delta(request_id) for request_id in dict.fromkeys(seq.request_id for seq in seqs)]
-
-    def delta(self, request_id: str) -> RequestOutput:
-        """What changed in a request since its last delta; a finished request is forgotten."""
-        request = self.requests[request_id]
+    def delta(self, request: RequestState) -> RequestOutput:
+        """What changed in a request since its last delta."""
         outputs = []
         for k, (seq, reply) in enumerate(zip(request.seqs, request.replies)):
             if reply.sent_finished:
@@ -151,8 +122,5 @@ class OutputProcessor:
             reply.sent_text, reply.sent_tokens, reply.sent_logprobs = len(text), len(tokens), len(reply.logprobs)
             reply.sent_reasoning = len(reasoning)
             reply.sent_finished = seq.is_finished
-        finished = request.finished
-        if finished:
-            del self.requests[request_id]
-        return RequestOutput(request_id, request.prompt_token_ids, request.seqs[0].num_cached_tokens, outputs,
-                             finished, request.error)
+        return RequestOutput(request.request_id, request.prompt_token_ids, request.seqs[0].num_cached_tokens, outputs,
+                             request.finished, request.error)

@@ -2,13 +2,35 @@
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
 
 from localchat.engine.outputs import TokenLogprob
 from localchat.engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from localchat.engine.structured_output import Matcher
+
+
+class SampleRow(Protocol):
+    """What the sampler reads of a row: a reply (a Sequence), or a reply as if draft tokens were kept (a DraftRow)."""
+
+    params: SamplingParams
+    seed: int  # the reply's randomness (uniform)
+
+    @property
+    def matcher(self) -> "Matcher | None": ...  # the grammar that constrains the row's token; None: none
+
+    @property
+    def prompt_token_ids(self) -> list[int]: ...
+
+    @property
+    def output_token_ids(self) -> list[int]: ...
+
+    @property
+    def num_output_tokens(self) -> int: ...
 
 
 @dataclass
@@ -20,14 +42,15 @@ class SamplerOutput:
 class Sampler:
     """Penalties and grammars, then greedy or temperature / top-k / top-p / min-p sampling, for a batch.
 
-    Each row has `params`, `seed` (an int), `matcher` (a structured_output.Matcher or None), `prompt_token_ids`,
-    `output_token_ids` and `num_output_tokens`. A sampled row's randomness is one number keyed by its seed and the
-    position of the token it draws in its reply (uniform): not by the batch, nor by how many steps ran before, so a
-    token is the same whether it is drawn alone, batched, after a preemption or while checking a draft.
+    Each row is a SampleRow: `params`, `seed` (an int), `matcher` (a structured_output.Matcher or None),
+    `prompt_token_ids`, `output_token_ids` and `num_output_tokens`. A sampled row's randomness is one number keyed by
+    its seed and the position of the token it draws in its reply (uniform): not by the batch, nor by how many steps
+    ran before, so a token is the same whether it is drawn alone, batched, after a preemption or while checking a
+    draft.
     """
 
     @torch.inference_mode()  # as the model runner's: its logits are masked in place
-    def __call__(self, logits: torch.Tensor, rows: Sequence[Any]) -> SamplerOutput:
+    def __call__(self, logits: torch.Tensor, rows: Sequence[SampleRow]) -> SamplerOutput:
         params = [row.params for row in rows]
         penalized = apply_penalties(logits.float(), rows)
         constrained = [i for i, row in enumerate(rows) if row.matcher is not None]
@@ -44,7 +67,7 @@ class Sampler:
         return SamplerOutput(token_ids, _logprobs(logits, token_ids, params))
 
 
-def apply_penalties(logits: torch.Tensor, rows: Sequence[Any]) -> torch.Tensor:
+def apply_penalties(logits: torch.Tensor, rows: Sequence[SampleRow]) -> torch.Tensor:
     """Repetition penalty over prompt and output tokens (HF), then presence and
     frequency penalties over output tokens (OpenAI). Returns a new tensor, or `logits`
     itself when no row has a penalty."""
@@ -67,7 +90,7 @@ def apply_penalties(logits: torch.Tensor, rows: Sequence[Any]) -> torch.Tensor:
     return logits
 
 
-def apply_grammars(logits: torch.Tensor, rows: Sequence[Any], constrained: list[int]) -> None:
+def apply_grammars(logits: torch.Tensor, rows: Sequence[SampleRow], constrained: list[int]) -> None:
     """-inf, in place, for each token that a constrained row's grammar does not allow next. The rows' bitmasks (one
     bit per token, from their matchers) are unpacked together; the other rows are not touched."""
     bitmasks = np.stack([rows[i].matcher.next_token_bitmask for i in constrained])
@@ -83,7 +106,7 @@ def apply_grammars(logits: torch.Tensor, rows: Sequence[Any], constrained: list[
 CANDIDATES = 256  # a top-k or top-p row is drawn from its best tokens alone when its nucleus lies within these
 
 
-def _sample(logits: torch.Tensor, rows: Sequence[Any]) -> torch.Tensor:
+def _sample(logits: torch.Tensor, rows: Sequence[SampleRow]) -> torch.Tensor:
     """Temperature, top-k, top-p and min-p, then one uniform draw per row, inverted through the row's CDF.
 
     A row with top-k or top-p whose kept tokens all lie among its CANDIDATES best (the usual case: a nucleus of

@@ -3,48 +3,13 @@ once the step's tokens are computed and sampled, their new tokens, the replies t
 that end."""
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from localchat.engine.kv_cache_manager import KVCacheManager
 from localchat.engine.sequence import Sequence, SequenceStatus
 from localchat.engine.speculator import STEP_ROWS, Speculator
+from localchat.engine.step_outputs import LogitRows, SampleRows, ScheduledBatch
 from localchat.engine.structured_output import GrammarFailed
-
-
-@dataclass
-class ScheduledBatch:
-    seqs: list[Sequence]
-    num_new_tokens: list[int]  # tokens of each sequence computed this step
-    copies: list[tuple[int, int]]  # copy-on-write block copies to make before the forward
-    cleared: list[int]  # blocks to zero before the forward (first use)
-    sample_rows: list[int] = field(default_factory=list)  # the sequences whose last token is computed: sampled
-    drafts: list[list[int]] = field(default_factory=list)  # per sequence: draft tokens scored after its own ones
-
-    def __post_init__(self) -> None:
-        self.drafts = self.drafts or [[] for _ in self.seqs]  # none given: no sequence drafts
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(self.num_new_tokens)
-
-    @property
-    def num_draft_tokens(self) -> int:
-        return sum(map(len, self.drafts))
-
-
-@dataclass
-class SampleRows:
-    """What a step samples: each sequence, the row of the step's logits it samples from (the replies of a
-    request whose prompt is just computed share its row) and its draft, whose rows follow that one."""
-
-    seqs: list[Sequence] = field(default_factory=list)
-    logit_rows: list[int] = field(default_factory=list)
-    drafts: list[list[int]] = field(default_factory=list)
-
-    def add(self, seq: Sequence, logit_row: int, draft: list[int]) -> None:
-        self.seqs.append(seq)
-        self.logit_rows.append(logit_row)
-        self.drafts.append(draft)
 
 
 @dataclass(frozen=True)
@@ -155,7 +120,7 @@ class Scheduler:
         for seq in decodes:
             # not while a grammar waits for the reply's thinking to end: a draft's tokens past the closing marker
             # would not be checked by it
-            if room > 0 and seq in scheduled and seq.num_siblings_pending == 0 and seq.answer_matcher is None:
+            if room > 0 and seq in scheduled and seq.num_siblings_pending == 0 and not seq.grammar_waits_for_answer:
                 draft = self.speculator.propose(seq, min(room, budget), self.stop.max_model_len)
                 if draft and self.kv.allocate_slots(seq, 1 + len(draft)):
                     drafts[seq] = draft
@@ -177,14 +142,15 @@ class Scheduler:
         scheduled[seq] = num_new
         return num_new
 
-    def computed(self, batch: ScheduledBatch) -> SampleRows:
-        """The step's tokens are in the cache: count them (their full blocks become findable; a draft's only once
-        it is kept, see settle), and start the other replies of each request whose prompt is now computed, sharing
-        every block (the prompt is computed once for all n replies). What to sample: the sequences of the batch's
-        sample rows, each request's new replies beside its first."""
+    def commit_and_fork(self, computed: LogitRows) -> SampleRows:
+        """The step's tokens are in the cache: count them (their full blocks become findable; a draft's only once it
+        is kept, see settle), and start the other replies of each request whose prompt is now computed, sharing every
+        block (the prompt is computed once for all n replies). What to sample: the sequences of the batch's sample
+        rows, each request's new replies beside its first, on its row."""
+        batch = computed.batch
         for seq, n, draft in zip(batch.seqs, batch.num_new_tokens, batch.drafts):
             self.kv.commit(seq, n - len(draft))
-        rows, logit_row = SampleRows(), 0
+        rows, logit_row = SampleRows(computed.logits), 0
         for i in batch.sample_rows:
             seq, draft = batch.seqs[i], batch.drafts[i]
             rows.add(seq, logit_row, draft)
@@ -219,7 +185,7 @@ class Scheduler:
                 continue
             seq.token_ids.append(token)
             try:
-                grammar_done = seq.matcher is not None and seq.matcher.advance(token)
+                grammar_done = seq.advance_grammar(token)
             except GrammarFailed as error:  # this request's own grammar: it fails alone
                 failed[seq.request_id] = str(error)
                 self.end(seq)
@@ -260,6 +226,6 @@ class Scheduler:
             self.waiting.remove(seq)
         self.kv.free(seq)
         self.speculator.forget(seq)
-        seq.matcher = None
+        seq.drop_grammar()
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason

@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass, field
 
 from localchat.engine.sampling_params import SamplingParams
-from localchat.engine.structured_output import Matcher
+from localchat.engine.structured_output import Matcher, ReplyGrammar
 
 
 class SequenceStatus(enum.Enum):
@@ -27,8 +27,8 @@ class Sequence:
     params: SamplingParams
     # the reply's sampling randomness (sampler.uniform): the request's seed for this reply, or a random one
     seed: int = field(default_factory=lambda: random.getrandbits(64))
-    matcher: Matcher | None = None  # the reply's place in its grammar (params.structured), until it finishes
-    answer_matcher: Matcher | None = None  # or, while a thinking model's reply thinks: its grammar, from the answer on
+    # the reply's place in its grammar (params.structured), until it finishes: written through the methods below
+    grammar: ReplyGrammar | None = None
     seq_id: int = field(default_factory=lambda: next(_seq_ids))
     status: SequenceStatus = SequenceStatus.WAITING
     # block_table and num_computed_tokens are written by the KVCacheManager alone
@@ -66,6 +66,29 @@ class Sequence:
     def is_finished(self) -> bool:
         return self.status is SequenceStatus.FINISHED
 
+    @property
+    def matcher(self) -> Matcher | None:
+        """What constrains the reply's next token (the sampler masks by it); None: nothing."""
+        return self.grammar.matcher if self.grammar is not None else None
+
+    @property
+    def grammar_waits_for_answer(self) -> bool:
+        """The reply has a grammar that applies from its answer on, and the reply is not there yet."""
+        return self.grammar is not None and self.grammar.waits_for_answer
+
+    def advance_grammar(self, token: int) -> bool:
+        """The reply's grammar takes its new token; whether the grammar is done (GrammarFailed if it fails)."""
+        return self.grammar is not None and self.grammar.advance(token)
+
+    def begin_answer(self) -> None:
+        """The reply's answer has begun: so does a grammar that waited for it."""
+        if self.grammar is not None:
+            self.grammar.begin_answer()
+
+    def drop_grammar(self) -> None:
+        """The reply is finished: its grammar state goes."""
+        self.grammar = None
+
     def sibling(self, index: int) -> "Sequence":
         """Reply `index` of the same request: a copy that writes its own reply from here, in its own place in the
         grammar, with its own seed (the request's seed for that reply). The caller shares the KV blocks
@@ -77,8 +100,7 @@ class Sequence:
             num_prompt_tokens=self.num_prompt_tokens,
             params=self.params,
             seed=reply_seed(self.params, index),
-            matcher=self.matcher.copy() if self.matcher is not None else None,
-            answer_matcher=self.answer_matcher.copy() if self.answer_matcher is not None else None,
+            grammar=self.grammar.copy() if self.grammar is not None else None,
             status=self.status,
             num_computed_tokens=self.num_computed_tokens,
             num_cached_tokens=self.num_cached_tokens,

@@ -4,11 +4,15 @@ regenerate or an edit), scored in the step's batch beside everything else and ke
 chosen them. A kept token is the token plain decoding gives (the sampler's draw is keyed by seed and position, and
 a token's logits do not depend on how its sequence is stepped), so speculation changes no token, only the steps."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from localchat.engine.sampler import SamplerOutput
+import torch
+
+from localchat.engine.sampler import SamplerOutput, SampleRow
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.sequence import Sequence
+from localchat.engine.step_outputs import SampleRows, VerifiedTokens
 from localchat.engine.structured_output import GrammarFailed, Matcher
 
 SHORTEST_MATCH, LONGEST_MATCH = 2, 4  # the n-grams looked up, the longest first
@@ -108,7 +112,8 @@ class SpeculationStats:
 
 @dataclass
 class Speculator:
-    """Proposes drafts for a step's decoding replies (within STEP_ROWS) and settles them once they are scored."""
+    """Proposes drafts for a step's decoding replies (within STEP_ROWS), verifies them against the sampler once they
+    are scored, and settles them (the scheduler drops what a draft's rejected tokens held)."""
 
     enabled: bool = True
     states: dict[Sequence, DraftState] = field(default_factory=dict)
@@ -175,18 +180,25 @@ class Speculator:
             rows.append(DraftRow(seq, draft[: j + 1], matcher))
         return rows
 
-    @staticmethod
-    def kept(sampled: SamplerOutput, drafts: list[list[int]], num_scored: list[int]) -> list[SamplerOutput]:
-        """Each reply's tokens from a step's samples, whose rows are `num_scored` per reply (rows()): one per row
-        while the row before it drew its draft token, so the draft kept and the token drawn where it stopped
-        agreeing; a reply without a draft has its one row."""
-        kept, row = [], 0
-        for draft, count in zip(drafts, num_scored):
-            tokens = sampled.token_ids[row : row + count]
-            n = next((j for j, (token, drafted) in enumerate(zip(tokens, draft)) if token != drafted), count - 1) + 1
-            kept.append(SamplerOutput(tokens[:n], sampled.logprobs[row : row + n]))
-            row += count
-        return kept
+    def verify(self, sampler: Callable[[torch.Tensor, list[SampleRow]], SamplerOutput], rows: SampleRows
+               ) -> list[VerifiedTokens]:
+        """Sample every sequence's rows (its own, then one per draft token: rows()) and keep, for each, its draft as far
+        as the sampler drew its tokens, then the token drawn where it stopped agreeing; a sequence without a draft
+        takes its one token."""
+        scored = [self.rows(seq, draft) if draft else [seq] for seq, draft in zip(rows.seqs, rows.drafts)]
+        logit_rows = [row for first, seq_rows in zip(rows.logit_rows, scored)
+                      for row in range(first, first + len(seq_rows))]
+        logits = rows.logits
+        if logit_rows != list(range(len(logits))):  # a request's replies sample from its one row; a cut draft
+            logits = logits[torch.tensor(logit_rows, device=logits.device)]
+        sampled = sampler(logits, [row for seq_rows in scored for row in seq_rows])
+        verified, row = [], 0
+        for seq, draft, seq_rows in zip(rows.seqs, rows.drafts, scored):
+            tokens = sampled.token_ids[row : row + len(seq_rows)]
+            n = next((j for j, (token, drafted) in enumerate(zip(tokens, draft)) if token != drafted), len(tokens) - 1)
+            verified.append(VerifiedTokens(seq, draft, tokens[: n + 1], sampled.logprobs[row : row + n + 1]))
+            row += len(seq_rows)
+        return verified
 
     def settle(self, seq: Sequence, drafted: int, kept: int) -> None:
         """seq's draft of `drafted` tokens was scored and `kept` of them kept: its next draft is longer after a

@@ -237,6 +237,30 @@ class Matcher:
         return matcher.is_accepting() and not (self.next_token_bitmask & self._not_stop).any()
 
 
+
+class ReplyGrammar:
+    """A reply's one grammar state: its matcher, which a thinking reply's grammar keeps waiting while the reply thinks
+    (the thinking is free) and applies from the answer on (begin_answer)."""
+
+    def __init__(self, matcher: Matcher, waits_for_answer: bool = False):
+        self._matcher, self.waits_for_answer = matcher, waits_for_answer
+
+    @property
+    def matcher(self) -> Matcher | None:
+        """The matcher that constrains the reply's next token; None while the grammar waits for the answer."""
+        return None if self.waits_for_answer else self._matcher
+
+    def advance(self, token: int) -> bool:
+        """Take the reply's token (Matcher.advance); while the grammar waits, nothing changes (False)."""
+        return not self.waits_for_answer and self._matcher.advance(token)
+
+    def begin_answer(self) -> None:
+        self.waits_for_answer = False
+
+    def copy(self) -> "ReplyGrammar":
+        """A copy for another reply, that goes its own way from here."""
+        return ReplyGrammar(self._matcher.copy(), self.waits_for_answer)
+
 def _parser_error(error: str) -> str:
     """llguidance's message in one short line (it goes on with the parser's state, the grammar's text in it)."""
     first = (error.strip().splitlines() or ["no reason given"])[0]

@@ -7,6 +7,7 @@ and value were computed from, so a prefix hit or a copy-on-write that hands a se
 rejected draft token's K and V found by hash, shows up as an unreadable token.
 """
 
+import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -17,6 +18,7 @@ from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.scheduler import ScheduledBatch, Scheduler
 from localchat.engine.sequence import Sequence, SequenceStatus
 from localchat.engine.speculator import Speculator
+from localchat.engine.step_outputs import LogitRows
 
 VOCAB = 3  # a small vocabulary, so that prompts share prefixes and the cache gets hits
 
@@ -167,7 +169,7 @@ class SchedulerMachine(RuleBasedStateMachine):
                 missed = seq.block_hashes[hit]
                 assert self.kv.pool.cached.get(missed) != cached_before[missed], "a cached prefix block was missed"
         self.forward(batch)
-        rows = self.scheduler.computed(batch)
+        rows = self.scheduler.commit_and_fork(LogitRows(torch.empty(0), batch))
         for seq, draft in zip(rows.seqs, rows.drafts):
             self.after_forward(seq, draft, data)
 

@@ -1,0 +1,81 @@
+"""The engine's seams, read from the source (AST): the step reads as its phases, and the block pool's state has one
+owner (engine/block_pool.py): others ask it by method."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent.parent
+POOL_MODULE = ROOT / "engine" / "block_pool.py"
+MAX_STEP_STATEMENTS = 10
+LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def function(path: Path, class_name: str, name: str) -> ast.FunctionDef:
+    tree = ast.parse(path.read_text())
+    owner = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
+    return next(n for n in owner.body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def statements(func: ast.FunctionDef) -> list[ast.stmt]:
+    """Every statement in the function, nested ones included, its docstring left out."""
+    body = func.body[1:] if ast.get_docstring(func) is not None else func.body
+    return [node for stmt in body for node in ast.walk(stmt) if isinstance(node, ast.stmt)]
+
+
+def test_the_step_reads_as_its_phases():
+    step = function(ROOT / "engine" / "llm_engine.py", "LLMEngine", "step")
+    found = statements(step)
+    assert len(found) <= MAX_STEP_STATEMENTS, f"LLMEngine.step has {len(found)} statements"
+    loops = [type(node).__name__ for node in ast.walk(step) if isinstance(node, LOOPS)]
+    assert not loops, f"LLMEngine.step loops: {loops}"
+
+
+def pool_api() -> tuple[set[str], set[str]]:
+    """BlockPool's public methods, and its properties (answers computed on each read, never assigned)."""
+    pool = next(n for n in ast.parse(POOL_MODULE.read_text()).body
+                if isinstance(n, ast.ClassDef) and n.name == "BlockPool")
+    methods, properties = set(), set()
+    for node in pool.body:
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+            is_property = any(isinstance(d, ast.Name) and d.id == "property" for d in node.decorator_list)
+            (properties if is_property else methods).add(node.name)
+    return methods, properties
+
+
+def is_pool(node: ast.expr) -> bool:
+    """`pool` or `<anything>.pool`: the block pool, as the other modules name it."""
+    return (isinstance(node, ast.Name) and node.id == "pool") or (isinstance(node, ast.Attribute)
+                                                                    and node.attr == "pool")
+
+
+def pool_reaches(path: Path, methods: set[str], properties: set[str]) -> list[str]:
+    """Where a module reads or writes the pool's fields: anything but calling a public method or reading a
+    property."""
+    tree = ast.parse(path.read_text())
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and is_pool(node.value)):
+            continue
+        allowed = (node.attr in methods and id(node) in called) or (
+            node.attr in properties and isinstance(node.ctx, ast.Load))
+        if not allowed:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} pool.{node.attr}")
+    return found
+
+
+def test_only_the_block_pool_touches_its_fields():
+    methods, properties = pool_api()
+    modules = [p for folder in ("engine", "app", "benchmarks") for p in (ROOT / folder).rglob("*.py")
+               if p != POOL_MODULE]
+    found = [reach for path in modules for reach in pool_reaches(path, methods, properties)]
+    assert not found, "outside engine/block_pool.py:\n" + "\n".join(found)
+
+
+def test_no_block_object_leaves_the_pool():
+    """Hits and answers carry block ids: no other module imports the pool's Block."""
+    importers = [str(p.relative_to(ROOT)) for p in (ROOT / "engine").rglob("*.py") if p != POOL_MODULE
+                 for node in ast.walk(ast.parse(p.read_text()))
+                 if isinstance(node, ast.ImportFrom) and node.module == "localchat.engine.block_pool"
+                 and any(alias.name == "Block" for alias in node.names)]
+    assert not importers, f"Block imported by {importers}"
