@@ -11,7 +11,9 @@ from localchat.app.protocol.conversations import Message
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 BLOCK_START = re.compile(r"^ {0,3}([-*+]\s|\d{1,9}[.)]\s|>|#{1,6}\s|\||([-*_]\s*){3,}$)")  # a list item, a quote...
 HARD_BREAK = "  "
-NBSP = "\u00a0"
+# an indent's space that survives: Markdown strips a line's leading spaces, and Textual's Markdown joins runs of
+# whitespace into one; a no-break space followed by a zero-width one is neither leading ASCII space nor a run
+KEPT_SPACE = "\u00a0\u200b"
 
 
 def shown_markdown(message: Message) -> str:
@@ -43,6 +45,6 @@ def keep_lines(markdown: str) -> str:
                 and not BLOCK_START.match(line) and not line.lstrip().startswith("|"):
             # a line of a paragraph after another: a hard break ends the one before, the indent is kept
             kept[-1] = previous + HARD_BREAK
-            line = NBSP * indent + line.lstrip(" ")
+            line = KEPT_SPACE * indent + line.lstrip(" ")
         kept.append(line)
     return "\n".join(kept)

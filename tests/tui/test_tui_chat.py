@@ -17,6 +17,7 @@ from tui_pilot import (
 
 from localchat.app.protocol.conversations import SamplingSettings, StartEvent
 from localchat.tui.app import LocalChatApp
+from localchat.tui.reply_text import shown_markdown
 from localchat.tui.screens.edit_message import EditMessageScreen
 from localchat.tui.screens.fork_picker import ForkPicker
 from localchat.tui.widgets.chat_list import ChatList
@@ -62,7 +63,7 @@ async def test_a_reply_streams_as_markdown_and_is_stored(client, tmp_path, monke
         user, stored = tree.messages
         assert [v.message.role for v in screen.view.views] == ["user", "assistant"]
         assert user.content == "Tell me about cats." and stored.parent_id == user.id
-        assert reply.body.source == stored.content != ""
+        assert reply.body.source == shown_markdown(stored) != ""
         growing = [source for streaming, source in shown_while_streaming if streaming]
         assert len(growing) > 3 and all(stored.content.startswith(source) for source in growing)
         assert 0 < len(growing[0]) < len(growing[-1])  # shown as it was written
@@ -92,7 +93,7 @@ async def test_escape_stops_a_reply_and_keeps_it_marked_stopped(client, tmp_path
         stored = (await client.conversation(conversation.id)).messages[-1]
         assert stored.stopped and stored.finish_reason == "abort"
         assert 0 < stored.stats.completion_tokens < 3000
-        assert note_text(reply) == "stopped" and reply.body.source == stored.content
+        assert note_text(reply) == "stopped" and reply.body.source == shown_markdown(stored)
 
 
 @pytest.mark.asyncio
@@ -113,7 +114,7 @@ async def test_regenerate_adds_a_sibling_and_left_shows_the_old_reply(client, tm
         second.focus()
         await pilot.press("left")
         back = await wait_until(pilot, lambda: screen.view.views[-1].message.id == old.id and screen.view.views[-1])
-        assert switcher_text(back) == "‹ 1/2 ›" and back.body.source == old.content
+        assert switcher_text(back) == "‹ 1/2 ›" and back.body.source == shown_markdown(old)
         await wait_until(pilot, lambda: screen.workers is not None and not any(
             w.group == "branch" and w.is_running for w in screen.workers))
         tree = await client.conversation(conversation.id)
@@ -158,14 +159,14 @@ async def test_fork_three_replies_and_pick_the_second(client, tmp_path):
         tree = await client.conversation(conversation.id)
         stored = {m.id: m for m in tree.messages if m.role == "assistant"}  # in the order they finished
         assert {card.message.id for card in picker.cards} == set(stored)
-        assert all(card.body.source == stored[card.message.id].content for card in picker.cards)
+        assert all(card.body.source == shown_markdown(stored[card.message.id]) for card in picker.cards)
         second = picker.cards[1].message  # the cards are in reply order
         assert all("tok/s" in stats_text(card) or "tokens" in stats_text(card) for card in picker.cards)
 
         await pilot.press("2")
         shown = await wait_until(pilot, lambda: not isinstance(pilot.app.screen, ForkPicker)
                                  and screen.view.views[-1].message.id == second.id and screen.view.views[-1])
-        assert switcher_text(shown) == "‹ 2/3 ›" and shown.body.source == second.content
+        assert switcher_text(shown) == "‹ 2/3 ›" and shown.body.source == shown_markdown(second)
         await wait_until(pilot, lambda: not any(w.is_running for w in screen.workers if w.group == "branch"))
         assert (await client.conversation(conversation.id)).conversation.active_leaf == second.id
 

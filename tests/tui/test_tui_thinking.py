@@ -22,6 +22,7 @@ from tui_pilot import (
 
 from localchat.app.protocol.conversations import SamplingSettings
 from localchat.tui.app import LocalChatApp
+from localchat.tui.reply_text import shown_markdown
 from localchat.tui.screens.chat import ChatScreen
 from localchat.tui.screens.fork_picker import ForkPicker
 from localchat.tui.screens.help import HelpScreen
@@ -107,7 +108,7 @@ async def test_thinking_streams_collapsed_and_ctrl_r_ends_it(tmp_path):
         done = await reply_written(pilot, screen, old={"m_r1"})
         assert engine.end_thinking_calls == [("c_think", None)]
         stored = engine.messages["c_think"][-1]
-        assert stored.reasoning_content.startswith(THOUGHTS[0]) and done.body.source == stored.content
+        assert stored.reasoning_content.startswith(THOUGHTS[0]) and done.body.source == shown_markdown(stored)
         assert thinking_title(done) == "▶ Thought for 2.5 s"  # the stored reply's stats.thinking_s
         assert note_text(done) == "" and footer_key(screen, "end_thinking") is None
         await pilot.press("up", "enter")  # its details
@@ -219,7 +220,7 @@ async def test_ctrl_r_ends_a_real_models_thinking_and_its_answer_follows(thinkin
         assert 0 < stored.stats.reasoning_tokens < stored.stats.completion_tokens
         assert stored.stats.thinking_s is not None
         assert shown(done.thinking_block.query_one(".thinking-title")).startswith("▶ Thought for ")
-        assert done.thinking_block.text == stored.reasoning_content and done.body.source == stored.content
+        assert done.thinking_block.text == stored.reasoning_content and done.body.source == shown_markdown(stored)
 
 
 @pytest.mark.slow  # a real engine process
@@ -238,4 +239,4 @@ async def test_a_thinking_budget_set_in_the_settings_ends_a_real_models_thinking
 
         stored = (await thinking_client.conversation(conversation.id)).messages[-1]
         assert stored.reasoning_content and stored.stats.reasoning_tokens == 12
-        assert thinking_title(done).startswith("▶ Thought for ") and done.body.source == stored.content
+        assert thinking_title(done).startswith("▶ Thought for ") and done.body.source == shown_markdown(stored)
