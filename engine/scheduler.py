@@ -87,11 +87,24 @@ class Scheduler:
             budget = min(budget, self.pace.prefill_budget() or budget)
         for seq in prefills:
             budget -= self._continue(seq, budget, scheduled)
-        while (self.waiting and budget > 0 and len(self.running) < self.max_num_seqs
-               and self.num_preemptions == num_preemptions):  # no re-admission in the step that preempted
+        if self.num_preemptions == num_preemptions:  # no re-admission in the step that preempted
+            budget -= self._admit(budget, scheduled)
+        if all(n == 1 for n in scheduled.values()):  # a step of decodes alone: drafts ride along where they fit
+            self._draft(decodes, scheduled, drafts, budget)
+        seqs, num_new_tokens = list(scheduled), list(scheduled.values())
+        seq_drafts = [drafts.get(seq, []) for seq in seqs]
+        sample_rows = [i for i, (seq, n, draft) in enumerate(zip(seqs, num_new_tokens, seq_drafts))
+                       if seq.num_computed_tokens + n == len(seq) + len(draft)]
+        return ScheduledBatch(seqs, num_new_tokens, *self.kv.take_block_updates(), sample_rows, seq_drafts)
+
+    def _admit(self, budget: int, scheduled: dict[Sequence, int]) -> int:
+        """Admit waiting sequences in order, each with what it finds of its tokens already held (KVCacheManager
+        find_prefix), while the budget, the batch's slots and the free blocks allow; the tokens scheduled."""
+        used = 0
+        while self.waiting and used < budget and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             hit = self.kv.find_prefix(seq)
-            num_new = min(len(seq) - hit.num_tokens, budget)
+            num_new = min(len(seq) - hit.num_tokens, budget - used)
             if not self.kv.allocate_slots(seq, num_new, hit):
                 break
             self.waiting.popleft()
@@ -103,14 +116,8 @@ class Scheduler:
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             scheduled[seq] = num_new
-            budget -= num_new
-        if all(n == 1 for n in scheduled.values()):  # a step of decodes alone: drafts ride along where they fit
-            self._draft(decodes, scheduled, drafts, budget)
-        seqs, num_new_tokens = list(scheduled), list(scheduled.values())
-        seq_drafts = [drafts.get(seq, []) for seq in seqs]
-        sample_rows = [i for i, (seq, n, draft) in enumerate(zip(seqs, num_new_tokens, seq_drafts))
-                       if seq.num_computed_tokens + n == len(seq) + len(draft)]
-        return ScheduledBatch(seqs, num_new_tokens, *self.kv.take_block_updates(), sample_rows, seq_drafts)
+            used += num_new
+        return used
 
     def _draft(self, decodes: list[Sequence], scheduled: dict[Sequence, int], drafts: dict[Sequence, list[int]],
                budget: int) -> None:
