@@ -28,6 +28,10 @@ async def pick_model(pilot, ending: str) -> None:
         return isinstance(screen, ModelsScreen) and screen.is_mounted and not screen.query_one(
             "#model-progress").display and screen
     dialog = await wait_until(pilot, mounted, what="the model list")
+    # the running model's sampling defaults and KV cache, in the engine's words
+    info = await wait_until(pilot, lambda: str(dialog.query_one("#model-info").render()), what="the model's info")
+    health = await dialog.client.health()
+    assert health.kv_cache.summary in info.replace("\n", " ") and health.sampling.source in info.replace("\n", " ")
     options = dialog.query_one(OptionList)
     at = next(i for i in range(options.option_count) if options.get_option_at_index(i).id.endswith(ending))
     options.focus()

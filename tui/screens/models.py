@@ -19,6 +19,19 @@ from localchat.tui.widgets.load_progress import LoadProgress
 POLL_S = 0.25  # how often the switcher asks the engine how its loading goes
 
 
+def running_model_info(health: Health) -> str:
+    """What the running model samples with where a chat sets nothing, and what its KV cache holds, as the engine
+    says them (/health)."""
+    lines = []
+    if health.sampling is not None:
+        s = health.sampling
+        lines.append(f"Samples at temperature {s.temperature:g}, top_p {s.top_p:g}, top_k {s.top_k}, min_p "
+                     f"{s.min_p:g} ({s.source}); a fork at {s.fork_temperature:g} at least")
+    if health.kv_cache is not None:
+        lines.append(f"KV cache: {health.kv_cache.summary}")
+    return "\n".join(lines)
+
+
 def model_label(model: ModelInfo) -> Content:
     about = " · ".join(part for part in (model.architecture or "unknown architecture",
                                          model.quantization or model.format,
@@ -42,6 +55,7 @@ class ModelsScreen(ModalScreen[Health | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="models"):
             yield Label("Model", classes="dialog-title")
+            yield Label("", id="model-info")
             yield OptionList(*(Option(model_label(m), id=m.name, disabled=not m.supported)
                                for m in self.catalog.models), id="model-list")
             yield Label("Enter loads the model: replies being written stop. Chats keep the model that wrote them; "
@@ -52,6 +66,11 @@ class ModelsScreen(ModalScreen[Health | None]):
         self.query_one("#model-progress").display = False
         options = self.query_one(OptionList)
         options.highlighted = next((i for i, m in enumerate(self.catalog.models) if m.current), 0)
+        self.show_running_model()
+
+    @engine_work(group="model-info")
+    async def show_running_model(self) -> None:
+        self.query_one("#model-info", Label).update(running_model_info(await self.client.health()))
 
     def action_close(self) -> None:
         if not self.loading:  # a model half loaded is no state to leave in: the dialog waits for it
