@@ -17,14 +17,13 @@ EXAMPLES_PER_OPERATION = 6
 
 # A request the schema allows may still be refused (400) for what no schema can state: the prompt must fit the
 # model's context (--max-model-len 36 below: one short message and a few tokens of reply) and vocabulary (token
-# ids); a tool_call_id must name a call of the message it answers; a user message needs text where a tool's result
-# may be empty; and the rules between fields (a required tool call needs tools of distinct names and excludes a JSON
-# format; /v1: top_logprobs needs logprobs, echo excludes logprobs, the roles of the messages follow the chat
-# template, a prompt list holds one kind of item; a summary's request must fit beside the branch); and an upload must
-# hold readable text (an image is 415, a document larger than the context 400). Ollama's chat and generate refuse
-# images and what does not fit as those do, and its routes for what this app never does (pull, push, create, copy,
-# delete, embed) always answer 400. These operations may answer 400 (or 415) to a request the schema allows; all
-# else is checked as everywhere.
+# ids); a tool_call_id must name a call of the message it answers; and the rules between fields that the schema does
+# not state (a required tool call needs tools of distinct names and excludes a JSON format; /v1: the roles of the
+# messages follow the chat template, prompts times n are at most 64; a summary's request must fit beside the
+# branch); and an upload must hold readable text (an image is 415, a document larger than the context 400). Ollama's
+# chat and generate refuse images and what does not fit as those do, and its routes for what this app never does
+# (pull, push, create, copy, delete, embed) always answer 400, the one answer their schema documents. These
+# operations may answer 400 (or 415) to a request the schema allows; all else is checked as everywhere.
 REFUSED_FOR_MORE_THAN_THE_SCHEMA_STATES = [
     "/api/conversations", "/api/conversations/{conversation_id}", "/api/conversations/{conversation_id}/messages",
     "/api/conversations/{conversation_id}/messages/{message_id}/edit",
@@ -36,22 +35,34 @@ REFUSED_FOR_MORE_THAN_THE_SCHEMA_STATES = [
 POSITIVE_STATUSES_WITH_400 = ["2xx", "3xx", "400", "401", "403", "404", "409", "415", "429", "5xx"]
 
 
-def config(conversation_id: str, message_id: str, doomed_id: str) -> SchemathesisConfig:
-    """Every check, the 400 above, and real ids in the paths (random ones would only meet 404s): a conversation
-    with a message, and for DELETE a conversation of its own (else every operation after it would meet a 404)."""
-    return SchemathesisConfig.from_str(f"""
-seed = 1
-[parameters]
-"path.conversation_id" = "{conversation_id}"
-"path.message_id" = "{message_id}"
+def config_text(conversation_id: str | None = None, message_id: str | None = None, doomed_id: str | None = None
+                ) -> str:
+    """Schemathesis's configuration (TOML; benchmarks/schema_fuzz.py runs its CLI with it): the 400 above, and real
+    ids in the paths (random ones would only meet 404s): a conversation with a message, and for DELETE a conversation
+    of its own (else every operation after it would meet a 404). Without ids, the ids are Schemathesis's own (its
+    stateful phase follows the schema's links to the resources it creates)."""
+    refused = f"""
 [[operations]]
 include-path = {REFUSED_FOR_MORE_THAN_THE_SCHEMA_STATES!r}
 checks.positive_data_acceptance.expected-statuses = {POSITIVE_STATUSES_WITH_400!r}
+"""
+    if conversation_id is None:
+        return f"seed = 1\n{refused}"
+    return f"""seed = 1
+[parameters]
+"path.conversation_id" = "{conversation_id}"
+"path.message_id" = "{message_id}"
+{refused}
 [[operations]]
 include-method = "DELETE"
 include-path = "/api/conversations/{{conversation_id}}"
 parameters = {{ "path.conversation_id" = "{doomed_id}" }}
-""")
+"""
+
+
+def config(conversation_id: str, message_id: str, doomed_id: str) -> SchemathesisConfig:
+    """Every check, with config_text's settings."""
+    return SchemathesisConfig.from_str(config_text(conversation_id, message_id, doomed_id))
 
 
 @pytest.fixture(scope="module")
