@@ -43,16 +43,27 @@ def test_a_reply_streams_and_only_it_re_renders(chat):
     assert chat.shown_ids() == [user["id"], reply["id"]]
     shown = chat.message(reply["id"])
     expect(shown.locator(".content")).to_have_text(re.compile(re.escape(reply["content"].split("\n")[0].strip())))
+    # under it one quiet line; the figures in its tooltip, and under it once it is clicked (tapped)
     stats = reply["stats"]
-    shown_stats = shown.locator(".stats").inner_text()
-    ttft, rate, tokens, cached, prompt = re.fullmatch(
+    line = shown.locator(".stats-line")
+    ending = " · cut at max tokens" if reply["finish_reason"] == "length" else ""
+    expect(line).to_have_text(f"{stats['completion_tokens']} tokens · {round(stats['tokens_per_s'])} tok/s{ending}")
+    details = shown.locator(".stats-details")
+    expect(details).to_be_hidden()
+    line.click()
+    expect(details).to_be_visible()
+    shown_stats = details.inner_text()
+    assert line.get_attribute("title") == shown_stats
+    ttft, rate, tokens, cached, prompt, temperature = re.fullmatch(
         r"([\d.]+) s to first token · ([\d.]+) tokens/s · (?:\d+% of drafts kept · )?(\d+) tokens · (\d+)/(\d+) "
-        r"prompt tokens cached"
-        r"(?: · cut at max tokens)?", shown_stats).groups()
+        r"prompt tokens cached · temperature ([\d.]+)", shown_stats).groups()
     assert abs(float(ttft) - stats["time_to_first_token_s"]) <= 0.006
     assert abs(float(rate) - stats["tokens_per_s"]) <= 0.06
     assert (int(tokens), int(cached), int(prompt)) == (stats["completion_tokens"], stats["cached_tokens"],
                                                        stats["prompt_tokens"])
+    assert float(temperature) == stats["temperature"]
+    line.click()
+    expect(details).to_be_hidden()
     # the first message named the chat, and the sidebar shows it
     expect(chat.page.locator("#chats li.current .title")).to_have_text("Tell me about the sea.")
 
@@ -65,7 +76,7 @@ def test_escape_stops_a_reply_and_keeps_what_it_wrote(chat):
     chat.page.keyboard.press("Escape")
     chat.wait_replies()
     expect(reply).to_have_class(re.compile(r"\bstopped\b"))
-    expect(reply.locator(".stats")).to_contain_text("stopped")
+    expect(reply.locator(".stats-line")).to_contain_text("stopped")
     stored = [m for m in chat.stored()["messages"] if m["role"] == "assistant"]
     assert len(stored) == 1 and stored[0]["stopped"] and stored[0]["finish_reason"] == "abort"
     assert stored[0]["stats"]["completion_tokens"] < 3000
@@ -106,16 +117,28 @@ def test_branches_regenerate_edit_fork_and_reload(chat):
     expect(chat.message(edited["id"]).locator(".switcher .position")).to_have_text("2/2")
     expect(chat.message(edited["id"]).locator(".content")).to_have_text("Name a vegetable.")
 
-    # fork three replies: side by side as cards while they stream; pick the second one
+    # fork three replies: side by side as cards while they stream, saying how they were sampled; pick the second one
     chat.send("Why that one?", replies=3)
     expect(chat.cards).to_have_count(3, timeout=REPLY_TIMEOUT_MS)
-    expect(page.locator("#replies")).to_have_value("1")  # the next message is not a fork again
+    expect(page.get_by_label("Fork")).to_have_value("3")  # the Fork box keeps its number for the chat's next message
     chat.wait_replies()
     for card in chat.cards.all():  # once written, the cards' buttons are in sight, not under the message box
         expect(card.locator("button.pick")).to_be_in_viewport(ratio=1)
     question = children(chat.stored()["messages"], edited_reply["id"])[0]
-    forked = [m["id"] for m in children(chat.stored()["messages"], question["id"])]
+    fork = children(chat.stored()["messages"], question["id"])
+    forked = [m["id"] for m in fork]
     assert len(forked) == 3
+    # at the model's fork temperature at least (the chat's 0.9 where that is higher)
+    least = chat.api.get("/api/conversation-defaults").json()["sampling"]["fork_temperature"]
+    assert {m["stats"]["temperature"] for m in fork} == {max(0.9, least)}
+    expect(page.locator("#thread .fork .fork-sampling")).to_have_text(
+        f"3 replies, sampled at temperature {fork[0]['stats']['temperature']:g}")
+    for reply in fork:  # a reply sampled again for being the same as a sibling says so
+        line = page.locator(f'#thread .fork .card[data-id="{reply["id"]}"] .stats-line')
+        if reply["stats"]["resampled"]:
+            expect(line).to_contain_text("sampled again")
+        else:
+            expect(line).not_to_contain_text("sampled again")
     cards = chat.cards.evaluate_all("cards => cards.map(c => c.dataset.id)")
     assert sorted(cards) == sorted(forked)
     picked = cards[1]
@@ -199,10 +222,24 @@ def test_a_reply_written_elsewhere_shows_as_being_written_until_it_ends(chat, ap
 def test_the_stats_line_says_how_a_reply_ended(page, server):
     page.goto(server.url + "/")
     lines = page.evaluate("""async () => {
-        const { statsLine } = await import('/static/message.js');
+        const { statsLine } = await import('/static/reply_stats.js');
         const endings = [{ finish_reason: "stop" }, { finish_reason: "length" },
                          { finish_reason: "abort", stopped: true }, { finish_reason: "interrupted", stopped: true },
                          {}];
         return endings.map((ending) => statsLine({ role: "assistant", content: "", ...ending }));
     }""")
     assert lines == ["", "cut at max tokens", "stopped", "interrupted", "writing…"]
+
+
+def test_a_reply_says_its_figures_in_one_short_line_and_the_rest_in_its_details(page, server):
+    page.goto(server.url + "/")
+    line, details = page.evaluate("""async () => {
+        const { statsDetails, statsLine } = await import('/static/reply_stats.js');
+        const reply = { role: "assistant", content: "", finish_reason: "stop", stats: {
+            time_to_first_token_s: 0.123, tokens_per_s: 180.46, draft_tokens: 50, accepted_draft_tokens: 32,
+            completion_tokens: 48, cached_tokens: 10, prompt_tokens: 30, temperature: 0.7, resampled: 2 } };
+        return [statsLine(reply), statsDetails(reply)];
+    }""")
+    assert line == "48 tokens · 180 tok/s · sampled again 2 times: same as another reply"
+    assert details == ("0.12 s to first token · 180.5 tokens/s · 64% of drafts kept · 48 tokens · 10/30 prompt tokens "
+                       "cached · temperature 0.7")

@@ -2,7 +2,7 @@
 
 import pytest
 from playwright.sync_api import expect
-from webui_page import BACKGROUNDS, FAST, wait_until
+from webui_page import BACKGROUNDS, FAST, REPLY_TIMEOUT_MS, wait_until
 
 from support import stream_api
 
@@ -140,8 +140,10 @@ def test_the_inputs_take_their_limits_from_the_server(chat, api):
     assert chat.stored()["conversation"]["settings"]["temperature"] == 0.5
 
 
-def test_the_branch_tree_stays_open_or_closed_across_reloads(chat):
-    chat.create_chat()
+def test_the_branch_tree_stays_open_or_closed_across_reloads(chat, api):
+    conversation = api.post("/api/conversations", json={"settings": FAST}).json()
+    stream_api(api, f"/api/conversations/{conversation['id']}/messages", {"content": "Hi.", "reply": False})
+    chat.open(conversation["id"])
     page, tree = chat.page, chat.page.locator("#branches")
     expect(tree).to_be_hidden()
     page.click("#toggle-branches")
@@ -155,3 +157,56 @@ def test_the_branch_tree_stays_open_or_closed_across_reloads(chat):
     expect(page.locator("#app")).to_be_visible()
     expect(tree).to_be_hidden()
     expect(page.locator("#toggle-branches")).to_have_attribute("aria-pressed", "false")
+
+
+MESSAGE_TOOLS = ["#toggle-branches", "#export-markdown", "#export-json"]  # what a chat's messages are needed for
+
+
+def test_an_empty_chat_has_no_branches_or_export(chat, api):
+    page = chat.page
+    conversation = api.post("/api/conversations", json={"settings": {**FAST, "max_tokens": 2}}).json()
+    chat.open(conversation["id"])  # written, but without a message
+    for tool in MESSAGE_TOOLS:
+        expect(page.locator(tool)).to_be_hidden()
+    expect(page.locator("#branches")).to_be_hidden()
+    expect(page.locator("#settings")).to_be_visible()
+    page.keyboard.press("Alt+b")  # nor does its key show a tree
+    expect(page.locator("#branches")).to_be_hidden()
+
+    chat.send("Hi.")
+    chat.wait_replies()
+    for tool in MESSAGE_TOOLS:
+        expect(page.locator(tool)).to_be_visible()
+    page.click("#toggle-branches")
+    expect(page.locator("#branches .node")).to_have_count(2)
+
+    page.click("#new-chat")  # the branch tree, still wanted open, shows again with the chat's first message
+    expect(page.locator("#chat-title")).to_have_text("New chat")
+    for tool in MESSAGE_TOOLS:
+        expect(page.locator(tool)).to_be_hidden()
+    expect(page.locator("#branches")).to_be_hidden()
+
+
+def test_the_fork_box_keeps_its_number_for_each_chat(chat, api):
+    page = chat.page
+    fork = page.get_by_label("Fork")  # the Fork N of the terminal: N replies side by side
+    expect(fork).to_have_value("1")
+    assert chat.conversation_id == ""  # a new chat, written with its first message
+    other = api.post("/api/conversations", json={"title": "another chat"}).json()  # listed once the replies end
+    chat.send("Hi.", replies=2)
+    expect(chat.cards).to_have_count(2, timeout=REPLY_TIMEOUT_MS)
+    page.keyboard.press("Escape")  # (a new chat's replies are long: stopped)
+    chat.wait_replies()
+    forked = chat.conversation_id
+    expect(fork).to_have_value("2")  # after sending, for the chat's next message
+
+    chat.show_sidebar()
+    page.locator(f'#chats li[data-id="{other["id"]}"] .title').click()
+    expect(page.locator("#chat-title")).to_have_text("another chat")
+    expect(fork).to_have_value("1")  # a chat not forked yet
+    fork.fill("3")
+    page.locator(f'#chats li[data-id="{forked}"] .title').click()
+    expect(page.locator("#chat-title")).to_have_text("Hi.")
+    expect(fork).to_have_value("2")
+    page.locator(f'#chats li[data-id="{other["id"]}"] .title').click()
+    expect(fork).to_have_value("3")

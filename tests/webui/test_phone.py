@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Locator, expect
-from webui_page import FAST, REPLY_TIMEOUT_MS, ChatPage, assert_fits, new_page, wait_until
+from webui_page import FAST, REPLY_TIMEOUT_MS, ChatPage, assert_fits, expect_within_width, new_page, wait_until
 
 from support import stream_api
 
@@ -104,12 +104,13 @@ def test_a_chat_on_a_phone(phone):
     use(second.locator("button.previous"))
     expect(phone.messages.nth(1).locator(".switcher .position")).to_have_text("1/2")
 
-    use(page.locator("#replies"))
-    page.fill("#replies", "3")
+    fork = page.get_by_label("Fork")
+    use(fork)
+    fork.fill("3")
     page.fill("#message", "Why that one?")
     use(page.locator("#send"))
     expect(phone.cards).to_have_count(3, timeout=REPLY_TIMEOUT_MS)
-    expect(page.locator("#replies")).to_have_value("1")
+    expect(fork).to_have_value("3")  # kept for the chat's next message
     phone.wait_replies()
     expect(phone.cards.last.locator("button.pick")).to_be_in_viewport(ratio=1)  # the fork's end is in sight
     assert_fits(page)
@@ -127,3 +128,46 @@ def test_a_chat_on_a_phone(phone):
     expect(dialog).to_be_hidden()
     assert phone.stored()["conversation"]["settings"]["temperature"] == 0.5
     assert_fits(page)
+
+
+LONG_NAME = "quarterly-report-of-the-northern-region-2026-final-version.md"
+
+
+def test_document_chips_and_the_message_box_fit_a_phone(phone, api):
+    """The chips of a chat's documents, of a message's and of those attached wrap within the screen (a long name cut
+    with an ellipsis, its chip whole), and the message box's hint is one line."""
+    page = phone.page
+    start, carried = (api.post("/api/documents", files={"file": (name, b"Sales rose 12% this quarter. " * 20)})
+                      .json()["id"] for name in [LONG_NAME, "notes-" + LONG_NAME])
+    conversation = api.post("/api/conversations", json={"settings": {**FAST, "max_tokens": 4},
+                                                        "documents": [start]}).json()
+    stream_api(api, f"/api/conversations/{conversation['id']}/messages",
+               {"content": "Summarize.", "documents": [carried], "reply": False})
+    phone.open(conversation["id"])
+    page.set_input_files("#attach-input", files=[{"name": f"{n}-{LONG_NAME}", "mimeType": "text/plain",
+                                                  "buffer": b"Notes."} for n in range(3)])
+    expect(page.locator("#attachments .document-chip")).to_have_count(3)
+    expect(page.get_by_text("uploading…")).to_have_count(0)
+    chips = page.locator(".document-chip")
+    expect(chips).to_have_count(5)
+    for chip in chips.all():
+        chip.scroll_into_view_if_needed()
+        expect_within_width(page, chip)
+        assert chip.evaluate("c => c.scrollWidth <= c.clientWidth"), "the chip's content overflows it"
+        name = chip.locator(".document-name")
+        expect(name).to_have_css("text-overflow", "ellipsis")
+        expect_within_width(page, name)
+    assert_fits(page)
+
+    message = page.locator("#message")
+    expect(message).to_have_attribute("placeholder", "Message")
+    one_line = message.evaluate("""m => {
+        const style = getComputedStyle(m);
+        const measure = document.createElement("canvas").getContext("2d");
+        measure.font = style.font;
+        return measure.measureText(m.placeholder).width
+            <= m.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    }""")
+    assert one_line, "the placeholder wraps"
+    page.set_viewport_size({"width": 1440, "height": 900})  # a laptop's wider box has room for the whole hint
+    expect(message).to_have_attribute("placeholder", "Message (Enter sends)")

@@ -1,6 +1,7 @@
 """The chat list and search: new, rename, delete, newest first; search over message text opens the hit."""
 
 import random
+import re
 import string
 
 import pytest
@@ -177,3 +178,44 @@ def test_a_title_too_long_for_two_lines_is_cut_with_its_whole_in_the_tooltip(cha
     assert shown.evaluate("e => e.scrollHeight > e.clientHeight"), "not cut"
     lines = shown.evaluate("e => Math.round(e.clientHeight / parseFloat(getComputedStyle(e).lineHeight))")
     assert lines == 2
+
+
+def test_chats_named_alike_tell_apart_by_when_and_how_many_messages(chat, api):
+    title = "Name a fruit."
+    ids = []
+    for messages in [1, 2]:
+        conversation = api.post("/api/conversations", json={"title": title}).json()
+        ids.append(conversation["id"])
+        for _ in range(messages):
+            stream_api(api, f"/api/conversations/{conversation['id']}/messages", {"content": title, "reply": False})
+    chat.page.reload()
+    for conversation_id, count in zip(ids, ["1 message", "2 messages"]):
+        item = chat.page.locator(f'#chats li[data-id="{conversation_id}"]')
+        expect(item.locator(".title")).to_have_text(title)
+        about = item.locator(".chat-about")
+        expect(about).to_have_text(re.compile(rf"today \d{{1,2}}:\d{{2}}( [AP]M)? · {count}"))
+        expect(about).to_be_in_viewport(ratio=1)
+        assert about.evaluate("e => e.scrollWidth <= e.clientWidth"), "the line is cut"
+        expect(about).to_have_attribute("title", re.compile(r"^Last active "))
+
+
+def test_a_chats_time_says_today_yesterday_or_its_date(page, server):
+    page.goto(server.url + "/")
+    said = page.evaluate("""async () => {
+        const { chatAbout, chatTime } = await import('/static/sidebar.js');
+        const now = new Date(2026, 11, 5, 10, 30);
+        const at = (...parts) => new Date(...parts).getTime() / 1000;
+        const time = (seconds) => new Date(seconds * 1000)
+            .toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+        return {
+            today: [chatTime(at(2026, 11, 5, 0, 5), now), time(at(2026, 11, 5, 0, 5))],
+            yesterday: [chatTime(at(2026, 11, 4, 23, 59), now), time(at(2026, 11, 4, 23, 59))],
+            thisYear: chatTime(at(2026, 2, 1, 12, 0), now),
+            lastYear: chatTime(at(2025, 11, 31, 12, 0), now),
+            empty: chatAbout({ updated_at: at(2026, 11, 5, 9, 0), message_count: 0 }, now),
+        };
+    }""")
+    assert said["today"][0] == f"today {said['today'][1]}"
+    assert said["yesterday"][0] == f"yesterday {said['yesterday'][1]}"
+    assert said["thisYear"] in ("Mar 1", "1 Mar") and said["lastYear"] in ("Dec 31, 2025", "31 Dec 2025")
+    assert said["empty"].endswith(" · no messages")

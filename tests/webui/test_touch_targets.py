@@ -61,7 +61,7 @@ def test_every_control_of_a_branched_chat_is_a_touch_target(phone):
     page.keyboard.press("Escape")
 
     phone.show_sidebar()
-    expect_big_enough(page, "#sidebar", ["button#new-chat", "input#search", "button.title", "button.rename",
+    expect_big_enough(page, "#sidebar", ["button#new-chat", "input#search", "button.open-chat", "button.rename",
                                          "button.delete", "select#model", "select#theme", "button#help"])
     page.keyboard.press("Escape")
 

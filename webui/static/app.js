@@ -6,9 +6,11 @@ import { BranchShown, ChatSession, Failed, ReplyFinished, RepliesStarted, TextAd
 import { ContextGauge, contextUse } from "./context.js";
 import { ChatSummary } from "./chat_summary.js";
 import { Attachments, documentChips } from "./documents.js";
-import { copyText, setRange } from "./dom.js";
+import { copyText, fitPlaceholder, setRange } from "./dom.js";
 import { showEmptyState } from "./empty_state.js";
+import { ForkSize } from "./fork_size.js";
 import { fillHelp, installShortcuts } from "./keys.js";
+import { ModelInfo, modelInfoLines } from "./model_info.js";
 import { ModelPicker } from "./models.js";
 import { Panels } from "./panels.js";
 import { SettingsDialog } from "./settings.js";
@@ -57,6 +59,7 @@ class App {
       onSearch: (query) => this.search(query),
     });
     this.settings = new SettingsDialog($("settings-dialog"));
+    this.forkSize = new ForkSize($("replies"));
     this.gauge = new ContextGauge({ gauge: $("context-gauge"), warning: $("context-warning"), summarize: $("summarize") },
       () => this.summarize());
     this.summaryLinks = new SummaryLinks($("summary-of"), $("continued-in"));
@@ -64,6 +67,7 @@ class App {
       dropZone: $("composer"), list: $("attachments") }, this.documents, (message) => this.showError(message));
     this.models = new ModelPicker($("model"), $("model-status"), $("model-note"), (e) => this.showError(e),
       () => this.modelRunning());
+    this.modelInfo = new ModelInfo($("model-info"));
     this.summary = new ChatSummary($("chat-summary"), {
       onModel: () => {
         this.panels.revealSidebar();
@@ -86,6 +90,7 @@ class App {
       event.preventDefault();
       this.send();
     });
+    fitPlaceholder($("message"), "Message (Enter sends)", "Message");
     $("message").addEventListener("keydown", (event) => {
       if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
         event.preventDefault();
@@ -167,8 +172,9 @@ class App {
     $("chat-title").title = title;
     document.title = c ? `${c.title} · localchat` : "localchat";
     this.models.showChat(c?.id ?? null, c?.model ?? null);
+    this.forkSize.showChat(c?.id ?? null);
     this.summaryLinks.show(c, this.summaries, this.conversations);
-    this.summary.show(c ?? this.defaults, this.models.running);
+    this.summary.show(c ?? this.defaults, this.models.running, modelInfoLines(this.models));
   }
 
   /** A new chat's empty state, or none once the chat has a message (or a base model runs: nothing can be sent). */
@@ -202,9 +208,11 @@ class App {
     if (location.hash !== hash) history.replaceState(null, "", hash || location.pathname);
     this.showTitle();
     this.showEmptyState();
-    // a chat not yet written has settings (saved, they write it) but no branches to show or export
-    for (const id of ["toggle-branches", "export-markdown", "export-json"]) $(id).hidden = !c;
-    this.panels.setChat(Boolean(c));
+    // a chat without messages (not yet written, or empty) has settings (saved, they write a new one) but no branches
+    // to show or export
+    const hasMessages = Boolean(this.session.leaf);
+    for (const id of ["toggle-branches", "export-markdown", "export-json"]) $(id).hidden = !hasMessages;
+    this.panels.setChat(hasMessages);
     if (c) {
       $("export-markdown").href = api.exportUrl(c.id, "markdown", this.session.savedLeaf());
       $("export-json").href = api.exportUrl(c.id, "json");
@@ -283,14 +291,6 @@ class App {
     this.attachments.setLimits(limits.max_document_bytes, limits.max_documents);
   }
 
-  /** How many replies to write; a fork of several is one request: the box goes back to 1 once it is sent. */
-  takeReplies() {
-    const input = $("replies");
-    const replies = Math.min(Number(input.max) || Infinity, Math.max(Number(input.min), Number(input.value) || 1));
-    input.value = input.min;
-    return replies;
-  }
-
   /** Sends the message with the attached documents: a chat's first message makes them the documents the chat starts
    * from, a later one carries them. */
   async send() {
@@ -298,6 +298,7 @@ class App {
     const content = input.value;
     if ((!content.trim() && this.attachments.empty) || this.streaming) return;
     input.value = "";
+    const replies = this.forkSize.value;
     let documents = await this.attachments.take();  // once they are uploaded
     if (!content.trim() && !documents.length) return;  // the only attachments were refused
     if (!this.session.leaf && content.trim() && documents.length) {
@@ -307,8 +308,9 @@ class App {
       await this.newChat();
     }
     const { conversation, fork } = this.session;
+    this.forkSize.keep(conversation.id, replies);
     const parentId = fork ? fork.ids[0] : this.session.savedLeaf();
-    const events = api.sendMessage(conversation.id, content, parentId, this.takeReplies(), documents);
+    const events = api.sendMessage(conversation.id, content, parentId, replies, documents);
     if (await this.stream(events)) return;
     if (!input.value) input.value = content;  // refused (past the context's edge): the text stays
     this.attachments.restore(documents);
@@ -329,12 +331,12 @@ class App {
 
   async edit(id, content) {
     if (this.streaming) return;
-    await this.stream(api.editMessage(this.session.conversation.id, id, content, this.takeReplies()));
+    await this.stream(api.editMessage(this.session.conversation.id, id, content, this.forkSize.value));
   }
 
   async regenerate(id) {
     if (this.streaming) return;
-    await this.stream(api.regenerate(this.session.conversation.id, id, this.takeReplies()));
+    await this.stream(api.regenerate(this.session.conversation.id, id, this.forkSize.value));
   }
 
   regenerateLast() {
@@ -395,6 +397,7 @@ class App {
       this.render();
       this.refreshChats().catch((e) => this.showError(e));
     } else if (change instanceof RepliesStarted) {
+      this.thread.startTemperature = event.temperature ?? null;
       this.models.showStart(change.model, change.retokenizedFrom);
       this.render();
     } else if (change instanceof TextAdded) {
@@ -431,7 +434,9 @@ class App {
    * it. */
   async modelRunning() {
     this.showModelAbility();
+    this.modelInfo.show(this.models);
     this.defaults = await api.getConversationDefaults();
+    this.thread.sampling = this.defaults.sampling ?? null;
     this.showTitle();
     this.showEmptyState();
   }
@@ -531,7 +536,7 @@ class App {
   }
 
   toggleBranches() {
-    if (this.session.conversation) this.panels.toggleBranches();
+    if (this.session.leaf) this.panels.toggleBranches();
   }
 
   showHelp() {

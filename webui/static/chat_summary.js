@@ -1,6 +1,7 @@
 // The open chat's model and settings at a glance: chips above the composer — the model the engine runs, the
 // temperature, the most tokens a reply has, and whether a system prompt, JSON mode or tools are set. The model's chip
-// opens the Model list, the others the Settings dialog.
+// (its tooltip: what the model samples with, what its KV cache holds) opens the Model list, the others the Settings
+// dialog.
 import { h } from "./dom.js";
 
 /** `actions`: onModel(), onSettings(). */
@@ -11,8 +12,9 @@ export class ChatSummary {
   }
 
   /** `chat`: {system_prompt, settings} of the open chat, or the defaults of one not yet written (null: not known
-   * yet); `model`: the served name of the model the engine runs. */
-  show(chat, model) {
+   * yet); `model`: the served name of the model the engine runs; `modelInfo`: its info's [label, text] lines
+   * (model_info.js), for the model chip's tooltip. */
+  show(chat, model, modelInfo) {
     const settings = chat?.settings;
     const chip = (name, value, title) => h("button", { type: "button", class: "chip", title,
       onclick: () => this.actions.onSettings() }, h("span", { class: "chip-name", text: name }), value);
@@ -26,7 +28,8 @@ export class ChatSummary {
     ];
     this.container.replaceChildren(
       model && h("button", { type: "button", class: "chip model-chip", text: model,
-        title: `${model} answers: choose another model in the Model list`, onclick: () => this.actions.onModel() }),
+        title: [`${model} answers: choose another model in the Model list`,
+          ...modelInfo.map(([label, text]) => `${label}: ${text}`)].join("\n"), onclick: () => this.actions.onModel() }),
       ...chips.filter(Boolean));
   }
 }

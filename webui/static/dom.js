@@ -26,6 +26,18 @@ export async function copyText(button, text) {
   setTimeout(() => { button.textContent = label; }, 1200);
 }
 
+/** `long` as the input's placeholder where it fits on one line, else `short`; measured again whenever the input is
+ * resized (a phone's narrow composer wrapped the long one). */
+export function fitPlaceholder(input, long, short) {
+  const measure = document.createElement("canvas").getContext("2d");
+  new ResizeObserver(() => {
+    const style = getComputedStyle(input);
+    measure.font = style.font;
+    const room = input.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    input.placeholder = measure.measureText(long).width <= room ? long : short;
+  }).observe(input);
+}
+
 /** A number input's range from a server limit ({min, max}; a null max: none). */
 export function setRange(input, { min, max }) {
   input.min = String(min);

@@ -1,30 +1,11 @@
 // One message on screen: who wrote it and its ‹ n/m › branch switcher, the documents it carries, its thinking (a
-// thinking model's), its text, and under it its actions and stats.
+// thinking model's), its text, and under it its actions and its statistics' short line (reply_stats.js).
 import { documentChips } from "./documents.js";
 import { copyText, h } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
+import { StatsView } from "./reply_stats.js";
 import { ThinkingBlock } from "./thinking.js";
 import { isWriting } from "./tree.js";
-
-/** "0.21 s to first token · 35.2 tokens/s · 64% of drafts kept · 80 tokens · 41/57 prompt tokens cached · stopped" */
-export function statsLine(message) {
-  const parts = [];
-  const stats = message.stats;
-  if (stats) {
-    if (stats.time_to_first_token_s != null) parts.push(`${stats.time_to_first_token_s.toFixed(2)} s to first token`);
-    if (stats.tokens_per_s != null) parts.push(`${stats.tokens_per_s.toFixed(1)} tokens/s`);
-    if (stats.draft_tokens) {
-      parts.push(`${Math.round((100 * stats.accepted_draft_tokens) / stats.draft_tokens)}% of drafts kept`);
-    }
-    parts.push(`${stats.completion_tokens} tokens`);
-    parts.push(`${stats.cached_tokens}/${stats.prompt_tokens} prompt tokens cached`);
-  }
-  if (isWriting(message)) parts.push("writing…");
-  else if (message.finish_reason === "interrupted") parts.push("interrupted");  // the engine stopped meanwhile
-  else if (message.stopped) parts.push("stopped");
-  else if (message.finish_reason === "length") parts.push("cut at max tokens");
-  return parts.join(" · ");
-}
 
 const AUTHORS = { user: "You", assistant: "Assistant", tool: "Tool result" };
 
@@ -57,7 +38,7 @@ export class MessageView {
         onclick: () => actions.onSwitch(this.message.id, 1) }));
     this.thinking = new ThinkingBlock();
     this.content = h("div", { class: "content" });
-    this.stats = h("footer", { class: "stats" });
+    this.stats = new StatsView();
     const copy = h("button", { type: "button", class: "copy-message", text: "Copy",
       onclick: (event) => copyText(event.currentTarget, this.message.content) });
     const rewrite = card || message.role === "tool" ? null : assistant
@@ -69,7 +50,7 @@ export class MessageView {
     this.element = h("article", { class: `message ${message.role}${card ? " card" : ""}` },
       h("header", {}, h("span", { class: "role", text: AUTHORS[message.role] }), card ? null : this.switcher),
       documentChips(message.documents, documents), this.thinking.element, this.content,
-      h("div", { class: "message-foot" }, h("span", { class: "actions" }, copy, rewrite), this.stats), pick);
+      h("div", { class: "message-foot" }, h("span", { class: "actions" }, copy, rewrite), this.stats.element), pick);
     this.element.dataset.id = message.id;
     this.show(message);
   }
@@ -83,7 +64,7 @@ export class MessageView {
     this.element.querySelectorAll(".regenerate, .edit, .pick").forEach((b) => { b.disabled = writing; });
     this.thinking.show(this.message);
     this.renderText();
-    this.stats.textContent = statsLine(message);
+    this.stats.show(message);
   }
 
   /** Re-render the thinking and the text at the next frame at most once: a streaming reply gets many deltas per

@@ -1,6 +1,6 @@
 // The engine's model: a list of the models on this machine (GET /api/models), switching with the new model's
-// loading progress (GET /health), whether the model can chat (a base model only continues text) and whether it
-// thinks, and a note when the open chat was written with another model.
+// loading progress (GET /health), whether the model can chat (a base model only continues text), whether it thinks,
+// what it samples with and what its KV cache holds, and a note when the open chat was written with another model.
 import * as api from "./api.js";
 import { h } from "./dom.js";
 
@@ -19,6 +19,8 @@ export class ModelPicker {
     this.running = null;  // the served name of the model the engine runs
     this.canChat = true;  // false: a base model (no chat template), which only continues text
     this.thinks = false;  // a thinking model: it thinks before it answers (<think>...</think>)
+    this.sampling = null;  // what a reply samples with where its chat sets none (SamplingDefaults), null: not known
+    this.kvCache = null;  // what the KV cache holds (KVCacheSize), null: not known (a remote engine's)
     this.chatId = null;  // the open chat
     this.chatModel = null;  // the model that wrote its latest reply
     this.started = null;  // what the last reply's start said about its model
@@ -31,6 +33,8 @@ export class ModelPicker {
     this.running = health.model;
     this.canChat = health.chat !== false;
     this.thinks = health.thinking === true;
+    this.sampling = health.sampling ?? null;
+    this.kvCache = health.kv_cache ?? null;
     this.select.replaceChildren(...this.catalog.models.map((m) => h("option", {
       value: m.name, text: m.served_name, title: m.name, disabled: !m.supported, selected: m.current,
     })));

@@ -65,7 +65,7 @@ export class Panels {
     this.elements.menuButton.setAttribute("aria-expanded", String(open));
   }
 
-  /** A chat is open (its branch tree can be shown) or not. */
+  /** A chat with messages is open (its branch tree can be shown) or not. */
   setChat(hasChat) {
     this.hasChat = hasChat;
     this.showBranches();

@@ -1,5 +1,28 @@
-// The chat list (newest first) with rename and delete, and search results over every chat's messages.
+// The chat list (newest first), each chat with when it was last active and how many messages it has (chats named
+// alike tell apart by them), with rename and delete; and search results over every chat's messages.
 import { h } from "./dom.js";
+
+const DAY_MS = 24 * 60 * 60 * 1000;
+
+/** When a chat was last active, as the list says it: "today 14:02", "yesterday 09:15", else its date ("3 Dec", with
+ * the year where it is not this one), in the browser's language. `seconds`: Unix time; `now`: a Date. */
+export function chatTime(seconds, now = new Date()) {
+  const date = new Date(seconds * 1000);
+  const midnight = (d) => new Date(d.getFullYear(), d.getMonth(), d.getDate()).getTime();
+  const days = Math.round((midnight(now) - midnight(date)) / DAY_MS);
+  const time = date.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  if (days === 0) return `today ${time}`;
+  if (days === 1) return `yesterday ${time}`;
+  const year = date.getFullYear() !== now.getFullYear() ? { year: "numeric" } : {};
+  return date.toLocaleDateString([], { day: "numeric", month: "short", ...year });
+}
+
+/** "today 14:02 · 4 messages" */
+export function chatAbout(conversation, now = new Date()) {
+  const count = conversation.message_count;
+  const messages = count === 0 ? "no messages" : count === 1 ? "1 message" : `${count} messages`;
+  return `${chatTime(conversation.updated_at, now)} · ${messages}`;
+}
 
 /** `actions`: onOpen(conversationId, messageId?), onRename(id, title), onDelete(id), onSearch(query). */
 export class Sidebar {
@@ -42,9 +65,11 @@ export class Sidebar {
   }
 
   chatItem(conversation, current) {
-    const title = h("button", { type: "button", class: "title", text: conversation.title, title: conversation.title,
-      onclick: () => this.actions.onOpen(conversation.id) });
-    const item = h("li", { class: `chat${current ? " current" : ""}` }, title,
+    const open = h("button", { type: "button", class: "open-chat", onclick: () => this.actions.onOpen(conversation.id) },
+      h("span", { class: "title", text: conversation.title, title: conversation.title }),
+      h("span", { class: "chat-about", text: chatAbout(conversation),
+        title: `Last active ${new Date(conversation.updated_at * 1000).toLocaleString()}` }));
+    const item = h("li", { class: `chat${current ? " current" : ""}` }, open,
       h("button", { type: "button", class: "rename", title: "Rename", "aria-label": "Rename", text: "✎",
         onclick: () => this.rename(item, conversation) }),
       h("button", { type: "button", class: "delete", title: "Delete", "aria-label": "Delete", text: "×",

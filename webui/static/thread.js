@@ -1,11 +1,25 @@
-// The shown branch of a chat, root to leaf, and n forked replies side by side while one is to be picked; where a cut
-// to fit the model's context left earlier messages out, a marker before the first one it kept (those left out dimmed).
+// The shown branch of a chat, root to leaf, and n forked replies side by side while one is to be picked, with how they
+// were sampled; where a cut to fit the model's context left earlier messages out, a marker before the first one it kept
+// (those left out dimmed).
 // Each message keeps its view: showing another branch moves views; a streaming reply re-renders only itself.
 import { cutIn, cutMarker } from "./context.js";
 import { h } from "./dom.js";
 import { MessageView } from "./message.js";
 
 const cutKey = (cut) => (cut ? `${cut.firstKeptId}/${cut.count}` : null);
+
+/** "3 replies, sampled at temperature 0.7" (`temperature` null: not known) */
+export function forkSampling(count, temperature) {
+  return `${count} replies${temperature == null ? "" : `, sampled at temperature ${temperature}`}`;
+}
+
+/** Why a fork may sample hotter than its chat: `sampling`, the model's defaults (GET /api/conversation-defaults'
+ * sampling; null: not known). */
+function forkTemperatureNote(sampling) {
+  if (!sampling) return null;
+  return `A fork's replies sample at temperature ${sampling.fork_temperature} at least (or the chat's, where higher), ` +
+    "so that they differ; a reply that came out the same as another is sampled again.";
+}
 
 export class ThreadView {
   /** `documents`: the known documents (id -> Document), which name those the messages carry. */
@@ -16,6 +30,8 @@ export class ThreadView {
     this.views = new Map();  // message id -> MessageView in the branch
     this.cards = new Map();  // message id -> MessageView as a fork card
     this.cutShown = null;  // where the marker is ("first kept id/count"), null: none
+    this.sampling = null;  // the model's sampling defaults (GET /api/conversation-defaults' sampling), null: not known
+    this.startTemperature = null;  // what the replies being written sample at (their start event's temperature)
   }
 
   clear() {
@@ -40,8 +56,12 @@ export class ThreadView {
     });
     if (fork) {
       const cards = fork.ids.map((id) => this.viewOf(this.cards, tree.get(id), { card: true }).element);
+      const temperature = fork.ids.map((id) => tree.get(id).stats?.temperature).find((t) => t != null)
+        ?? this.startTemperature;
       nodes.push(h("section", { class: "fork", "aria-label": `${fork.ids.length} replies: pick one to continue` },
-        h("p", { class: "fork-hint", text: `${fork.ids.length} replies: pick one to continue` }),
+        h("p", { class: "fork-hint" },
+          h("span", { class: "fork-sampling", text: forkSampling(fork.ids.length, temperature),
+            title: forkTemperatureNote(this.sampling) }), " — pick one to continue"),
         h("div", { class: "cards" }, ...cards)));
     }
     const atBottom = this.atBottom();
