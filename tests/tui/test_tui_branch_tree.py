@@ -1,5 +1,6 @@
 """The branch outline (Ctrl+T) draws replies under the message they answer: five replies to one question are its
-children, not its siblings (issue 32)."""
+children, not its siblings (issue 32); it indents by depth, each message under the one it follows, and a fork's
+replies show their place ("3 of 5") and first words (issue 43)."""
 
 import pytest
 from fake_engine import FakeEngine, conversation, message
@@ -26,6 +27,11 @@ def five_replies() -> FakeEngine:
     return engine
 
 
+def depth(node) -> int:
+    """How many levels in from the outline's root (the chat's title)."""
+    return 0 if node.parent is None else 1 + depth(node.parent)
+
+
 @pytest.mark.asyncio
 @pytest.mark.parametrize("size", SIZES)
 async def test_five_replies_are_children_of_the_message_they_answer(tmp_path, size):
@@ -41,7 +47,13 @@ async def test_five_replies_are_children_of_the_message_they_answer(tmp_path, si
         assert question.data == "m_q" and question.is_expanded
         assert [reply.data for reply in question.children] == REPLIES
         third = question.children[2]
-        assert [node.data for node in third.children] == ["m_q2", "m_a2"]  # its branch goes on under it
+        (follow_up,) = third.children  # its branch goes on under it, a step in per message
+        assert follow_up.data == "m_q2" and [node.data for node in follow_up.children] == ["m_a2"]
         assert all(not reply.children for reply in question.children if reply is not third)
+        depths = {node.data: depth(node) for node in outline.nodes.values()}
+        assert depths == {"m_q": 1, **dict.fromkeys(REPLIES, 2), "m_q2": 3, "m_a2": 4}
+        labels = [str(reply.label) for reply in question.children]
+        assert labels[2] == "● 3 of 5 · Assistant: Colour number 3." and labels[0].startswith("○ 1 of 5 · ")
+        assert str(follow_up.label) == "● You: Why that one?"  # no place: it has no siblings
         assert tree.cursor_node.data == "m_a2"  # the branch on screen
         assert within(tree, outline.query_one("#branch-tree").region) and tree.max_scroll_x == 0
