@@ -48,6 +48,7 @@ class RepliesStarted:
     fork: Fork | None  # several: shown side by side until one is picked
     model: str | None  # the model writing them
     retokenized_from: tuple[str, ...]  # the other models whose messages were tokenized again for it
+    temperature: float | None = None  # what they sample at (a fork's: the model's fork temperature at least)
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ class ChatSession:
         self.show(replies[0].id)
         if len(replies) > 1:
             self.fork = Fork(event.parent_id, tuple(event.message_ids))
-        return RepliesStarted(replies, self.fork, event.model, tuple(event.retokenized_from))
+        return RepliesStarted(replies, self.fork, event.model, tuple(event.retokenized_from), event.temperature)
 
     def text_added(self, event: DeltaEvent) -> TextAdded | ThinkingAdded | None:
         reply = self.tree.messages.get(event.message_id)

@@ -63,6 +63,7 @@ MESSAGES = [
     message("m_a3", "m_u2", "assistant", REVERSE_CODE, 5, stats(88, 80, 18)),
 ]
 
+FORK_TEMPERATURE = 0.7  # what the engine forks the embedded model at
 FORKED = ["A **red** apple.", "A *green* leaf: calm and fresh.", "Blue, like the sea."]
 
 # a thinking model's chat (thinking=True): a question with two replies, each with its own thinking
@@ -275,7 +276,7 @@ class FakeEngine:
     async def _replies(self, conversation_id: str, parent_id: str, n: int) -> AsyncIterator[StreamEvent]:
         first = len(self.messages[conversation_id])
         ids = [f"m_f{first + i}" for i in range(1, n + 1)]
-        yield StartEvent(parent_id=parent_id, message_ids=ids)
+        yield StartEvent(parent_id=parent_id, message_ids=ids, temperature=FORK_TEMPERATURE if n > 1 else None)
         thoughts: dict[str, list[str]] = {id: [] for id in ids}  # a reply's thinking, a token (word) an item
         for i, id in enumerate(ids):
             if self.thinking:

@@ -2,7 +2,7 @@
 they do not (80), with its place and ←/→ to the others; its header shows whole (issue 32)."""
 
 import pytest
-from fake_engine import FORKED, FakeEngine
+from fake_engine import FORK_TEMPERATURE, FORKED, FakeEngine
 from textual.widgets import Label
 from tui_pilot import SIZES, branched_chat, screen_lines, screen_of, wait_until, within
 
@@ -32,10 +32,11 @@ def position(picker: ForkPicker) -> str:
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("size", SIZES)
-async def test_the_pickers_header_shows_whole(tmp_path, size):
+async def test_the_pickers_header_shows_whole_and_says_how_the_replies_were_sampled(tmp_path, size):
     async with LocalChatApp(client=FakeEngine(), config_file=tmp_path / "tui.toml").run_test(size=size) as pilot:
         await three_replies(pilot)
         assert any(HEADER in line for line in screen_lines(pilot))
+        assert any(f"3 replies sampled at temperature {FORK_TEMPERATURE:g}" in line for line in screen_lines(pilot))
 
 
 @pytest.mark.asyncio

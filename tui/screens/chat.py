@@ -584,7 +584,7 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
                         f"{', '.join(started.retokenized_from)} were tokenized again for it.", title="Model")
         await self.show_branch()
         if started.fork is not None:
-            self.picker = ForkPicker(list(started.replies), stop=self.stop_generation,
+            self.picker = ForkPicker(list(started.replies), started.temperature, stop=self.stop_generation,
                                      end_thinking=self.end_thinking if self.thinks else None)
             await self.app.push_screen(self.picker, self.pick_reply)
         elif self.focus_reply:

@@ -41,17 +41,21 @@ class ForkPicker(ModalScreen[str | None]):
         Binding(END_THINKING_KEY, "end_thinking", "Answer now", id="end_thinking"),  # shown while a reply thinks
     ]
 
-    def __init__(self, replies: list[Message], stop: Callable[[], None],
+    def __init__(self, replies: list[Message], temperature: float | None, stop: Callable[[], None],
                  end_thinking: Callable[[], None] | None = None):
-        """stop: stops the replies; end_thinking: ends their thinking (None: the model does not think)."""
+        """temperature: what the replies sample at; stop: stops the replies; end_thinking: ends their thinking (None:
+        the model does not think)."""
         super().__init__()
-        self.replies, self.stop, self.end_thinking = replies, stop, end_thinking
+        self.replies, self.temperature, self.stop, self.end_thinking = replies, temperature, stop, end_thinking
         self.finished: set[str] = set()
 
     def compose(self) -> ComposeResult:
         with Vertical(id="fork-picker"):
             yield Label(f"Pick the reply to go on from: 1-{len(self.replies)} or enter. The others stay as branches.",
                         classes="dialog-title", id="fork-title")
+            if self.temperature is not None:  # a reply the same as another's is sampled again by the engine
+                yield Label(f"{len(self.replies)} replies sampled at temperature {self.temperature:g}, each one "
+                            "different where the model can", id="fork-sampling")
             yield Label(id="fork-position")  # shown one reply at a time: which one, of how many
             with ReplyRow(id="fork-replies"):
                 for i, reply in enumerate(self.replies, 1):
