@@ -172,6 +172,21 @@ async def test_fork_three_replies_and_pick_the_second(client, tmp_path):
 
 
 @pytest.mark.asyncio
+async def test_a_fork_in_a_chat_with_the_models_defaults_gives_different_replies(client, tmp_path):
+    """The embedded model's chats sample at 0.2, where three replies would often be one; a fork samples hotter and
+    the engine samples a repeated reply again."""
+    conversation = await client.create_conversation()
+    async with app_for(client, tmp_path).run_test(size=SIZE) as pilot:
+        await chat_screen(pilot, conversation.id)
+        await type_and_send(pilot, "Name a colour.", key="ctrl+g")
+        picker = await screen_of(pilot, ForkPicker)
+        await wait_until(pilot, lambda: not picker.streaming, what="three replies")
+        replies = [m for m in (await client.conversation(conversation.id)).messages if m.role == "assistant"]
+        assert len({m.content for m in replies}) == 3 and {m.stats.temperature for m in replies} == {0.7}
+        assert str(picker.query_one("#fork-sampling").render()).startswith("3 replies sampled at temperature 0.7")
+
+
+@pytest.mark.asyncio
 async def test_switching_branch_then_continuing_reuses_the_cached_prefix(client, tmp_path):
     conversation = await client.create_conversation(
         system_prompt="You are a helpful assistant who answers in one short sentence.", settings=VARIED)
