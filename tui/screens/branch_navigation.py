@@ -15,7 +15,7 @@ from localchat.tui.widgets.chat_list import ChatList
 if TYPE_CHECKING:
     from localchat.tui.screens.chat import ChatScreen
 
-FORK_WORDS = 30  # characters of the message the branches follow, in the notice
+FORK_WORDS = 24  # characters of the message the branches follow, in the notice: one line at 80 columns
 
 
 @dataclass(frozen=True)

@@ -66,8 +66,8 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         Binding("ctrl+f", "search", "Search", id="search"),
         Binding("ctrl+g", "fork", "Fork N", id="fork"),
         Binding("ctrl+t", "branch_tree", "Branches", id="branch_tree", show=False),
-        Binding("f6", "back_from_hit", "Back", id="back_from_hit"),  # shown while a search hit is on another branch
         Binding("escape", "stop", "Stop", id="stop"),  # shown while a reply is written
+        Binding("escape", "back_from_hit", "Back", id="back_from_hit"),  # while a search hit is on another branch
         Binding(END_THINKING_KEY, "end_thinking", "Answer now", id="end_thinking"),  # shown while a reply thinks
         Binding("ctrl+s", "settings", "Settings", id="settings", show=False),
         Binding("f2", "rename", "Rename", id="rename", show=False),
@@ -490,7 +490,7 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         if action in ("regenerate", "edit", "switch_branch"):
             return self.message_actions.available(action, parameters)
         if action == "back_from_hit":
-            return self.branches.back_to is not None
+            return self.branches.back_to is not None and self.generating_in is None
         if action in ("branch_tree", "export"):
             return bool(self.session.tree.messages)
         return True

@@ -1,5 +1,5 @@
 """A line above the chat, while a search hit is shown on another branch than the one the chat was on: which branch
-("Found on branch 2 of 3 of your message “How do I…”"), and the key that goes back (a click does too)."""
+("Found on branch 2 of 3, after “How do I…”"), and the key that goes back (a click does too)."""
 
 from textual.content import Content
 from textual.message import Message
@@ -13,7 +13,7 @@ class BranchNotice(Static):
     def show(self, place: tuple[int, int], fork_of: str, back_key: str) -> None:
         """place: (2, 3) for branch 2 of 3; fork_of: what the branches answer (or follow), in a few words."""
         index, count = place
-        self.update(Content.from_markup(f"Found on branch {index} of {count} (after “$words”) · "
+        self.update(Content.from_markup(f"Found on branch {index} of {count}, after “$words” · "
                                         f"[@click=back][b]{back_key}[/b] goes back[/]", words=fork_of))
         self.display = True
 
