@@ -54,7 +54,7 @@ def run_engine(llm: LLM, prompts, lengths) -> dict:
     waste = waste or [(float("nan"), float("nan"))]
     return {"seconds": seconds, "output_tokens": generated, "tok_s": generated / seconds,
             "kv_waste": statistics.mean(w for w, _ in waste), "contiguous_waste": statistics.mean(c for _, c in waste),
-            "preemptions": engine.stats()["num_preemptions"]}
+            "preemptions": engine.stats().num_preemptions}
 
 
 @torch.inference_mode()

@@ -12,6 +12,7 @@ from localchat.engine.config import EngineConfig
 from localchat.engine.llm_engine import LLMEngine
 from localchat.engine.outputs import EngineFailed, RequestFailed, RequestOutput
 from localchat.engine.sampling_params import SamplingParams
+from localchat.engine.stats import EngineStats
 from localchat.engine.structured_output import Matcher
 
 log = logging.getLogger("localchat.engine")
@@ -123,7 +124,7 @@ class AsyncLLM:
         between two steps); False if it has none to close."""
         return await self._between_steps(lambda: self.engine.end_thinking(request_id))
 
-    async def stats(self) -> dict[str, int | float]:
+    async def stats(self) -> EngineStats:
         """A snapshot taken by the engine thread between two steps (the pool is never read mid-step)."""
         return await self._between_steps(self.engine.stats)
 

@@ -9,6 +9,7 @@ import torch
 from localchat.engine.block_pool import BlockPool, hash_chain
 from localchat.engine.kv_disk_tier import KVDiskTier
 from localchat.engine.sequence import Sequence
+from localchat.engine.stats import KVCacheUsage
 
 
 @dataclass
@@ -22,17 +23,6 @@ class PrefixHit:
     partial: int | None = None
     partial_tokens: int = 0
     num_tokens: int = 0  # the sequence's tokens these hold
-
-
-@dataclass
-class KVCacheUsage:
-    """The pool's blocks, counted."""
-
-    total: int
-    used: int  # held by sequences
-    cached: int  # free, still holding a reusable prefix
-    free: int  # not held (cached ones included)
-    block_size: int
 
 
 class KVCacheManager:

@@ -21,13 +21,13 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from localchat.engine.cpu_threads import single_threaded_copy
 from localchat.engine.dirs import private_folder, write_atomically
+from localchat.engine.stats import DiskTierStats
 
 log = logging.getLogger("localchat.engine")
 
@@ -35,19 +35,6 @@ FORMAT_VERSION = 1  # of the file layout; it is part of the model fingerprint to
 MAGIC = b"LCKV"
 HEADER = struct.Struct("<4sIIQI")  # magic, version, number of token ids, payload bytes, CRC-32 of the payload
 SUFFIX = ".kv"
-
-
-@dataclass
-class DiskTierStats:
-    enabled: int = 1  # 0 once the folder could not be used (a read-only or full disk): the engine goes on without
-    bytes: int = 0  # on disk, every model's blocks
-    files: int = 0  # the same, counted (filled in by KVDiskTier.stats)
-    limit_bytes: int = 0
-    lookups: int = 0  # blocks asked for on admission (after the in-memory cache)
-    hits: int = 0  # blocks read back
-    failed_checks: int = 0  # blocks whose file was damaged: deleted and computed
-    written: int = 0
-    evicted: int = 0  # files dropped by the limit
 
 
 class KVDiskTier:

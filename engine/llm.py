@@ -4,6 +4,7 @@ from localchat.engine.config import EngineConfig
 from localchat.engine.llm_engine import LLMEngine
 from localchat.engine.outputs import RequestOutput
 from localchat.engine.sampling_params import SamplingParams
+from localchat.engine.stats import EngineStats
 
 Prompt = str | list[int]
 
@@ -41,7 +42,7 @@ class LLM:
             conversations = [conversations]
         return self.generate([self.engine.apply_chat_template(c) for c in conversations], params)
 
-    def stats(self) -> dict[str, int | float]:
+    def stats(self) -> EngineStats:
         return self.engine.stats()
 
     def close(self) -> None:

@@ -28,6 +28,7 @@ from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.scheduler import Scheduler, StepPace, StopRules
 from localchat.engine.sequence import Sequence, SequenceStatus, reply_seed
 from localchat.engine.speculator import Speculator
+from localchat.engine.stats import CPUThreadStats, EngineStats
 from localchat.engine.step_outputs import VerifiedTokens
 from localchat.engine.structured_output import Grammars, Matcher, ReplyGrammar
 
@@ -280,37 +281,16 @@ class LLMEngine:
         if self.disk is not None:
             self.disk.close()
 
-    def stats(self) -> dict[str, int | float]:
-        kv, scheduler = self.kv.usage(), self.scheduler
-        return {
-            "kv_blocks_total": kv.total,
-            "kv_cache_bytes": self.runner.kv_cache_bytes,
-            "kv_blocks_used": kv.used,
-            "kv_blocks_cached": kv.cached,
-            "kv_blocks_free": kv.free,
-            "block_size": kv.block_size,
-            "prompt_tokens": scheduler.prompt_tokens,
-            "cached_prompt_tokens": scheduler.cached_prompt_tokens,
-            "generated_tokens": self.output.generated_tokens,
-            "prefix_hit_rate": (scheduler.cached_prompt_tokens / scheduler.prompt_tokens
-                                if scheduler.prompt_tokens else 0.0),
-            "num_running": len(scheduler.running),
-            "num_waiting": len(scheduler.waiting),
-            "num_preemptions": scheduler.num_preemptions,
-            "draft_tokens": self.speculator.stats.drafted,
-            "accepted_draft_tokens": self.speculator.stats.accepted,
-            **({"cpu_threads": cpu_threads.threads, "cpu_load_of_others": cpu_threads.others}
-               if (cpu_threads := self.runner.cpu_threads) else {}),
-            **self._disk_stats(),
-        }
-
-    def _disk_stats(self) -> dict[str, int | float]:
-        """The disk tier's use, as kv_disk_* (nothing without a tier)."""
-        if self.disk is None:
-            return {}
-        stats = dataclasses.asdict(self.disk.stats)
-        return {**{f"kv_disk_{name}": value for name, value in stats.items()},
-                "kv_disk_hit_rate": stats["hits"] / stats["lookups"] if stats["lookups"] else 0.0}
+    def stats(self) -> EngineStats:
+        """A snapshot of the engine's counters and gauges (read between steps)."""
+        scheduler, cpu_threads = self.scheduler, self.runner.cpu_threads
+        return EngineStats(
+            prompt_tokens=scheduler.prompt_tokens, cached_prompt_tokens=scheduler.cached_prompt_tokens,
+            generated_tokens=self.output.generated_tokens, num_running=len(scheduler.running),
+            num_waiting=len(scheduler.waiting), num_preemptions=scheduler.num_preemptions, kv=self.kv.usage(),
+            kv_cache_bytes=self.runner.kv_cache_bytes, speculation=dataclasses.replace(self.speculator.stats),
+            cpu=CPUThreadStats(cpu_threads.threads, cpu_threads.others) if cpu_threads is not None else None,
+            disk=self.disk.stats if self.disk is not None else None)
 
 
 def _eos_token_ids(source, model_config) -> set[int]:

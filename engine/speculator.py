@@ -12,6 +12,7 @@ import torch
 from localchat.engine.sampler import SamplerOutput, SampleRow
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.sequence import Sequence
+from localchat.engine.stats import SpeculationStats
 from localchat.engine.step_outputs import SampleRows, VerifiedTokens
 from localchat.engine.structured_output import GrammarFailed, Matcher
 
@@ -102,12 +103,6 @@ class DraftRow:
     @property
     def token_ids(self) -> list[int]:
         return self.seq.token_ids + self.kept
-
-
-@dataclass
-class SpeculationStats:
-    drafted: int = 0  # draft tokens scored
-    accepted: int = 0  # of them, kept
 
 
 @dataclass

@@ -17,6 +17,7 @@ from localchat.engine.memory import release_freed_memory
 from localchat.engine.model_catalog import EMBEDDED_NAME, chosen_model
 from localchat.engine.outputs import RequestFailed
 from localchat.engine.sampling_params import SamplingParams
+from localchat.engine.stats import EngineStats
 from localchat.engine.structured_output import StructuredOutput
 
 LOAD_POLL_S = 0.05
@@ -59,8 +60,7 @@ class EmbeddedBackend:
             self.template = ChatTemplate(llm.tokenizer)
             self.model_name = llm.model_name
             stats = asyncio.run(llm.stats())
-            self.kv_cache = kv_cache_size(int(stats["kv_blocks_total"]), int(stats["block_size"]),
-                                          int(stats["kv_cache_bytes"]), llm.max_model_len)
+            self.kv_cache = kv_cache_size(stats.kv.total, stats.kv.block_size, stats.kv_cache_bytes, llm.max_model_len)
             log.info("%s ready: %s; sampling defaults: %s", llm.model_name, self.kv_cache.summary,
                      self.sampling.source)
             self.llm = llm
@@ -226,8 +226,8 @@ class EmbeddedBackend:
         """The request's replies close their thinking now; False if it has none to close."""
         return self.llm is not None and await self.llm.end_thinking(request_id)
 
-    async def stats(self) -> dict[str, float]:
-        return await self.llm.stats() if self.llm is not None else {}
+    async def stats(self) -> EngineStats:
+        return await self.llm.stats() if self.llm is not None else EngineStats()
 
     async def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> None:
         """Drop the cached KV blocks (memory and disk) of the token sequences `dropped` that `kept` do not share."""

@@ -15,6 +15,7 @@ from localchat.app.server.tool_calls import IN_SYSTEM_PROMPT, ToolSyntax
 from localchat.app.sse import async_data_lines
 from localchat.engine.outputs import CompletionOutput
 from localchat.engine.sampling_params import SamplingParams
+from localchat.engine.stats import EngineStats
 
 
 @dataclass
@@ -220,11 +221,10 @@ class RemoteBackend:
     async def check_request(self, prompt: list[int], params: SamplingParams) -> None:
         """The remote server checks its own."""
 
-    async def stats(self) -> dict[str, float]:
+    async def stats(self) -> EngineStats:
         c = self.counters
-        return {"num_running": c.running, "generated_tokens": c.generated_tokens, "prompt_tokens": c.prompt_tokens,
-                "cached_prompt_tokens": c.cached_prompt_tokens,
-                "prefix_hit_rate": c.cached_prompt_tokens / c.prompt_tokens if c.prompt_tokens else 0.0}
+        return EngineStats(num_running=c.running, generated_tokens=c.generated_tokens, prompt_tokens=c.prompt_tokens,
+                           cached_prompt_tokens=c.cached_prompt_tokens)
 
     async def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> None:
         """The remote server's cache is its own: nothing is kept here."""

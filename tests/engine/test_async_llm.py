@@ -58,7 +58,7 @@ def test_concurrent_requests_and_abort_free_blocks(async_llm):
     (_, short_tokens, _, _), (_, long_tokens, _, long_last) = asyncio.run(scenario())
     assert len(short_tokens) == 8
     assert long_last.outputs[0].finish_reason == "abort" and len(long_tokens) < 4000
-    assert asyncio.run(async_llm.stats())["kv_blocks_used"] == 0
+    assert asyncio.run(async_llm.stats()).kv.used == 0
 
 
 def test_an_abort_right_after_the_request_ends_its_stream(async_llm):
@@ -73,7 +73,7 @@ def test_an_abort_right_after_the_request_ends_its_stream(async_llm):
     for i in range(5):
         deltas = asyncio.run(asyncio.wait_for(scenario(i), 60))
         assert deltas[-1].finished and {o.finish_reason for o in deltas[-1].outputs} == {"abort"}
-    assert asyncio.run(async_llm.stats())["kv_blocks_used"] == 0
+    assert asyncio.run(async_llm.stats()).kv.used == 0
 
 
 def test_a_failing_step_fails_its_requests_and_the_engine_goes_on(async_llm, monkeypatch):
@@ -90,7 +90,7 @@ def test_a_failing_step_fails_its_requests_and_the_engine_goes_on(async_llm, mon
     params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
     with pytest.raises(EngineFailed, match="a step that fails"):
         asyncio.run(collect(async_llm, ids, params))
-    assert async_llm.alive and asyncio.run(async_llm.stats())["kv_blocks_used"] == 0
+    assert async_llm.alive and asyncio.run(async_llm.stats()).kv.used == 0
     _, tokens, _, last = asyncio.run(collect(async_llm, ids, params))  # the next request is served
     assert len(tokens) == 16 and last.finished
 
@@ -133,7 +133,7 @@ def test_a_grammar_that_gives_up_fails_its_stream_alone(async_llm):
 
     _, tokens, _, last = asyncio.run(scenario())
     assert len(tokens) == 24 and last.finished and last.error is None
-    assert asyncio.run(async_llm.stats())["kv_blocks_used"] == 0
+    assert asyncio.run(async_llm.stats()).kv.used == 0
 
 
 def test_a_slow_grammar_compiles_while_the_other_replies_go_on(async_llm, monkeypatch):

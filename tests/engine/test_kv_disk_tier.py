@@ -177,7 +177,7 @@ def warm_dir(tmp_path_factory):
     ids = llm.engine.apply_chat_template(TURN_1)
     (first,) = llm.generate(ids, GREEDY)
     llm.close()
-    assert llm.stats()["kv_disk_written"] >= len(ids) // 16
+    assert llm.stats().disk.written >= len(ids) // 16
     return folder, ids + first.outputs[0].token_ids
 
 
@@ -194,7 +194,7 @@ def test_after_a_restart_only_the_new_tokens_are_computed_and_the_reply_is_the_s
     (warm,) = restarted.generate(prompt, GREEDY)
     new_tokens = len(prompt) - len(history)
     assert len(prompt) - warm.num_cached_tokens <= new_tokens + 1 + 16  # the reply's last token, and one block
-    assert restarted.stats()["kv_disk_hits"] == warm.num_cached_tokens // 16
+    assert restarted.stats().disk.hits == warm.num_cached_tokens // 16
     cold = LLM()  # no disk tier: everything computed
     (expected,) = cold.generate(prompt, GREEDY)
     assert expected.num_cached_tokens == 0
@@ -208,7 +208,7 @@ def test_other_weights_dtype_or_block_size_never_reuse_a_block(warm_dir, change)
     folder, history = warm_dir
     other = LLM(kv_disk_bytes=10**9, kv_disk_dir=str(folder), **change)
     (out,) = other.generate(next_turn(other, history), SamplingParams(temperature=0, max_tokens=2))
-    assert out.num_cached_tokens == 0 and other.stats()["kv_disk_hits"] == 0
+    assert out.num_cached_tokens == 0 and other.stats().disk.hits == 0
 
 
 @pytest.mark.slow
@@ -223,7 +223,7 @@ def test_a_damaged_block_on_disk_is_recomputed(warm_dir, tmp_path):
     llm = LLM(kv_disk_bytes=10**9, kv_disk_dir=str(copy))
     prompt = next_turn(llm, history)
     (out,) = llm.generate(prompt, GREEDY)
-    assert out.num_cached_tokens == 0 and llm.stats()["kv_disk_failed_checks"] >= 1 and llm.stats()["kv_disk_hits"] == 0
+    assert out.num_cached_tokens == 0 and llm.stats().disk.failed_checks >= 1 and llm.stats().disk.hits == 0
     (again,) = LLM().generate(prompt, GREEDY)
     assert out.outputs[0].token_ids == again.outputs[0].token_ids
 
@@ -237,7 +237,7 @@ def test_a_workload_larger_than_the_limit_keeps_the_tier_within_it(tmp_path):
     llm.close()
     stats = llm.stats()
     on_disk = sum(p.stat().st_size for p in tmp_path.rglob("*.kv"))
-    assert stats["kv_disk_evicted"] > 0 and on_disk == stats["kv_disk_bytes"] <= stats["kv_disk_limit_bytes"]
+    assert stats.disk.evicted > 0 and on_disk == stats.disk.bytes <= stats.disk.limit_bytes
 
 
 @pytest.mark.slow
@@ -252,7 +252,7 @@ def test_a_folder_that_fails_mid_run_turns_the_tier_off_and_replies_go_on(tmp_pa
     (second,) = llm.generate(prompt[:-20], GREEDY)
     (third,) = llm.generate(prompt, GREEDY)
     llm.engine.disk.flush()
-    assert llm.stats()["kv_disk_enabled"] == 0 and "disk tier" in caplog.text
+    assert llm.stats().disk.enabled == 0 and "disk tier" in caplog.text
     assert third.outputs[0].token_ids == first.outputs[0].token_ids  # served from memory, as without a tier
 
 
@@ -274,7 +274,7 @@ def test_a_sigkill_during_write_behind_leaves_nothing_torn(tmp_path):
     assert not [p for p in tmp_path.rglob(".*") if p.is_file()]  # cut writes are cleared at start
     prompts = [llm.engine.tokenize(f"Story {i}: " + "once upon a time in a paged cache " * 12) for i in range(4)]
     outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=4))
-    assert llm.stats()["kv_disk_failed_checks"] == 0  # every file in place is whole
+    assert llm.stats().disk.failed_checks == 0  # every file in place is whole
     cold = LLM().generate(prompts, SamplingParams(temperature=0, max_tokens=4))
     assert [o.outputs[0].token_ids for o in outs] == [o.outputs[0].token_ids for o in cold]
 

@@ -87,7 +87,7 @@ def test_greedy_with_warm_prefix_cache_matches_transformers(llm, prompts, refere
     for o, ids in zip(outs, prompts):
         # every token but the last: the full blocks, then the partial block kept as a tail by the warm-up
         assert o.num_cached_tokens == len(ids) - 1
-    assert llm.stats()["kv_blocks_used"] == 0
+    assert llm.stats().kv.used == 0
 
 
 def test_text_is_the_decoded_tokens(llm, prompts):
@@ -127,9 +127,9 @@ def test_preemption_lets_every_request_finish_with_the_same_outputs(prompts):
     roomy = LLM(dtype="float32").generate(prompts, params)
     tight = LLM(dtype="float32", num_kv_blocks=24)  # 384 token slots for 8 requests of up to ~110 tokens
     outs = tight.generate(prompts, params)
-    assert tight.stats()["num_preemptions"] > 0
+    assert tight.stats().num_preemptions > 0
     assert [o.outputs[0].token_ids for o in outs] == [o.outputs[0].token_ids for o in roomy]
-    assert tight.stats()["kv_blocks_used"] == 0
+    assert tight.stats().kv.used == 0
 
 
 def test_second_turn_reuses_every_computed_token_of_the_first(llm):
@@ -144,7 +144,7 @@ def test_second_turn_reuses_every_computed_token_of_the_first(llm):
     computed = len(history) - 1
     assert computed % 16 and second.num_cached_tokens == computed
     stats = llm.stats()
-    assert stats["cached_prompt_tokens"] > 0 and stats["prompt_tokens"] >= stats["cached_prompt_tokens"]
+    assert stats.cached_prompt_tokens > 0 and stats.prompt_tokens >= stats.cached_prompt_tokens
 
 
 def test_stop_strings_and_stop_token_ids(llm, prompts):

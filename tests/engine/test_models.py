@@ -121,7 +121,7 @@ def test_prefill_and_decode_logits_match_transformers(arch, tokenizer, tmp_path)
 
     assert [len(o.outputs[0].token_ids) for o in outputs] == [33, 33, 33]
     assert assert_logits_match(reference, seen, outputs) == 3 * 33  # a row for each token, drafted or not
-    assert llm.stats()["kv_blocks_used"] == 0
+    assert llm.stats().kv.used == 0
 
 
 @pytest.mark.parametrize("arch", ["gemma3", pytest.param("mistral-window", marks=pytest.mark.slow)])
@@ -143,7 +143,7 @@ def test_windowed_prefix_hits_and_forks_match_transformers(arch, tokenizer, tmp_
     replies = [tuple(c.token_ids) for c in outputs[1].outputs]
     assert len(set(replies)) == 3
     assert assert_logits_match(reference, seen, outputs) == 4 + 3 * 12
-    assert llm.stats()["kv_blocks_used"] == 0
+    assert llm.stats().kv.used == 0
 
 
 def test_multimodal_gemma3_checkpoint_runs_its_text_model(tokenizer, tmp_path):
@@ -268,8 +268,8 @@ def test_a_packed_gguf_keeps_the_fidelity_bars(arch, tokenizer, tmp_path, monkey
     prompts = prompts[:20]
     llm.engine.kv.forget_cached()
     cold = [llm.generate(p, params)[0].outputs[0].token_ids for p, params in zip(prompts, seeded)]
-    hits = llm.stats()["cached_prompt_tokens"]
+    hits = llm.stats().cached_prompt_tokens
     cached = [llm.generate(p, params)[0].outputs[0].token_ids for p, params in zip(prompts, seeded)]
-    assert llm.stats()["cached_prompt_tokens"] - hits >= sum(len(p) // 4 * 4 - 4 for p in prompts)  # from the cache
+    assert llm.stats().cached_prompt_tokens - hits >= sum(len(p) // 4 * 4 - 4 for p in prompts)  # from the cache
     batched = [o.outputs[0].token_ids for o in llm.generate(prompts, seeded)]
     assert cold == cached == batched

@@ -128,7 +128,7 @@ def test_preemption_does_not_advance_the_grammar_again(llm):
     roomy = llm.generate(prompts, params)
     tight = LLM(dtype="float32", num_kv_blocks=NUM_TIGHT_BLOCKS)
     outs = tight.generate(prompts, params)
-    assert tight.stats()["num_preemptions"] > 0
+    assert tight.stats().num_preemptions > 0
     assert [o.outputs[0].token_ids for o in outs] == [o.outputs[0].token_ids for o in roomy]
     assert all(o.outputs[0].finish_reason == "stop" for o in outs)
 
@@ -258,7 +258,7 @@ def test_a_grammar_that_gives_up_fails_its_request_alone(llm, prompt, schema):
     assert [o.finish_reason for o in failed.outputs] == ["abort", "abort"]
     alone = llm.generate([prompt] * 2, others)
     assert [o.outputs[0].token_ids for o in outs] == [o.outputs[0].token_ids for o in alone]
-    assert all(o.error is None for o in outs) and llm.stats()["kv_blocks_used"] == 0
+    assert all(o.error is None for o in outs) and llm.stats().kv.used == 0
 
 
 def test_a_schema_nested_too_deep_is_refused_before_any_recursion():

@@ -187,6 +187,6 @@ def test_engine_greedy_tokens_match_torch_backend(arch, tmp_path, monkeypatch):
         llm = LLM(str(tmp_path), dtype="float32", block_size=8, max_num_batched_tokens=24, num_kv_blocks=512,
                   attention_backend=backend)
         outputs[backend] = [[c.token_ids for c in o.outputs] for o in llm.generate(prompts, params)]
-        assert llm.stats()["cached_prompt_tokens"] > 0
+        assert llm.stats().cached_prompt_tokens > 0
     assert llm.engine.runner.backend is TritonPagedAttention and copies
     assert outputs["triton"] == outputs["torch"]
