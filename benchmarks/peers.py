@@ -79,8 +79,30 @@ def machine_info() -> dict:
     flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
     return {**machine(), "cpus": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)),
             "simd": [f for f in flags if f in ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16",
-                                                "avx512vbmi", "amx_tile")],
+                                                "avx512vbmi", "amx_tile", "amx_int8", "amx_bf16")],
+            "amx": "amx_tile" in flags,
             "commit": git("rev-parse", "--short", "HEAD"), "worktree_dirty": bool(git("status", "--porcelain"))}
+
+
+def machine_peaks() -> dict:
+    """What this machine's cores give, measured on the engine's threads before the servers start: the bound prefill
+    is judged against (profile_steps.py's products through oneDNN, which uses AMX tiles where the CPU has them), and
+    the matrix kernel localchat's engine runs for prefill and batched rows here."""
+    from profile_steps import gemm_peak_tflops, read_bandwidth_gbs
+
+    from localchat.engine import native_kernels
+
+    kernel = ("int8 AVX-512 VNNI over dynamically quantized activations (engine/native/int8_matmul.c)"
+              if native_kernels.load() is not None else "torch (no native kernels on this CPU)")
+    return {"bf16 TFLOP/s": round(gemm_peak_tflops(torch_dtype("bfloat16")), 3),
+            "int8 TOP/s": round(gemm_peak_tflops(torch_dtype("int8")), 3),
+            "read GB/s": round(read_bandwidth_gbs(), 1), "localchat kernel": kernel}
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return getattr(torch, name)
 
 
 def write_result(name: str, record: dict) -> None:
@@ -390,6 +412,11 @@ def tables(runs: dict[str, dict], meta: dict) -> tuple[str, dict]:
                f"{meta['machine']['cpu']} ({meta['machine']['cpus']} CPUs, llama.cpp -t {meta['threads']}, torch "
                f"{meta['machine']['threads']} threads); load {start[0]:.2f} at the start, {end[0]:.2f} at the end"
                + (" (quick: smoke-test sizes, not figures)" if meta["quick"] else ""))
+    if "peaks" in meta:
+        peaks = meta["peaks"]
+        out.append(f"AMX: {'yes' if meta['machine'].get('amx') else 'no'}; peaks on the engine's threads: "
+                   f"{peaks['bf16 TFLOP/s']} bf16 TFLOP/s, {peaks['int8 TOP/s']} int8 TOP/s (oneDNN), "
+                   f"{peaks['read GB/s']} GB/s read; localchat's matmuls: {peaks['localchat kernel']}")
     for lc_label, ll_label, title in (("localchat", "llama.cpp", "quiet"),
                                       (PLAIN, "llama.cpp", "quiet, localchat with --speculative off"),
                                       ("localchat+busy", "llama.cpp+busy", "one core busy with another process")):
@@ -451,6 +478,8 @@ def main() -> None:
     meta = {"benchmark": "peers", "command": [sys.executable, *sys.argv], "quick": args.quick, "busy": args.busy,
             "threads": args.threads, "load_start": load(), "machine": machine_info(), "harness": str(args.harness),
             "servers": {}}
+    meta["peaks"] = machine_peaks()
+    log(f"peaks: {meta['peaks']}")
     log(f"load at the start: {meta['load_start']['proc_loadavg']}")
     if "llama.cpp" in servers:
         args.llama_server = llama_server_path(args.llama_server)
