@@ -79,3 +79,23 @@ def test_no_block_object_leaves_the_pool():
                  if isinstance(node, ast.ImportFrom) and node.module == "localchat.engine.block_pool"
                  and any(alias.name == "Block" for alias in node.names)]
     assert not importers, f"Block imported by {importers}"
+
+
+GRAMMAR_OWNERS = {ROOT / "engine" / "sequence.py", ROOT / "engine" / "structured_output.py"}
+GRAMMAR_STATE = {"grammar", "matcher", "answer_matcher", "waits_for_answer"}
+
+
+def test_a_replys_grammar_state_is_written_by_its_sequence_alone():
+    """One owner for a reply's place in its grammar: Sequence's methods (its ReplyGrammar); the others read
+    seq.matcher or call those methods."""
+    found = []
+    for path in (ROOT / "engine").rglob("*.py"):
+        if path in GRAMMAR_OWNERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = (node.targets if isinstance(node, ast.Assign)
+                       else [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else [])
+            written = [t for target in targets for t in ast.walk(target)
+                       if isinstance(t, ast.Attribute) and t.attr in GRAMMAR_STATE and isinstance(t.ctx, ast.Store)]
+            found += [f"{path.relative_to(ROOT)}:{node.lineno} .{t.attr}" for t in written]
+    assert not found, "grammar state written outside engine/sequence.py:\n" + "\n".join(found)
