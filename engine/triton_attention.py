@@ -200,44 +200,11 @@ class TritonPagedAttention:
         """query [num_tokens, num_heads, head_dim] -> [num_tokens, num_heads, head_dim]; window: the layer's sliding
         window (each token sees its last `window` positions), None for the whole context."""
         out = torch.empty_like(query)
-        _, block_size, num_kv_heads, head_dim = k_cache.shape
-        num_heads = query.shape[1]
-        group = num_heads // num_kv_heads
-        block_d = triton.next_power_of_2(head_dim)
-        dot_f32 = query.device.type == "cpu"  # the interpreter's dot cannot multiply bfloat16 (it has no numpy type)
-        cache_strides = (k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), meta.block_tables.stride(0))
-        window = window or NO_WINDOW
-        num_decodes = meta.num_decodes
-        if num_decodes:
-            # split the longest context within the window so that the launch fills the GPU; splits past a shorter
-            # context do nothing
-            num_tiles = triton.cdiv(min(meta.max_decode_len, window), DECODE_BLOCK_N)
-            tiles_per_split = triton.cdiv(num_tiles, max(1, DECODE_TARGET_PROGRAMS // (num_decodes * num_kv_heads)))
-            splits = triton.cdiv(num_tiles, tiles_per_split)
-            split_len = tiles_per_split * DECODE_BLOCK_N
-            acc = torch.empty(num_decodes, num_heads, splits, block_d, dtype=torch.float32, device=query.device)
-            ml = torch.empty(num_decodes, num_heads, splits, 2, dtype=torch.float32, device=query.device)
-            _decode_kernel[(num_decodes, num_kv_heads, splits)](
-                query, k_cache, v_cache, meta.block_tables, meta.seq_lens_tensor, meta.decode_seqs,
-                meta.decode_tokens, acc, ml, scale * LOG2E, split_len, window,
-                query.stride(0), query.stride(1), *cache_strides, acc.stride(0), acc.stride(1),
-                ml.stride(0), ml.stride(1),
-                BLOCK_SIZE=block_size, GROUP=group, HEAD_DIM=head_dim, BLOCK_G=max(16, triton.next_power_of_2(group)),
-                BLOCK_N=DECODE_BLOCK_N, BLOCK_D=block_d, DOT_F32=dot_f32)
-            _reduce_kernel[(num_decodes, num_heads)](
-                acc, ml, out, meta.seq_lens_tensor, meta.decode_seqs, meta.decode_tokens, split_len, window,
-                acc.stride(0), acc.stride(1), ml.stride(0), ml.stride(1), out.stride(0), out.stride(1),
-                HEAD_DIM=head_dim, BLOCK_S=triton.next_power_of_2(splits), BLOCK_D=block_d)
+        launch = _Launch(query, k_cache, v_cache, meta, out, scale * LOG2E, window or NO_WINDOW)
+        if meta.num_decodes:
+            launch.decodes()
         if meta.prefill_seqs:
-            starts = meta.query_start_loc
-            max_query_len = max(starts[i + 1] - starts[i] for i in meta.prefill_seqs)
-            grid = (len(meta.prefill_seqs), triton.cdiv(max_query_len, PREFILL_BLOCK_M), num_heads)
-            _prefill_kernel[grid](
-                query, k_cache, v_cache, out, meta.block_tables, meta.seq_lens_tensor, meta.query_start_loc_tensor,
-                meta.prefill_seqs_tensor, scale * LOG2E, window,
-                query.stride(0), query.stride(1), out.stride(0), out.stride(1), *cache_strides,
-                BLOCK_SIZE=block_size, GROUP=group, HEAD_DIM=head_dim,
-                BLOCK_M=PREFILL_BLOCK_M, BLOCK_N=PREFILL_BLOCK_N, BLOCK_D=block_d, DOT_F32=dot_f32)
+            launch.prefills()
         return out
 
     @staticmethod
@@ -250,3 +217,55 @@ class TritonPagedAttention:
         grid = (len(copies), parts.shape[0], triton.cdiv(block_elems, COPY_BLOCK))
         _copy_blocks_kernel[grid](parts, pairs, parts.stride(0), parts.stride(1), BLOCK_ELEMS=block_elems,
                                   BLOCK=COPY_BLOCK)
+
+
+class _Launch:
+    """One attend() call's kernel launches: the decodes' split-context kernel and its reduction, then the prefills'."""
+
+    def __init__(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+                 out: torch.Tensor, scale_log2: float, window: int):
+        """scale_log2: the softmax scale in log2 units (the kernels use exp2)."""
+        self.query, self.k_cache, self.v_cache, self.meta, self.out = query, k_cache, v_cache, meta, out
+        self.scale_log2, self.window = scale_log2, window
+        _, self.block_size, self.num_kv_heads, self.head_dim = k_cache.shape
+        self.num_heads = query.shape[1]
+        self.group = self.num_heads // self.num_kv_heads
+        self.block_d = triton.next_power_of_2(self.head_dim)
+        self.dot_f32 = query.device.type == "cpu"  # the interpreter's dot cannot multiply bfloat16 (no numpy type)
+        self.cache_strides = (k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), meta.block_tables.stride(0))
+
+    def decodes(self) -> None:
+        query, meta, out, num_heads = self.query, self.meta, self.out, self.num_heads
+        num_decodes = meta.num_decodes
+        # split the longest context within the window so that the launch fills the GPU; splits past a shorter context
+        # do nothing
+        num_tiles = triton.cdiv(min(meta.max_decode_len, self.window), DECODE_BLOCK_N)
+        tiles_per_split = triton.cdiv(num_tiles, max(1, DECODE_TARGET_PROGRAMS // (num_decodes * self.num_kv_heads)))
+        splits = triton.cdiv(num_tiles, tiles_per_split)
+        split_len = tiles_per_split * DECODE_BLOCK_N
+        acc = torch.empty(num_decodes, num_heads, splits, self.block_d, dtype=torch.float32, device=query.device)
+        ml = torch.empty(num_decodes, num_heads, splits, 2, dtype=torch.float32, device=query.device)
+        _decode_kernel[(num_decodes, self.num_kv_heads, splits)](
+            query, self.k_cache, self.v_cache, meta.block_tables, meta.seq_lens_tensor, meta.decode_seqs,
+            meta.decode_tokens, acc, ml, self.scale_log2, split_len, self.window,
+            query.stride(0), query.stride(1), *self.cache_strides, acc.stride(0), acc.stride(1),
+            ml.stride(0), ml.stride(1),
+            BLOCK_SIZE=self.block_size, GROUP=self.group, HEAD_DIM=self.head_dim,
+            BLOCK_G=max(16, triton.next_power_of_2(self.group)), BLOCK_N=DECODE_BLOCK_N, BLOCK_D=self.block_d,
+            DOT_F32=self.dot_f32)
+        _reduce_kernel[(num_decodes, num_heads)](
+            acc, ml, out, meta.seq_lens_tensor, meta.decode_seqs, meta.decode_tokens, split_len, self.window,
+            acc.stride(0), acc.stride(1), ml.stride(0), ml.stride(1), out.stride(0), out.stride(1),
+            HEAD_DIM=self.head_dim, BLOCK_S=triton.next_power_of_2(splits), BLOCK_D=self.block_d)
+
+    def prefills(self) -> None:
+        query, meta, out = self.query, self.meta, self.out
+        starts = meta.query_start_loc
+        max_query_len = max(starts[i + 1] - starts[i] for i in meta.prefill_seqs)
+        grid = (len(meta.prefill_seqs), triton.cdiv(max_query_len, PREFILL_BLOCK_M), self.num_heads)
+        _prefill_kernel[grid](
+            query, self.k_cache, self.v_cache, out, meta.block_tables, meta.seq_lens_tensor,
+            meta.query_start_loc_tensor, meta.prefill_seqs_tensor, self.scale_log2, self.window,
+            query.stride(0), query.stride(1), out.stride(0), out.stride(1), *self.cache_strides,
+            BLOCK_SIZE=self.block_size, GROUP=self.group, HEAD_DIM=self.head_dim,
+            BLOCK_M=PREFILL_BLOCK_M, BLOCK_N=PREFILL_BLOCK_N, BLOCK_D=self.block_d, DOT_F32=self.dot_f32)
