@@ -33,7 +33,7 @@ from localchat.app.protocol.conversations import (
     StreamEvent,
     SummarizeRequest,
 )
-from localchat.app.protocol.documents import Document
+from localchat.app.protocol.documents import Document, DocumentText
 from localchat.app.protocol.limits import Limits
 from localchat.app.protocol.models import ModelCatalog, ModelChoice
 from localchat.app.protocol.system import Health, LoginCode, SessionsRevoked
@@ -210,6 +210,10 @@ class EngineClient:
 
     async def documents(self) -> list[Document]:
         return await self._call("GET", "/api/documents", kind=list[Document])
+
+    async def document_text(self, document_id: str) -> DocumentText:
+        """A document and its text, as a prompt holds it."""
+        return await self._call("GET", f"/api/documents/{document_id}", kind=DocumentText)
 
     async def delete_document(self, document_id: str) -> None:
         await self._call("DELETE", f"/api/documents/{document_id}")
