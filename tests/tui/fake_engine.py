@@ -27,7 +27,7 @@ from localchat.app.protocol.conversations import (
     StreamEvent,
     UserEvent,
 )
-from localchat.app.protocol.documents import Document
+from localchat.app.protocol.documents import Document, DocumentText
 from localchat.app.protocol.limits import Limits
 from localchat.app.protocol.system import Health
 from localchat.app.server.app import engine_limits
@@ -136,6 +136,7 @@ class FakeEngine:
         self.summarize_calls: list[tuple[str, str | None]] = []
         self.refuse_with: EngineError | None = None  # raised by the next sends and regenerates, before any event
         self.documents: dict[str, Document] = {}
+        self.document_texts: dict[str, str] = {}  # by document id
         self.sent: list[tuple[str, str, list[str]]] = []  # (conversation, text, documents) of every send
         self.regenerated: list[str] = []  # the message of every regenerate
         self.edited: list[tuple[str, str]] = []  # (message, new text) of every edit
@@ -202,7 +203,12 @@ class FakeEngine:
         document = Document(id=f"d_{len(self.documents) + 1}", name=path.name, media_type="text/plain",
                             chars=len(text), tokens=len(text.split()), created_at=T0 + 80)
         self.documents[document.id] = document
+        self.document_texts[document.id] = text
         return document
+
+    async def document_text(self, document_id: str) -> DocumentText:
+        self._check()
+        return DocumentText(document=self.documents[document_id], text=self.document_texts[document_id])
 
     async def update_conversation(self, conversation_id: str, **fields) -> Conversation:
         self._check()

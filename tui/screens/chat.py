@@ -28,8 +28,9 @@ from localchat.tui.chat_session import (
 from localchat.tui.engine_work import engine_work
 from localchat.tui.screens.branch_navigation import BranchNavigation
 from localchat.tui.screens.chat_documents import ChatDocuments
+from localchat.tui.screens.chat_export import ChatExport
 from localchat.tui.screens.confirm import ConfirmScreen
-from localchat.tui.screens.export import ExportChoice, ExportScreen
+from localchat.tui.screens.export import ExportChoice
 from localchat.tui.screens.fork_picker import ForkPicker
 from localchat.tui.screens.long_chats import LongChats
 from localchat.tui.screens.message_actions import MessageActions
@@ -100,6 +101,7 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         self.drawing = asyncio.Lock()
         self.message_actions = MessageActions(self)
         self.branches = BranchNavigation(self)
+        self.chat_export = ChatExport(self)
 
     def compose(self) -> ComposeResult:
         yield ChatHeader(icon="◆")
@@ -365,23 +367,11 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         self.message_actions.copy_code()
 
     def action_export(self) -> None:
-        if self.session.conversation is not None:
-            self.app.push_screen(ExportScreen(self.session.conversation.title), self.export)
+        self.chat_export.ask()
 
     @engine_work()
     async def export(self, choice: ExportChoice | None) -> None:
-        """Write the export where the dialog said; say where it went (the full path), or that nothing was written."""
-        if choice is None:
-            self.notify("Export cancelled: nothing was written", title="Export")
-            return
-        text = await self.client.export(self.session.conversation.id, choice.format,
-                                        leaf=self.session.leaf if choice.format == "markdown" else None)
-        try:
-            choice.path.write_text(text)
-        except OSError as error:
-            self.notify(f"Could not write {choice.path}: {error.strerror}", title="Export", severity="error")
-        else:
-            self.notify(f"Exported to {choice.path}", title="Export", timeout=10)  # time to read the path
+        await self.chat_export.write(choice)
 
     def action_settings(self) -> None:
         self.edit_settings()

@@ -1,4 +1,4 @@
-"""Where to export a chat, and as what: Markdown (the branch on screen) or JSON (the whole tree)."""
+"""Where to export a chat, and as what: Markdown (the branch on screen) or JSON (the whole tree), with its documents."""
 
 import re
 from dataclasses import dataclass
@@ -42,14 +42,15 @@ def default_path(title: str, format: str) -> Path:
 
 
 class ExportScreen(ModalScreen[ExportChoice | None]):
-    """Enter in the path, or on Export, exports; Export is the first button, so Tab from the path then Enter does
-    too. The chat screen says where the file went, or that nothing was written."""
+    """Enter in the path, or on Export, exports; the buttons as in the other dialogs, Cancel then Export. The chat
+    screen says where the file went, or that nothing was written."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="cancel")]
 
-    def __init__(self, title: str):
+    def __init__(self, title: str, documents: int = 0):
+        """documents: how many the chat and its messages carry (the export holds them)."""
         super().__init__()
-        self.chat_title = title
+        self.chat_title, self.documents = title, documents
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
@@ -59,9 +60,12 @@ class ExportScreen(ModalScreen[ExportChoice | None]):
                 yield RadioButton("JSON (every branch)", id="json")
             yield Input(str(default_path(self.chat_title, "markdown")), id="path")
             yield Label(folder_note(export_folder()), id="export-folder", markup=False)
+            if self.documents:
+                held = "its document" if self.documents == 1 else f"its {self.documents} documents"
+                yield Label(f"With {held} (name and text) at the end.", id="export-documents", markup=False)
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Export", id="export", variant="primary")
                 yield Button("Cancel", id="cancel")
+                yield Button("Export", id="export", variant="primary")
 
     def on_mount(self) -> None:
         self.query_one("#path", Input).focus()
