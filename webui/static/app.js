@@ -397,7 +397,7 @@ class App {
       this.render();
       this.refreshChats().catch((e) => this.showError(e));
     } else if (change instanceof RepliesStarted) {
-      this.thread.startTemperature = event.temperature ?? null;
+      this.thread.startTemperature = change.temperature;
       this.models.showStart(change.model, change.retokenizedFrom);
       this.render();
     } else if (change instanceof TextAdded) {

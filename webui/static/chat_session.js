@@ -23,11 +23,12 @@ export class BranchShown {
 
 /** Replies began under a message: empty ones are in the tree, the first ends the shown branch. */
 export class RepliesStarted {
-  constructor(replies, fork, model, retokenizedFrom) {
+  constructor(replies, fork, model, retokenizedFrom, temperature) {
     this.replies = replies;  // in reply order
     this.fork = fork;  // several: shown side by side until one is picked
     this.model = model;  // the model writing them
     this.retokenizedFrom = retokenizedFrom;  // the other models whose messages were tokenized again for it
+    this.temperature = temperature;  // what they sample at (a fork's: the model's fork temperature at least), or null
   }
 }
 
@@ -148,7 +149,8 @@ export class ChatSession {
     for (const reply of replies) this.tree.add(reply);
     this.show(replies[0].id);
     if (replies.length > 1) this.fork = new Fork(event.parent_id, event.message_ids);
-    return new RepliesStarted(replies, this.fork, event.model ?? null, event.retokenized_from ?? []);
+    return new RepliesStarted(replies, this.fork, event.model ?? null, event.retokenized_from ?? [],
+      event.temperature ?? null);
   }
 
   /** A delta: new answer text, or new thinking (a thinking model's, which comes first) with its count of tokens so
