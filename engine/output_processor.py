@@ -2,7 +2,7 @@
 strings, and takes a thinking model's reasoning apart), logprobs, and the deltas streamed to callers. It changes no
 engine state: the scheduler decides when a reply ends, the engine when a reply's thinking is closed (from what
 forced_tokens() says) and when its answer's grammar begins (answer_begun()), and the request table (the engine's)
-which requests are in flight."""
+which requests are in flight; here, each reply's text state is kept in its request's entry as the reply starts."""
 
 from dataclasses import dataclass, field
 
