@@ -118,8 +118,13 @@ def test_branches_regenerate_edit_fork_and_reload(chat):
     expect(chat.message(edited["id"]).locator(".content")).to_have_text("Name a vegetable.")
 
     # fork three replies: side by side as cards while they stream, saying how they were sampled; pick the second one
+    # at the model's fork temperature at least (the chat's 0.9 where that is higher), said from the replies' start on
+    least = chat.api.get("/api/conversation-defaults").json()["sampling"]["fork_temperature"]
+    sampled = page.locator("#thread .fork .fork-sampling")
     chat.send("Why that one?", replies=3)
     expect(chat.cards).to_have_count(3, timeout=REPLY_TIMEOUT_MS)
+    expect(sampled).to_have_text(f"3 replies, sampled at temperature {max(0.9, least):g}")
+    expect(sampled).to_have_attribute("title", re.compile(rf"at temperature {least:g} at least"))
     expect(page.get_by_label("Fork")).to_have_value("3")  # the Fork box keeps its number for the chat's next message
     chat.wait_replies()
     for card in chat.cards.all():  # once written, the cards' buttons are in sight, not under the message box
@@ -128,11 +133,8 @@ def test_branches_regenerate_edit_fork_and_reload(chat):
     fork = children(chat.stored()["messages"], question["id"])
     forked = [m["id"] for m in fork]
     assert len(forked) == 3
-    # at the model's fork temperature at least (the chat's 0.9 where that is higher)
-    least = chat.api.get("/api/conversation-defaults").json()["sampling"]["fork_temperature"]
-    assert {m["stats"]["temperature"] for m in fork} == {max(0.9, least)}
-    expect(page.locator("#thread .fork .fork-sampling")).to_have_text(
-        f"3 replies, sampled at temperature {fork[0]['stats']['temperature']:g}")
+    assert {m["stats"]["temperature"] for m in fork} == {max(0.9, least)}  # as the replies' stats say too
+    expect(sampled).to_have_text(f"3 replies, sampled at temperature {fork[0]['stats']['temperature']:g}")
     for reply in fork:  # a reply sampled again for being the same as a sibling says so
         line = page.locator(f'#thread .fork .card[data-id="{reply["id"]}"] .stats-line')
         if reply["stats"]["resampled"]:
