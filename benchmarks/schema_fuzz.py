@@ -80,7 +80,7 @@ def main() -> None:
         server.process.terminate()
         server.process.wait(60)
     log = (home / "serve.log").read_text(errors="replace")
-    summary = {"cases": sum(r["cases"] or 0 for r in rows), "failures": sum(r["failures"] for r in rows),
+    summary = {"max examples": args.max_examples, "cases": sum(r["cases"] or 0 for r in rows), "failures": sum(r["failures"] for r in rows),
                "generates afterwards": reply.status_code == 200,
                "KV blocks held afterwards": re.search(r"^localchat_kv_blocks_used (\S+)", metrics, re.M)[1],
                "tracebacks in the log": log.count("Traceback"), "outputs": str(root)}

@@ -77,7 +77,8 @@ def _with_refs(value, refs: dict[str, Reference]):
     if isinstance(value, dict):
         if "$ref" in value:
             return refs[value["$ref"]]
-        return {key: _with_refs(item, refs) for key, item in value.items() if key != "discriminator"}
+        tagged = isinstance(value.get("discriminator"), dict) and "propertyName" in value["discriminator"]
+        return {key: _with_refs(item, refs) for key, item in value.items() if not (tagged and key == "discriminator")}
     if isinstance(value, list):
         return [_with_refs(item, refs) for item in value]
     return value
