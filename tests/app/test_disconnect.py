@@ -78,6 +78,29 @@ def test_a_client_that_disconnects_ends_its_whole_answer_and_frees_its_blocks(ti
     assert 0 < written < CONTEXT // 2, f"{written} tokens: the reply went on after its client left"
 
 
+def test_many_clients_that_leave_at_once_free_every_block(tiny_server):
+    """An abort storm: two requests of each API, their clients all gone at once."""
+    before = tiny_server.wait_idle()["localchat_generated_tokens_total"]
+    bodies = requests(tiny_server.model)
+    connections = [post_and_keep_open(tiny_server, path, body) for path, body in bodies.items() for _ in range(2)]
+    try:
+        deadline = time.monotonic() + START_DEADLINE_S
+        while time.monotonic() < deadline:  # every request taken by the engine (running, or waiting for blocks)
+            metrics = tiny_server.metrics()
+            if metrics["localchat_requests_running"] + metrics["localchat_requests_waiting"] == len(connections):
+                break
+            time.sleep(0.02)
+        assert metrics["localchat_requests_running"] + metrics["localchat_requests_waiting"] == len(connections)
+    finally:
+        for connection in connections:
+            connection.close()
+    idle = tiny_server.wait_idle(timeout=IDLE_DEADLINE_S)
+    assert idle["localchat_requests_running"] == 0 and idle["localchat_requests_waiting"] == 0, idle
+    assert idle["localchat_kv_blocks_used"] == 0, idle
+    written = idle["localchat_generated_tokens_total"] - before
+    assert written < len(connections) * CONTEXT // 2, f"{written} tokens: replies went on after their clients left"
+
+
 def test_a_client_that_waits_still_gets_its_whole_answer(tiny_server):
     with tiny_server.client() as api:
         model = tiny_server.model
