@@ -6,11 +6,12 @@ import { h } from "./dom.js";
 
 export const WARNING_SHARE = 0.8;  // the gauge warns from 80% of the context on
 
-/** "412", "3.4k", "33k" */
+/** "412", "3.4k", "33k", "8k" for 8192: k is 1024, as contexts are counted, and the numbers are rounded as the
+ * terminal UI rounds them (tui/context_budget.py's tokens_text), so that both show one number for one chat. */
 export function formatTokens(count) {
-  if (count < 1000) return String(count);
-  const thousands = count / 1000;
-  return `${thousands < 9.95 ? thousands.toFixed(1).replace(/\.0$/, "") : Math.round(thousands)}k`;
+  if (count < 1024) return String(count);
+  const tenths = Math.floor((count / 1024) * 10 + 0.5);
+  return tenths < 100 ? `${(tenths / 10).toFixed(1).replace(/\.0$/, "")}k` : `${Math.floor(count / 1024 + 0.5)}k`;
 }
 
 /** The last reply in the branch with stats (a reply being written has none yet). */
