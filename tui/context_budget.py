@@ -1,6 +1,7 @@
 """The model's context as the terminal UI shows it: how much of it the branch on screen uses ("3.4k / 8k"), when that
 comes near the edge, and where the last reply's prompt was cut to fit (app/server/context_budget.py decides)."""
 
+import math
 from dataclasses import dataclass
 
 from localchat.app.protocol.conversations import ContextUse, Message, branch_tokens
@@ -21,11 +22,12 @@ class CutShown:
 
 
 def tokens_text(tokens: int) -> str:
-    """812, 3.4k, 8k, 128k (k: 1024, as contexts are counted)"""
+    """812, 3.4k, 8k, 128k (k: 1024, as contexts are counted), halves rounded up: the web UI's formatTokens
+    (webui/static/context.js) writes the same, so both show one number for one chat."""
     if tokens < 1024:
         return str(tokens)
-    k = tokens / 1024
-    return (f"{k:.1f}".removesuffix(".0") if k < 10 else f"{k:.0f}") + "k"
+    tenths = math.floor(tokens / 1024 * 10 + 0.5)
+    return (f"{tenths / 10:.1f}".removesuffix(".0") if tenths < 100 else str(math.floor(tokens / 1024 + 0.5))) + "k"
 
 
 def gauge_text(use: ContextUse) -> str:

@@ -5,6 +5,10 @@ back. On fixed data (FakeEngine), and on tests/conftest.py's small_context_serve
 of 512 tokens, which a few long turns fill)."""
 
 import asyncio
+import json
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 from fake_engine import LONG_CUT, FakeEngine
@@ -58,6 +62,23 @@ def test_token_counts_read_as_people_count_contexts():
     assert branch_use([], 8192, 300) == ContextUse(300, 8192)  # before the first message: the chat's documents
 
 
+COUNTS = [0, 83, 599, 1023, 1024, 3328, 3481, 7000, 8192, 10188, 10752, 33000, 131072]
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node to run the web UI's module")
+def test_the_terminal_and_the_browser_write_a_count_alike():
+    """The gauge's number is the engine's count (ConversationTree.context, which both UIs reckon with its own
+    branch_tokens) written one way in both: "8k" for 8192 tokens in the terminal and the browser (issue 43: the
+    browser said 8.2k), halves rounded up in both (3328 tokens: 3.3k)."""
+    module = Path(__file__).parents[2] / "webui" / "static" / "context.js"
+    script = (f"const {{ formatTokens }} = await import({json.dumps(module.as_uri())});"
+              f"console.log(JSON.stringify({json.dumps(COUNTS)}.map(formatTokens)));")
+    browser = json.loads(subprocess.run(["node", "--input-type=module", "-e", script], capture_output=True, text=True,
+                                        check=True).stdout)
+    assert browser == [tokens_text(count) for count in COUNTS]
+    assert browser[COUNTS.index(8192)] == "8k" and browser[COUNTS.index(3328)] == "3.3k"
+
+
 @pytest.mark.asyncio
 async def test_the_gauge_shows_the_branchs_use_and_warns_near_the_edge_once(tmp_path):
     async with app_with(FakeEngine(long_chat=True), tmp_path).run_test(size=SMALL) as pilot:
@@ -68,6 +89,8 @@ async def test_the_gauge_shows_the_branchs_use_and_warns_near_the_edge_once(tmp_
         warnings = [n for n in pilot.app._notifications if n.title == "Context"]
         assert len(warnings) == 1 and "6.8k / 8k of the model's context" in warnings[0].message
 
+        await pilot.press("ctrl+b")  # the chat list, hidden at 80 columns
+        await wait_until(pilot, lambda: screen.query_one("#chats").region.width, what="the chat list")
         await pilot.click("#chats", offset=(2, 1))  # the next chat: its context is small
         await chat_screen(pilot, "c_sort")
         await wait_until(pilot, lambda: gauge(screen) == "106 / 8k", what="the other chat's gauge")
@@ -190,7 +213,7 @@ async def test_the_help_lists_the_context_and_document_keys(tmp_path):
         table = help_screen.query_one(DataTable)
         rows = {row[3]: row[1] for row in map(table.get_row_at, range(table.row_count))}
         assert rows["summarize"] == "f5" and rows["open_linked_chat"] == "ctrl+l"
-        assert rows["attach_document"] == "f3" and rows["detach_document"] == "delete,backspace"
+        assert rows["attach_document"] == "f3" and rows["detach_document"] == "delete"
 
 
 # --- on a real engine whose context holds 512 tokens ---
