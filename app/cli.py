@@ -18,6 +18,21 @@ MODEL_HELP = "a model from `localchat models`: a GGUF file, a safetensors folder
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")  # platformdirs' fallback is fine
+    try:
+        return COMMANDS[args.command or "tui"](args)
+    except (KeyboardInterrupt, EOFError):
+        print(file=sys.stderr)
+        return 130 if args.command else 0
+    except Exception as error:  # one clear line, never a traceback
+        message = str(error) or type(error).__name__
+        print(f"localchat: {message}", file=sys.stderr)
+        return 1
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: the terminal UI without a command, and each command's options."""
     parser = argparse.ArgumentParser(prog="localchat", description="A local chat app with its own LLM engine. "
                                      "Without a command it opens the terminal UI.")
     parser.add_argument("--version", action="version", version=f"localchat {version('localchat')}")
@@ -25,9 +40,32 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     tui = commands.add_parser("tui", help="the terminal UI (the default command)")
     tui.add_argument("--model", default=None, help=MODEL_HELP + " for an engine it starts")
-    serve = commands.add_parser("serve", help="run the engine process (the HTTP API) in the foreground",
-                                description="Run the engine process: the OpenAI-compatible API under /v1, the "
-                                            "conversations under /api, the web UI at /, /health and /metrics.")
+    add_serve_options(commands.add_parser("serve", help="run the engine process (the HTTP API) in the foreground",
+                                          description="Run the engine process: the OpenAI-compatible API under /v1, "
+                                                      "the conversations under /api, the web UI at /, /health and "
+                                                      "/metrics."))
+    web = commands.add_parser("web", help="open the web UI in a browser through a one-time login URL")
+    web.add_argument("--print", action="store_true", help="only print the one-time URL")
+    chat = commands.add_parser("chat", help="ask one question and print the reply (nothing is stored)",
+                               description="One reply, streamed to stdout. A running engine process answers it; "
+                                           "otherwise the model runs in this process and exits with it.")
+    chat.add_argument("message", nargs="?", default="-", help="the question ('-' or nothing: read stdin)")
+    chat.add_argument("--model", default=None, help=MODEL_HELP)
+    chat.add_argument("--system", default=None,
+                      help="a system prompt ('' for none; default: the model's, as a new chat gets it)")
+    chat.add_argument("--max-tokens", type=int, default=512)
+    chat.add_argument("--temperature", type=float, default=None, help="default: the model's, as a new chat gets it")
+    chat.add_argument("--top-p", type=float, default=None)
+    chat.add_argument("--seed", type=int, default=None)
+    commands.add_parser("stop", help="stop the running engine process")
+    commands.add_parser("status", help="show whether the engine process runs, where, and its model")
+    commands.add_parser("token", help="print the API token (Authorization: Bearer TOKEN)")
+    commands.add_parser("logout", help="sign every browser out of the web UI")
+    commands.add_parser("models", help="list the embedded model and the models found on this machine")
+    return parser
+
+
+def add_serve_options(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--host", default=DEFAULT_HOST,
                        help=f"address to listen on (default {DEFAULT_HOST}; anything else exposes your chats)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
@@ -53,35 +91,6 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--ollama-port", type=int, default=None,
                        help="also serve Ollama's API without the token on this loopback port (11434 is Ollama's): "
                             "inference only, for clients that cannot send a token; any local program may use it")
-    web = commands.add_parser("web", help="open the web UI in a browser through a one-time login URL")
-    web.add_argument("--print", action="store_true", help="only print the one-time URL")
-    chat = commands.add_parser("chat", help="ask one question and print the reply (nothing is stored)",
-                               description="One reply, streamed to stdout. A running engine process answers it; "
-                                           "otherwise the model runs in this process and exits with it.")
-    chat.add_argument("message", nargs="?", default="-", help="the question ('-' or nothing: read stdin)")
-    chat.add_argument("--model", default=None, help=MODEL_HELP)
-    chat.add_argument("--system", default=None,
-                      help="a system prompt ('' for none; default: the model's, as a new chat gets it)")
-    chat.add_argument("--max-tokens", type=int, default=512)
-    chat.add_argument("--temperature", type=float, default=None, help="default: the model's, as a new chat gets it")
-    chat.add_argument("--top-p", type=float, default=None)
-    chat.add_argument("--seed", type=int, default=None)
-    commands.add_parser("stop", help="stop the running engine process")
-    commands.add_parser("status", help="show whether the engine process runs, where, and its model")
-    commands.add_parser("token", help="print the API token (Authorization: Bearer TOKEN)")
-    commands.add_parser("logout", help="sign every browser out of the web UI")
-    commands.add_parser("models", help="list the embedded model and the models found on this machine")
-    args = parser.parse_args(argv)
-    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")  # platformdirs' fallback is fine
-    try:
-        return COMMANDS[args.command or "tui"](args)
-    except (KeyboardInterrupt, EOFError):
-        print(file=sys.stderr)
-        return 130 if args.command else 0
-    except Exception as error:  # one clear line, never a traceback
-        message = str(error) or type(error).__name__
-        print(f"localchat: {message}", file=sys.stderr)
-        return 1
 
 
 def tui(args) -> int:
