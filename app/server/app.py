@@ -2,6 +2,7 @@
 
 import logging
 import os
+from dataclasses import dataclass, fields
 import time
 from collections import deque
 from importlib.metadata import version
@@ -54,6 +55,7 @@ from localchat.app.server.security import (
 )
 from localchat.app.server.store import Store, StoreError
 from localchat.engine.sampling_limits import LIMITS, MAX_STOP_STRINGS, MIN_TEMPERATURE
+from localchat.engine.stats import EngineStats
 from localchat.webui import route_handlers as webui_routes
 from localchat.webui.routes import signin_failed_page
 
@@ -88,55 +90,55 @@ class SystemController(Controller):
     async def metrics(self, backend: BackendDep, throughput: NamedDependency["Throughput"]) -> str:
         """Prometheus text format."""
         stats = await backend.stats()
-        kv, speculation, cpu, disk = stats.kv, stats.speculation, stats.cpu, stats.disk
         rate = throughput.sample(stats.generated_tokens or 0)
-        metrics = [
-            ("kv_blocks_total", "gauge", "KV cache blocks in all", kv.total if kv else None),
-            ("kv_cache_bytes", "gauge", "memory of the KV cache, resident once each block has been used",
-             stats.kv_cache_bytes),
-            ("kv_blocks_used", "gauge", "KV cache blocks held by running requests", kv.used if kv else None),
-            ("kv_blocks_cached", "gauge", "free KV cache blocks that still hold a cached prefix",
-             kv.cached if kv else None),
-            ("kv_blocks_free", "gauge", "KV cache blocks not held by any request (cached ones included)",
-             kv.free if kv else None),
-            ("prefix_hit_rate", "gauge", "share of prompt tokens served from the prefix cache",
-             stats.prefix_hit_rate),
-            ("prompt_tokens_total", "counter", "prompt tokens of all requests", stats.prompt_tokens),
-            ("cached_prompt_tokens_total", "counter", "prompt tokens served from the prefix cache",
-             stats.cached_prompt_tokens),
-            ("generated_tokens_total", "counter", "tokens generated", stats.generated_tokens),
-            ("generated_tokens_per_second", "gauge", "tokens generated per second since the previous scrape",
-             rate),
-            ("requests_running", "gauge", "requests being generated", stats.num_running),
-            ("requests_waiting", "gauge", "requests waiting for KV blocks or a batch slot",
-             stats.num_waiting),
-            ("preemptions_total", "counter", "requests preempted (recomputed later)", stats.num_preemptions),
-            ("draft_tokens_total", "counter", "draft tokens scored (speculative decoding)",
-             speculation.drafted if speculation else None),
-            ("accepted_draft_tokens_total", "counter", "of the draft tokens scored, those kept",
-             speculation.accepted if speculation else None),
-            ("cpu_threads", "gauge", "threads the engine's CPU kernels use now (fewer while other processes "
-             "keep cores busy)", cpu.threads if cpu else None),
-            ("cpu_load_of_others", "gauge", "cores' worth of CPU time that other processes took, last measured",
-             cpu.load_of_others if cpu else None),
-            ("kv_disk_enabled", "gauge", "1 while the KV cache's disk tier works, 0 once its folder failed",
-             disk.enabled if disk else None),
-            ("kv_disk_bytes", "gauge", "disk used by the KV cache's disk tier", disk.bytes if disk else None),
-            ("kv_disk_limit_bytes", "gauge", "the disk tier's limit", disk.limit_bytes if disk else None),
-            ("kv_disk_blocks", "gauge", "KV blocks kept on disk", disk.files if disk else None),
-            ("kv_disk_hit_rate", "gauge", "share of the blocks looked up on disk that were read back",
-             stats.disk_hit_rate),
-            ("kv_disk_hits_total", "counter", "KV blocks read back from disk", disk.hits if disk else None),
-            ("kv_disk_written_total", "counter", "KV blocks written to disk", disk.written if disk else None),
-            ("kv_disk_failed_checks_total", "counter", "KV block files that failed their check (recomputed)",
-             disk.failed_checks if disk else None),
-        ]
         lines = []
-        for name, kind, description, value in metrics:
+        for name, kind, description, value in _metric_rows(stats, rate):
             if value is not None:
                 lines += [f"# HELP localchat_{name} {description}", f"# TYPE localchat_{name} {kind}",
                           f"localchat_{name} {value}"]
         return "\n".join(lines) + "\n"
+
+
+def _metric_rows(stats: EngineStats, rate: float | None) -> list[tuple[str, str, str, float | None]]:
+    """/metrics' rows: (name, kind, description, value); None where the backend does not know it (left out)."""
+    kv, speculation, cpu, disk = stats.kv, stats.speculation, stats.cpu, stats.disk
+    return [
+        ("kv_blocks_total", "gauge", "KV cache blocks in all", kv.total if kv else None),
+        ("kv_cache_bytes", "gauge", "memory of the KV cache, resident once each block has been used",
+         stats.kv_cache_bytes),
+        ("kv_blocks_used", "gauge", "KV cache blocks held by running requests", kv.used if kv else None),
+        ("kv_blocks_cached", "gauge", "free KV cache blocks that still hold a cached prefix",
+         kv.cached if kv else None),
+        ("kv_blocks_free", "gauge", "KV cache blocks not held by any request (cached ones included)",
+         kv.free if kv else None),
+        ("prefix_hit_rate", "gauge", "share of prompt tokens served from the prefix cache", stats.prefix_hit_rate),
+        ("prompt_tokens_total", "counter", "prompt tokens of all requests", stats.prompt_tokens),
+        ("cached_prompt_tokens_total", "counter", "prompt tokens served from the prefix cache",
+         stats.cached_prompt_tokens),
+        ("generated_tokens_total", "counter", "tokens generated", stats.generated_tokens),
+        ("generated_tokens_per_second", "gauge", "tokens generated per second since the previous scrape", rate),
+        ("requests_running", "gauge", "requests being generated", stats.num_running),
+        ("requests_waiting", "gauge", "requests waiting for KV blocks or a batch slot", stats.num_waiting),
+        ("preemptions_total", "counter", "requests preempted (recomputed later)", stats.num_preemptions),
+        ("draft_tokens_total", "counter", "draft tokens scored (speculative decoding)",
+         speculation.drafted if speculation else None),
+        ("accepted_draft_tokens_total", "counter", "of the draft tokens scored, those kept",
+         speculation.accepted if speculation else None),
+        ("cpu_threads", "gauge", "threads the engine's CPU kernels use now (fewer while other processes "
+         "keep cores busy)", cpu.threads if cpu else None),
+        ("cpu_load_of_others", "gauge", "cores' worth of CPU time that other processes took, last measured",
+         cpu.load_of_others if cpu else None),
+        ("kv_disk_enabled", "gauge", "1 while the KV cache's disk tier works, 0 once its folder failed",
+         disk.enabled if disk else None),
+        ("kv_disk_bytes", "gauge", "disk used by the KV cache's disk tier", disk.bytes if disk else None),
+        ("kv_disk_limit_bytes", "gauge", "the disk tier's limit", disk.limit_bytes if disk else None),
+        ("kv_disk_blocks", "gauge", "KV blocks kept on disk", disk.files if disk else None),
+        ("kv_disk_hit_rate", "gauge", "share of the blocks looked up on disk that were read back", stats.disk_hit_rate),
+        ("kv_disk_hits_total", "counter", "KV blocks read back from disk", disk.hits if disk else None),
+        ("kv_disk_written_total", "counter", "KV blocks written to disk", disk.written if disk else None),
+        ("kv_disk_failed_checks_total", "counter", "KV block files that failed their check (recomputed)",
+         disk.failed_checks if disk else None),
+    ]
 
 
 class AuthController(Controller):
@@ -260,58 +262,73 @@ EXCEPTION_HANDLERS = {
 }
 
 
-def create_app(settings: ServerConfig | None = None, *, backend: Backend | None = None, store: Store | None = None,
-               token: str | None = None) -> Litestar:
-    settings = settings or ServerConfig()
-    store = store if store is not None else Store(paths.db_path())
-    backend = backend if backend is not None else make_backend(settings)
-    token = token if token is not None else paths.load_or_create_token()
-    active = ActiveRequests()
-    conversations = Conversations(store, backend, active, settings.thinking_token_budget, settings.context_overflow)
-    turns = ModelTurns(backend, conversations, active)
-    codes = LoginCodes()
-    sessions = BrowserSessions(store)
-    throughput = Throughput()
+@dataclass
+class ServerParts:
+    """What the server's handlers share (each one a dependency by its field's name), and its start and end."""
 
-    async def stop_all() -> None:
+    config: ServerConfig
+    store: Store
+    backend: Backend
+    active: ActiveRequests
+    conversations: Conversations
+    turns: ModelTurns
+    codes: LoginCodes
+    sessions: BrowserSessions
+    throughput: Throughput
+
+    @classmethod
+    def build(cls, settings: ServerConfig, backend: Backend, store: Store) -> "ServerParts":
+        active = ActiveRequests()
+        conversations = Conversations(store, backend, active, settings.thinking_token_budget,
+                                      settings.context_overflow)
+        return cls(settings, store, backend, active, conversations, ModelTurns(backend, conversations, active),
+                   LoginCodes(), BrowserSessions(store), Throughput())
+
+    def dependencies(self) -> dict[str, Provide]:
+        return {f.name: Provide(lambda value=getattr(self, f.name): value, sync_to_thread=False, use_cache=True)
+                for f in fields(self)}
+
+    async def stop_all(self) -> None:
         """Refuse new requests and end the running ones (each stream finishes with "abort")."""
-        backend.stopping = True
-        await conversations.stop_all()
+        self.backend.stopping = True
+        await self.conversations.stop_all()
 
-    async def on_startup(app: Litestar) -> None:
-        interrupted = store.mark_interrupted()
+    async def on_startup(self, app: Litestar) -> None:
+        interrupted = self.store.mark_interrupted()
         if interrupted:
             log.warning("%d replies were being written when the engine last stopped; kept as interrupted",
                         interrupted)
-        backend.start()
+        self.backend.start()
 
-    async def on_shutdown(app: Litestar) -> None:
-        await stop_all()
-        await backend.close()
-        store.close()
+    async def on_shutdown(self, app: Litestar) -> None:
+        await self.stop_all()
+        await self.backend.close()
+        self.store.close()
 
-    def value(obj):
-        return Provide(lambda: obj, sync_to_thread=False, use_cache=True)
 
-    dependencies = {"store": value(store), "backend": value(backend), "active": value(active),
-                    "conversations": value(conversations), "codes": value(codes), "sessions": value(sessions),
-                    "throughput": value(throughput), "config": value(settings), "turns": value(turns)}
+def create_app(settings: ServerConfig | None = None, *, backend: Backend | None = None, store: Store | None = None,
+               token: str | None = None) -> Litestar:
+    settings = settings or ServerConfig()
+    parts = ServerParts.build(settings, backend if backend is not None else make_backend(settings),
+                              store if store is not None else Store(paths.db_path()))
+    token = token if token is not None else paths.load_or_create_token()
+    dependencies = parts.dependencies()
     app = Litestar(
         route_handlers=[SystemController, AuthController, LimitsController, ModelsController,
-                        OpenAIRelay if backend.relays_openai else OpenAIController,
+                        OpenAIRelay if parts.backend.relays_openai else OpenAIController,
                         ConversationController, ConversationDefaultsController, SearchController, DocumentController,
                         OllamaController,
                         *webui_routes],
         dependencies=dependencies,
-        middleware=[DefineMiddleware(SecurityMiddleware, token=token, sessions=sessions,
+        middleware=[DefineMiddleware(SecurityMiddleware, token=token, sessions=parts.sessions,
                                      allowed_hosts=settings.allowed_hosts, allowed_origins=settings.allowed_origins)],
         exception_handlers=EXCEPTION_HANDLERS,
         before_request=_before_request,
         request_class=JSONBodyRequest,
         plugins=[StructSchemas()],
-        on_startup=[on_startup],
-        on_shutdown=[on_shutdown],
-        state=State({"stop_all": stop_all, "store": store, "backend": backend,
+        on_startup=[parts.on_startup],
+        on_shutdown=[parts.on_shutdown],
+        state=State({"stop_all": parts.stop_all, "store": parts.store, "backend": parts.backend,
                      "ollama_listener": _ollama_listener(settings, dependencies) if settings.ollama_port else None}),
         request_max_body_size=MAX_REQUEST_BYTES,
         logging_config=None,  # `localchat serve` sets up logging (process.serve); _unexpected_error logs 500s
@@ -319,11 +336,16 @@ def create_app(settings: ServerConfig | None = None, *, backend: Backend | None 
         openapi_config=OpenAPIConfig(title="localchat", version=VERSION, path="/api/openapi",
                                      render_plugins=[JsonRenderPlugin()]),
     )
+    _document_errors(app)
+    return app
+
+
+def _document_errors(app: Litestar) -> None:
+    """Every route's error responses in the schema: Ollama's shape on its paths, OpenAI's elsewhere."""
     for route in app.routes:
         errors = OLLAMA_ERROR_RESPONSES if route.path in ollama.PATHS else ERROR_RESPONSES
         for handler in getattr(route, "route_handlers", ()):
             handler.responses = {**errors, **(handler.responses or {})}
-    return app
 
 
 def _ollama_listener(settings: ServerConfig, dependencies: dict) -> Litestar:
