@@ -2,9 +2,9 @@
 
 import logging
 import os
-from dataclasses import dataclass, fields
 import time
 from collections import deque
+from dataclasses import dataclass, fields
 from importlib.metadata import version
 
 import msgspec
@@ -285,8 +285,7 @@ class ServerParts:
                    LoginCodes(), BrowserSessions(store), Throughput())
 
     def dependencies(self) -> dict[str, Provide]:
-        return {f.name: Provide(lambda value=getattr(self, f.name): value, sync_to_thread=False, use_cache=True)
-                for f in fields(self)}
+        return {f.name: _provided(getattr(self, f.name)) for f in fields(self)}
 
     async def stop_all(self) -> None:
         """Refuse new requests and end the running ones (each stream finishes with "abort")."""
@@ -304,6 +303,10 @@ class ServerParts:
         await self.stop_all()
         await self.backend.close()
         self.store.close()
+
+
+def _provided(value) -> Provide:
+    return Provide(lambda: value, sync_to_thread=False, use_cache=True)
 
 
 def create_app(settings: ServerConfig | None = None, *, backend: Backend | None = None, store: Store | None = None,
