@@ -49,18 +49,17 @@ class BlockPool:
     def __init__(self, num_blocks: int, fingerprint: str = "",
                  on_evict: Callable[[bytes, tuple[int, ...], int], None] | None = None):
         """on_evict(hash, token_ids, block_id) hears of a cached block just before it is reused."""
-        self._root_hash = root_hash(fingerprint)
-        self._on_evict = on_evict
-        self.reset(num_blocks)
+        self._num_blocks, self._root_hash, self._on_evict = num_blocks, root_hash(fingerprint), on_evict
+        self.reset()
 
-    def reset(self, num_blocks: int | None = None) -> None:
+    def reset(self) -> None:
         """Every block free and new, nothing cached: each block's memory is cleared at its first use (take_first_used),
         as at the start."""
-        self.blocks = [Block(i) for i in range(num_blocks or len(self.blocks))]
-        self.free_queue: OrderedDict[int, None] = OrderedDict((b.block_id, None) for b in self.blocks)
+        self.blocks = [Block(i) for i in range(self._num_blocks)]
+        self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(self._num_blocks))
         self.cached: dict[bytes, int] = {}  # block hash -> block id
         self.partials: dict[bytes, int] = {}  # hash of the full block before a kept partial block -> its id
-        self.never_used = set(range(len(self.blocks)))
+        self.never_used = set(range(self._num_blocks))
         self.first_used: list[int] = []  # blocks handed out for the first time, whose memory must be cleared
         self.num_cached_free = 0  # free blocks that still hold a reusable prefix (hashed, count 0)
 
@@ -71,7 +70,7 @@ class BlockPool:
 
     @property
     def num_blocks(self) -> int:
-        return len(self.blocks)
+        return self._num_blocks
 
     @property
     def num_cached(self) -> int:
