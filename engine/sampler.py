@@ -17,8 +17,11 @@ if TYPE_CHECKING:
 class SampleRow(Protocol):
     """What the sampler reads of a row: a reply (a Sequence), or a reply as if draft tokens were kept (a DraftRow)."""
 
-    params: SamplingParams
-    seed: int  # the reply's randomness (uniform)
+    @property
+    def params(self) -> SamplingParams: ...
+
+    @property
+    def seed(self) -> int: ...  # the reply's randomness (uniform)
 
     @property
     def matcher(self) -> "Matcher | None": ...  # the grammar that constrains the row's token; None: none
