@@ -86,7 +86,7 @@ class LocalChatApp(App):
     def help_groups(self) -> list[tuple[str, list[Binding]]]:
         return [("Chat", ChatScreen.BINDINGS), ("Message", ChatMessage.BINDINGS),
                 ("N replies", [*ForkPicker.BINDINGS, *ReplyCard.BINDINGS]),
-                ("Attached document", AttachedChip.BINDINGS),
+                ("Document chip", AttachedChip.BINDINGS),
                 ("App", [Binding(self.COMMAND_PALETTE_BINDING, "command_palette", "Command palette, themes"),
                          *App.BINDINGS[:1]])]
 

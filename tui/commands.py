@@ -15,7 +15,7 @@ class ChatCommands(Provider):
             return []
         (_, chat), (_, message) = self.app.help_groups()[:2]
         on_screen = [binding for binding in message if binding.action.startswith("screen.")]  # not Details: its own
-        return [(binding.description, binding.action) for binding in [*chat, *on_screen]
+        return [(binding.tooltip or binding.description, binding.action) for binding in [*chat, *on_screen]
                 if "focus_message" not in binding.action and self.available(binding.action)]
 
     def available(self, action: str) -> bool:

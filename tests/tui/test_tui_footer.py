@@ -10,12 +10,13 @@ import asyncio
 
 import pytest
 from fake_engine import FakeEngine
-from textual.widgets import Footer, Label
+from textual.widgets import DataTable, Footer, Label
 from textual.widgets._footer import FooterLabel, KeyGroup
 from tui_pilot import SIZES, branched_chat, screen_lines, screen_of, wait_until
 
 from localchat.tui.app import LocalChatApp
 from localchat.tui.commands import ChatCommands
+from localchat.tui.screens.edit_message import EditMessageScreen
 from localchat.tui.screens.help import HelpScreen
 
 PLACEHOLDER = "Message (enter sends, f1: keys)"
@@ -109,3 +110,35 @@ async def test_the_placeholder_shows_whole_and_the_help_names_the_new_line_keys(
         help_screen = await screen_of(pilot, HelpScreen)
         lines = [str(label.render()) for label in help_screen.query(Label)]
         assert any("Shift+Enter or Ctrl+J" in line for line in lines)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", SIZES)
+async def test_the_most_keys_at_once_fit(tmp_path, size):
+    """Your message with a sibling (an edit) focused: ←/→, Regenerate and Edit beside the chat's keys, and at 80
+    columns the chat list's key too (issue 43)."""
+    engine = FakeEngine()
+    async with app_with(engine, tmp_path).run_test(size=size) as pilot:
+        screen = await branched_chat(pilot)
+        screen.view.views[0].focus()
+        await pilot.press("ctrl+e")
+        dialog = await screen_of(pilot, EditMessageScreen)
+        dialog.box.text = "How do I sort a tuple?"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: engine.edited and not screen.writing, what="the edit written")
+        screen.view.views[0].focus()
+        line = await footer_shows(pilot, screen, "Branch", "^e Edit", "^r Regenerate", "f1 Help")
+        assert_footer_readable(screen, size[0])
+        assert size[0] > 80 or "^b Chats" in line
+
+
+@pytest.mark.asyncio
+async def test_the_help_gives_its_rows_the_room_at_80x24(tmp_path):
+    async with app_with(FakeEngine(), tmp_path).run_test(size=SIZES[0]) as pilot:
+        await branched_chat(pilot)
+        await pilot.press("f1")
+        help_screen = await screen_of(pilot, HelpScreen)
+        await pilot.pause()
+        table = help_screen.query_one(DataTable)
+        assert table.region.height >= 14  # a header and 13 keys at once (it showed 6 in a smaller frame)
+        assert all(label.region.right <= SIZES[0] and label.region.height for label in help_screen.query(Label))

@@ -96,8 +96,8 @@ async def test_the_command_palette_lists_the_chat_actions(tmp_path):
         (question,) = tree.root.children
         first_reply, second_reply = question.children
         assert question.data == "m_u1" and str(question.label).startswith("● You:")
-        assert first_reply.data == "m_a1" and str(first_reply.label).startswith("○ Assistant:")
-        assert str(second_reply.label).startswith("● Assistant:")  # on the shown path
+        assert first_reply.data == "m_a1" and str(first_reply.label).startswith("○ 1 of 2 · Assistant:")
+        assert str(second_reply.label).startswith("● 2 of 2 · Assistant:")  # on the shown path
         tree.move_cursor(first_reply)
         await pilot.press("enter")
         await wait_until(pilot, lambda: screen.view.views[-1].message.id == "m_a1")

@@ -63,18 +63,19 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
     # is written (Stop, Answer now); F1 lists every key
     BINDINGS = [
         Binding("f1", "help", "Help", id="help"),
-        Binding("ctrl+n", "new_chat", "New chat", id="new_chat"),
+        Binding("ctrl+n", "new_chat", "New", id="new_chat", tooltip="New chat"),  # short labels: 80 columns
         Binding("ctrl+f", "search", "Search", id="search"),
-        Binding("ctrl+g", "fork", "Fork N", id="fork"),
+        Binding("ctrl+g", "fork", "Fork", id="fork", tooltip="Fork: N replies at once, to pick one"),
         Binding("ctrl+t", "branch_tree", "Branches", id="branch_tree", show=False),
         Binding("escape", "stop", "Stop", id="stop"),  # shown while a reply is written
-        Binding("escape", "back_from_hit", "Back", id="back_from_hit"),  # while a search hit is on another branch
+        Binding("escape", "back_from_hit", "Back", id="back_from_hit",  # while a search hit is on another branch
+                tooltip="Back from a search hit's branch"),
         Binding(END_THINKING_KEY, "end_thinking", "Answer now", id="end_thinking"),  # shown while a reply thinks
         Binding("ctrl+s", "settings", "Settings", id="settings", show=False),
         Binding("f2", "rename", "Rename", id="rename", show=False),
         Binding("f8", "delete_chat", "Delete chat", id="delete_chat", show=False),
         Binding("ctrl+o", "export", "Export", id="export", show=False),
-        Binding("ctrl+b", "toggle_sidebar", "Chats", id="toggle_sidebar"),  # shown while the chat list is hidden
+        Binding("ctrl+b", "toggle_sidebar", "Chats", id="toggle_sidebar", tooltip="Show or hide the chat list"),
         Binding("f4", "switch_model", "Switch model", id="switch_model", show=False),
         Binding("f5", "summarize", "New chat from a summary of this one", id="summarize", show=False),
         Binding("ctrl+l", "open_linked_chat", "Open the linked chat (summary)", id="open_linked_chat", show=False),

@@ -30,15 +30,16 @@ class HelpScreen(ModalScreen[None]):
         with Vertical(classes="dialog", id="help"):
             yield Label("Keys", classes="dialog-title")
             yield KeyTable(cursor_type="row", zebra_stripes=True)
-            yield Label("In the message box, Enter sends; Shift+Enter or Ctrl+J starts a new line.", markup=False)
-            yield Label("A message's keys act on the focused message: ↑ in the message box (or Shift+Tab) focuses "
-                        "the last one, ↑/↓ move between them, Tab goes back to the message box.", markup=False)
-            yield Label(f"Remap keys in {self.config_path}, [keymap]: binding id = \"keys\". "
-                        "Ctrl+P: command palette (themes too).", markup=False)
+            yield Label("Typing goes to the message box wherever the focus is: Enter sends, Shift+Enter or Ctrl+J "
+                        "starts a new line. ↑ there focuses the last message; a message's keys act on it.",
+                        markup=False)
+            yield Label(f"Remap keys in {self.config_path} ([keymap], binding id = \"keys\"). Ctrl+P: all commands, "
+                        "themes.", markup=False)
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
         table.add_columns("Where", "Keys", "Does", "Binding id")
         for where, bindings in self.groups:
             for binding in bindings:
-                table.add_row(where, self.keymap.get(binding.id, binding.key), binding.description, binding.id)
+                table.add_row(where, self.keymap.get(binding.id, binding.key), binding.tooltip or binding.description,
+                              binding.id)
