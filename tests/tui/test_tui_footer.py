@@ -141,4 +141,4 @@ async def test_the_help_gives_its_rows_the_room_at_80x24(tmp_path):
         await pilot.pause()
         table = help_screen.query_one(DataTable)
         assert table.region.height >= 14  # a header and 13 keys at once (it showed 6 in a smaller frame)
-        assert all(label.region.right <= SIZES[0] and label.region.height for label in help_screen.query(Label))
+        assert all(label.region.right <= SIZES[0][0] and label.region.height for label in help_screen.query(Label))
