@@ -1,6 +1,6 @@
-"""Attach a document: a file's path, completed as it is typed (Tab or → takes the completion; the names that match
-are listed below), read by the engine into a document (POST /api/documents). The dialog stays open on an error (no
-such file, too large, no text in it) and says what it was."""
+"""Attach a document: a file's path, completed as it is typed (Tab completes the path as typed, → takes the completion
+shown; the names that match are listed below), read by the engine into a document (POST /api/documents). The dialog
+stays open on an error (no such file, too large, no text in it) and says what it was, whole."""
 
 import asyncio
 import os
@@ -61,13 +61,16 @@ class PathSuggester(Suggester):
 
 
 class PathInput(Input):
-    """Tab takes the completion shown (as → does at the end of the text)."""
+    """Tab completes the path as it is now (→ at the end of the text takes the completion shown): the completion is
+    worked out when Tab is pressed, not taken from the suggester, which works in the background and may still be on
+    the text before the last key."""
 
     BINDINGS = [Binding("tab", "complete", "Complete the path", show=False)]
 
     def action_complete(self) -> None:
-        if self.cursor_at_end:
-            self.action_cursor_right()
+        if self.cursor_at_end and (completions := path_completions(self.value)):
+            self.value = completions[0]
+            self.cursor_position = len(self.value)
 
 
 class AttachScreen(ModalScreen[Document | None]):
@@ -101,6 +104,8 @@ class AttachScreen(ModalScreen[Document | None]):
     @on(Input.Changed)
     async def list_matches(self, event: Input.Changed) -> None:
         completions = await asyncio.to_thread(path_completions, event.value)
+        if event.value != self.path_input.value:  # typed on meanwhile: a later call lists the matches
+            return
         names = [completion.rstrip("/").rpartition("/")[2] + ("/" if completion.endswith("/") else "")
                  for completion in completions[:MATCHES_SHOWN]]
         more = f"  (+{len(completions) - MATCHES_SHOWN})" if len(completions) > MATCHES_SHOWN else ""

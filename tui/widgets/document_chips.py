@@ -5,7 +5,7 @@ letters typed there go to the message box); a chat's and a message's are only sh
 import asyncio
 
 from textual.binding import Binding
-from textual.containers import Horizontal
+from textual.containers import Container
 from textual.message import Message as WidgetMessage
 from textual.widgets import Static
 
@@ -49,8 +49,8 @@ class AttachedChip(DocumentChip, can_focus=True):
         self.post_message(AttachedDocuments.Detached(self.document))
 
 
-class DocumentChips(Horizontal):
-    """A chat's or a message's documents (hidden where there are none)."""
+class DocumentChips(Container):
+    """A chat's or a message's documents (hidden where there are none), two a row (localchat.tcss)."""
 
     def __init__(self, documents: list[Document] = (), **kwargs):
         super().__init__(*map(self.chip, documents), **kwargs)
