@@ -38,6 +38,7 @@ async def test_edit_starts_at_the_end_and_enter_sends(tmp_path, size):
         assert dialog.box.text == f"{QUESTION} by\nkey"
         await pilot.press("enter")
         await wait_until(pilot, lambda: pilot.app.screen is screen and not screen.writing, what="the edit sent")
+        assert screen.focused is screen.composer
         assert engine.edited == [("m_u1", f"{QUESTION} by\nkey")]
         assert switcher_text(screen.view.views[0]) == "‹ 2/2 ›"  # beside the old message
 

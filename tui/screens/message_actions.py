@@ -69,6 +69,7 @@ class MessageActions:
 
         def resend(content: str | None) -> None:
             if content and screen.can_generate():
+                screen.composer.focus()  # the edited message makes way for its new branch: typing goes on below
                 screen.write_replies(lambda conversation_id, _: screen.client.edit(conversation_id, message_id,
                                                                                    content))
 
