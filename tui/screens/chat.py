@@ -15,7 +15,6 @@ from textual.widgets import Footer, Input, Static, TextArea
 from localchat.app.client.engine_client import EngineClient, EngineError
 from localchat.app.protocol.conversations import Conversation, Message, SearchHit, StreamEvent
 from localchat.app.protocol.documents import Document
-from localchat.app.protocol.system import Health
 from localchat.tui.chat_session import (
     BranchShown,
     ChatSession,
@@ -34,7 +33,7 @@ from localchat.tui.screens.export import ExportChoice
 from localchat.tui.screens.fork_picker import ForkPicker
 from localchat.tui.screens.long_chats import LongChats
 from localchat.tui.screens.message_actions import MessageActions
-from localchat.tui.screens.models import ModelsScreen
+from localchat.tui.screens.model_control import ModelControl, base_model_notice
 from localchat.tui.screens.prompt import PromptScreen
 from localchat.tui.screens.settings import ChatSettings, SettingsScreen
 from localchat.tui.widgets.branch_notice import BranchNotice
@@ -51,11 +50,6 @@ from localchat.tui.widgets.sidebar import Sidebar
 from localchat.tui.widgets.thinking_block import END_THINKING_KEY, ThinkingBlock
 
 DEFAULT_FORK_N = 3
-
-
-def base_model_notice(model: str | None) -> str:
-    return (f"{model} is a base model without a chat template: it only continues text; it answers /v1/completions. "
-            "F4 switches to a chat model.")
 
 
 class ChatScreen(LongChats, ChatDocuments, Screen):
@@ -91,9 +85,6 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         self.writing = False  # a send, regenerate or edit runs (set before its worker starts)
         self.focus_reply = False  # focus the new reply when it starts (a regenerate from a focused message)
         self.picker: ForkPicker | None = None
-        self.model: str | None = None  # the model the engine runs (as replies record it)
-        self.can_chat = True  # False: the model is a base model, which only continues text
-        self.thinks = False  # the model thinks before it answers: its thinking can be ended, its settings are shown
         # the last chat is still to be opened (at start): True until it is, or until the user starts on another one
         # (sends from the empty chat, opens or creates one), which it must not replace
         self.restoring = True
@@ -120,6 +111,7 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
                 # short enough for 80 columns beside the chat list; the keys for a new line are in the help (F1)
                 yield Composer(placeholder="Message (enter sends, f1: keys)", id="composer")
         yield Footer(compact=True, show_command_palette=False)  # Ctrl+P is in the help (F1)
+        yield ModelControl(self.client)
 
     @property
     def view(self) -> ConversationView:
@@ -147,61 +139,36 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
     def on_mount(self) -> None:
         self.query_one(Sidebar).fit(self.size.width)
         self.composer.focus()
-        self.load_model()
         self.load_chats(open_newest=True)
 
     # --- the model ---
 
-    @engine_work(group="model")
-    async def load_model(self) -> None:
-        self.show_health(await self.client.health())
+    @property
+    def model_control(self) -> ModelControl:
+        return self.query_one(ModelControl)
 
-    def show_health(self, health: Health) -> None:
-        """The engine's model, and what it can do: a base model (no chat template) only continues text, which the
-        note above the message box says; sending is refused (can_generate)."""
-        self.show_model(health.model)
+    @property
+    def thinks(self) -> bool:
+        return self.model_control.thinks
+
+    def on_model_control_known(self, event: ModelControl.Known) -> None:
+        """The engine's model: in the title; with its health, in the new chat's hint, and a base model (no chat
+        template, which only continues text) in the note above the message box."""
+        self.title = f"localchat · {event.model}" if event.model else "localchat"
+        if (health := event.health) is None:
+            return
         self.query_one(EmptyChat).show(health.model, self.key_of("settings"),
                                        self.key_of("switch_model") if health.backend == "embedded" else None)
-        self.can_chat = health.chat is not False
-        self.thinks = health.thinking is True
+        can_chat = self.model_control.can_chat
         note = self.query_one("#base-model-note", Static)
-        note.update("" if self.can_chat else base_model_notice(health.model))
-        note.display = not self.can_chat
-
-    def show_model(self, model: str | None) -> None:
-        self.model = model
-        self.title = f"localchat · {model}" if model else "localchat"
+        note.update("" if can_chat else base_model_notice(health.model))
+        note.display = not can_chat
 
     def action_switch_model(self) -> None:
-        if self.writing:
-            self.notify("A reply is being written; esc stops it, then F4 switches the model", severity="warning")
-        else:
-            self.switch_model()
-
-    @engine_work(group="model")
-    async def switch_model(self) -> None:
-        catalog = await self.client.models()
-        if not catalog.switchable:
-            self.notify(f"This engine relays to another server, which chooses its model ({catalog.current})",
-                        severity="warning")
-            return
-        health = await self.app.push_screen_wait(ModelsScreen(self.client, catalog))
-        if health is None:
-            return
-        if health.status != "ready":
-            self.notify(health.error or f"the engine is {health.status}", title="The model did not load",
-                        severity="error")
-        self.show_health(health)
-        if health.model:
-            self.notify(f"Now running {health.model}", title="Model")
-        self.note_other_model()
+        self.model_control.ask_to_switch(self.writing)
 
     def note_other_model(self) -> None:
-        """Say so when the open chat was written with another model than the engine runs."""
-        written_with = self.session.conversation and self.session.conversation.model
-        if written_with and self.model and written_with != self.model:
-            self.notify(f"This chat was written with {written_with}; the engine runs {self.model}. Continuing "
-                        f"tokenizes its messages again for {self.model} (F4 switches the model).", title="Model")
+        self.model_control.note_other_model(self.session.conversation and self.session.conversation.model)
 
     # --- chats ---
 
@@ -453,8 +420,7 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
     def can_generate(self) -> bool:
         """One reply (or one set of N) at a time: a key press while one is written is refused, not queued. A base
         model writes none."""
-        if not self.can_chat:
-            self.notify(base_model_notice(self.model), title="No chat with this model", severity="warning")
+        if self.model_control.refuses_chat():
             return False
         if self.writing:
             self.notify("A reply is being written; esc stops it", severity="warning")
@@ -569,7 +535,7 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
     async def show_replies(self, started: RepliesStarted) -> None:
         """Replies began: one is written in the branch on screen, several in the N-reply picker."""
         if started.model:
-            self.show_model(started.model)  # another client may have switched it meanwhile
+            self.model_control.know_name(started.model)  # another client may have switched it meanwhile
         if started.retokenized_from:
             self.notify(f"Continuing with {started.model}: the messages written with "
                         f"{', '.join(started.retokenized_from)} were tokenized again for it.", title="Model")
