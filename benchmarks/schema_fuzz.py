@@ -67,9 +67,11 @@ def main() -> None:
             cid, doomed = (api.post("/api/conversations", json={"settings": {"max_tokens": 1}}).json()["id"]
                            for _ in range(2))
             mid = stream_api(api, f"/api/conversations/{cid}/messages", {"content": "Hi"})[0]["message"]["id"]
+            models = [api.get("/v1/models").json()["data"][0]["id"], str(model)]  # in /v1, in Ollama's API
         for run, phases in RUNS.items():
             config = root / f"{phases.replace(',', '-')}.toml"
-            config.write_text(config_text(cid, mid, doomed) if "stateful" not in phases else config_text())
+            config.write_text(config_text(cid, mid, doomed, models) if "stateful" not in phases
+                              else config_text(models=models))
             rows.append({"run": run, **schemathesis(server, config, phases, args.max_examples,
                                                     root / f"{phases.replace(',', '-')}.txt")})
         with server.client() as api:
@@ -80,7 +82,8 @@ def main() -> None:
         server.process.terminate()
         server.process.wait(60)
     log = (home / "serve.log").read_text(errors="replace")
-    summary = {"max examples": args.max_examples, "cases": sum(r["cases"] or 0 for r in rows), "failures": sum(r["failures"] for r in rows),
+    summary = {"max examples": args.max_examples, "cases": sum(r["cases"] or 0 for r in rows),
+               "failures": sum(r["failures"] for r in rows),
                "generates afterwards": reply.status_code == 200,
                "KV blocks held afterwards": re.search(r"^localchat_kv_blocks_used (\S+)", metrics, re.M)[1],
                "tracebacks in the log": log.count("Traceback"), "outputs": str(root)}

@@ -3,6 +3,8 @@ few examples per operation against a real `localchat serve`, with every check Sc
 every answer is what the schema documents (status, content type, headers, body, the Allow of an OPTIONS), a
 request the schema allows is taken and one it does not is refused; and the engine still generates afterwards."""
 
+from collections.abc import Sequence
+
 import httpx
 import pytest
 import schemathesis
@@ -35,34 +37,40 @@ REFUSED_FOR_MORE_THAN_THE_SCHEMA_STATES = [
 POSITIVE_STATUSES_WITH_400 = ["2xx", "3xx", "400", "401", "403", "404", "409", "415", "429", "5xx"]
 
 
-def config_text(conversation_id: str | None = None, message_id: str | None = None, doomed_id: str | None = None
-                ) -> str:
-    """Schemathesis's configuration (TOML; benchmarks/schema_fuzz.py runs its CLI with it): the 400 above, and real
-    ids in the paths (random ones would only meet 404s): a conversation with a message, and for DELETE a conversation
-    of its own (else every operation after it would meet a 404). Without ids, the ids are Schemathesis's own (its
-    stateful phase follows the schema's links to the resources it creates)."""
-    refused = f"""
+def config_text(conversation_id: str | None = None, message_id: str | None = None, doomed_id: str | None = None,
+                models: Sequence[str] = ()) -> str:
+    """Schemathesis's configuration (TOML; benchmarks/schema_fuzz.py runs its CLI with it): the 400 above, real ids in
+    the paths (random ones would only meet 404s): a conversation with a message, and for DELETE a conversation of its
+    own (else every operation after it would meet a 404); and most bodies' `model` one of `models` (the served one,
+    by its names in /v1 and in Ollama's API), else a body naming a model would only meet a 404. Without ids, the ids
+    are Schemathesis's own (its stateful phase follows the schema's links to the resources it creates)."""
+    parameters = [f'"path.conversation_id" = "{conversation_id}"', f'"path.message_id" = "{message_id}"'
+                  ] if conversation_id is not None else []
+    if models:
+        parameters.append('"body.model" = { dictionary = "models", probability = 0.9 }')
+    text = "seed = 1\n"
+    if models:
+        text += f"[dictionaries.models]\nvalues = {list(models)!r}\n"
+    if parameters:
+        text += "[parameters]\n" + "\n".join(parameters) + "\n"
+    text += f"""
 [[operations]]
 include-path = {REFUSED_FOR_MORE_THAN_THE_SCHEMA_STATES!r}
 checks.positive_data_acceptance.expected-statuses = {POSITIVE_STATUSES_WITH_400!r}
 """
-    if conversation_id is None:
-        return f"seed = 1\n{refused}"
-    return f"""seed = 1
-[parameters]
-"path.conversation_id" = "{conversation_id}"
-"path.message_id" = "{message_id}"
-{refused}
+    if conversation_id is not None:
+        text += f"""
 [[operations]]
 include-method = "DELETE"
 include-path = "/api/conversations/{{conversation_id}}"
 parameters = {{ "path.conversation_id" = "{doomed_id}" }}
 """
+    return text
 
 
-def config(conversation_id: str, message_id: str, doomed_id: str) -> SchemathesisConfig:
+def config(conversation_id: str, message_id: str, doomed_id: str, models: Sequence[str]) -> SchemathesisConfig:
     """Every check, with config_text's settings."""
-    return SchemathesisConfig.from_str(config_text(conversation_id, message_id, doomed_id))
+    return SchemathesisConfig.from_str(config_text(conversation_id, message_id, doomed_id, models))
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +80,7 @@ def fuzzed_server(tmp_path_factory):
     model = second_model_dir(SESSION_HOME / "cache" / "test-references" / "second-model") / SECOND_MODEL_NAME
     with running_server(tmp_path_factory.mktemp("fuzz-home"), kv_blocks=64,
                         args=["--max-model-len", "36", "--model", str(model)]) as server:
+        server.model = str(model)  # its name in Ollama's API: a folder's name is its path
         yield server
 
 
@@ -81,8 +90,10 @@ def served_schema(fuzzed_server):
         conversation_id, doomed_id = (api.post("/api/conversations", json={"settings": {"max_tokens": 1}}).json()["id"]
                                       for _ in range(2))
         events = stream_api(api, f"/api/conversations/{conversation_id}/messages", {"content": "Hi"})
+        models = [api.get("/v1/models").json()["data"][0]["id"], fuzzed_server.model]
     return schemathesis.openapi.from_url(f"{fuzzed_server.url}/api/openapi/openapi.json",
-                                         config=config(conversation_id, events[0]["message"]["id"], doomed_id),
+                                         config=config(conversation_id, events[0]["message"]["id"], doomed_id,
+                                                       models),
                                          headers={"Authorization": f"Bearer {fuzzed_server.token}"})
 
 
