@@ -72,7 +72,7 @@ class JSONBodyRequest(Request):
                 raise ClientException("the JSON body is not valid Unicode: a string holds half of a UTF-16 "
                                       "surrogate pair (such as \\ud800)") from None
             at = _byte_at(error)
-            if at is not None and (not_a_number := _NOT_A_NUMBER.match(body, at)):
+            if at is not None and (not_a_number := _NOT_A_NUMBER.match(body, at - (body[at - 1:at] == b"-"))):
                 raise ClientException(f"{json_path(body, not_a_number.start())}: {not_a_number[0].decode()} is not "
                                       "a JSON number (JSON has no NaN or Infinity)") from None
             raise SerializationException(str(error)) from None

@@ -154,6 +154,8 @@ def test_an_empty_document_is_refused_in_words(api):
      "temperature: NaN is not a JSON number (JSON has no NaN or Infinity)"),
     (b'{"messages": [{"role": "user", "content": "Hi"}], "stop": ["a\\"]", Infinity]}',
      "stop[1]: Infinity is not a JSON number (JSON has no NaN or Infinity)"),
+    (b'{"messages": [{"role": "user", "content": "Hi"}], "seed": -Infinity}',
+     "seed: -Infinity is not a JSON number (JSON has no NaN or Infinity)"),
 ])
 def test_nan_is_refused_with_the_name_of_its_field(api, body, message):
     response = api.post(CHAT, content=body, headers={"Content-Type": "application/json"})
