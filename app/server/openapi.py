@@ -26,7 +26,7 @@ class StructSchemas(StructSchemaPlugin):
 
     def to_openapi_schema(self, field_definition, schema_creator) -> Schema:
         schema = super().to_openapi_schema(field_definition, schema_creator)
-        nested = _nested_structs(field_definition.type_)
+        nested = _nested_components(field_definition.type_)
         refs, components = msgspec.json.schema_components([field_definition.type_, *nested],
                                                           ref_template=REF_TEMPLATE)
         # msgspec names a component by its class (Tool); Litestar by as much of its module as tells two of one name
@@ -40,16 +40,21 @@ class StructSchemas(StructSchemaPlugin):
         return schema
 
 
-def _nested_structs(struct: type) -> list[type]:
-    """The Struct types a Struct's fields hold, however deep (the Struct itself left out)."""
+# the types msgspec writes as components of their own, referred to by name
+_NAMED = (msgspec.inspect.StructType, msgspec.inspect.DataclassType, msgspec.inspect.TypedDictType,
+          msgspec.inspect.NamedTupleType, msgspec.inspect.EnumType)
+
+
+def _nested_components(struct: type) -> list[type]:
+    """The types of msgspec's components that a Struct's fields hold, however deep (the Struct itself left out)."""
     found: list[type] = []
 
     def visit(info: msgspec.inspect.Type) -> None:
-        if isinstance(info, msgspec.inspect.StructType):
+        if isinstance(info, _NAMED):
             if info.cls in found or info.cls is struct:
                 return
             found.append(info.cls)
-            for f in info.fields:
+            for f in getattr(info, "fields", ()):
                 visit(f.type)
         for inner in _inner_types(info):
             visit(inner)
