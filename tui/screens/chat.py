@@ -12,17 +12,10 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TextArea
 
-from localchat.app.client.engine_client import EngineClient, EngineError
-from localchat.app.protocol.conversations import Conversation, Message, SearchHit, StreamEvent
-from localchat.app.protocol.documents import Document
+from localchat.app.client.engine_client import EngineClient
+from localchat.app.protocol.conversations import Conversation, SearchHit
 from localchat.tui.chat_session import (
-    BranchShown,
     ChatSession,
-    Failed,
-    RepliesStarted,
-    ReplyFinished,
-    TextAdded,
-    ThinkingAdded,
 )
 from localchat.tui.engine_work import engine_work
 from localchat.tui.screens.branch_navigation import BranchNavigation
@@ -30,11 +23,11 @@ from localchat.tui.screens.chat_documents import ChatDocuments
 from localchat.tui.screens.chat_export import ChatExport
 from localchat.tui.screens.confirm import ConfirmScreen
 from localchat.tui.screens.export import ExportChoice
-from localchat.tui.screens.fork_picker import ForkPicker
 from localchat.tui.screens.long_chats import LongChats
 from localchat.tui.screens.message_actions import MessageActions
 from localchat.tui.screens.model_control import ModelControl, base_model_notice
 from localchat.tui.screens.prompt import PromptScreen
+from localchat.tui.screens.reply_writer import ReplyWriter
 from localchat.tui.screens.settings import ChatSettings, SettingsScreen
 from localchat.tui.widgets.branch_notice import BranchNotice
 from localchat.tui.widgets.branch_switcher import BranchSwitcher
@@ -81,10 +74,6 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         self.client = client
         self.session = ChatSession()  # the open chat and the branch on screen
         self.fork_n: dict[str, int] = {}  # per chat
-        self.generating_in: str | None = None  # the chat whose replies are being written
-        self.writing = False  # a send, regenerate or edit runs (set before its worker starts)
-        self.focus_reply = False  # focus the new reply when it starts (a regenerate from a focused message)
-        self.picker: ForkPicker | None = None
         # the last chat is still to be opened (at start): True until it is, or until the user starts on another one
         # (sends from the empty chat, opens or creates one), which it must not replace
         self.restoring = True
@@ -112,6 +101,7 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
                 yield Composer(placeholder="Message (enter sends, f1: keys)", id="composer")
         yield Footer(compact=True, show_command_palette=False)  # Ctrl+P is in the help (F1)
         yield ModelControl(self.client)
+        yield ReplyWriter(self.client)
 
     @property
     def view(self) -> ConversationView:
@@ -381,59 +371,52 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         await self.show_chat()
         return self.session.conversation
 
-    # --- writing replies ---
+    # --- writing replies (reply_writer.py) ---
+
+    @property
+    def reply_writer(self) -> ReplyWriter:
+        return self.query_one(ReplyWriter)
+
+    @property
+    def writing(self) -> bool:
+        return self.reply_writer.writing
+
+    @property
+    def generating_in(self) -> str | None:
+        """The chat whose replies are being written (None: none is)."""
+        return self.reply_writer.generating_in
+
+    def on_reply_writer_writing(self, event: ReplyWriter.Writing) -> None:
+        self.refresh_bindings()
+        if event.conversation_id is None:
+            self.load_chats()
 
     def on_message_box_submitted(self, event: Composer.Submitted) -> None:
-        self.send(n=1)
+        self.reply_writer.send(n=1)
 
     def action_fork(self) -> None:
         """N replies: beside the focused message, else to the text in the message box, else beside the last reply."""
         conversation = self.session.conversation
-        focused_message = isinstance(self.focused, ChatMessage)
-        if not focused_message and (self.composer.text.strip() or self.target is None):
-            self.send(n=self.n_of(conversation.id) if conversation else DEFAULT_FORK_N)
+        if not isinstance(self.focused, ChatMessage) and (self.composer.text.strip() or self.target is None):
+            self.reply_writer.send(n=self.n_of(conversation.id) if conversation else DEFAULT_FORK_N)
         else:
             self.regenerate(self.n_of(conversation.id))
-
-    def send(self, n: int) -> None:
-        """The message box's text, with the documents attached: a chat without messages starts with them, else the
-        message carries them."""
-        text = self.composer.text.strip()
-        if text and self.can_generate():
-            self.composer.clear()
-            self.write_replies(lambda conversation_id, documents: self.client.send(
-                conversation_id, text, self.session.leaf, n=n, documents=documents),
-                typed=text, documents=self.attached.documents)
 
     def action_regenerate(self) -> None:
         self.regenerate(1)
 
     def regenerate(self, n: int) -> None:
-        if self.target is not None and self.can_generate():
-            message_id = self.target.message.id
-            self.focus_reply = isinstance(self.focused, ChatMessage)  # keep a focused message's keys (←/→) at hand
-            self.write_replies(lambda conversation_id, _: self.client.regenerate(conversation_id, message_id, n=n))
+        if self.target is not None:
+            self.reply_writer.regenerate(self.target.message.id, n, focus_reply=isinstance(self.focused, ChatMessage))
 
     def action_edit(self) -> None:
         self.message_actions.edit()
 
-    def can_generate(self) -> bool:
-        """One reply (or one set of N) at a time: a key press while one is written is refused, not queued. A base
-        model writes none."""
-        if self.model_control.refuses_chat():
-            return False
-        if self.writing:
-            self.notify("A reply is being written; esc stops it", severity="warning")
-            return False
-        return True
-
     def action_stop(self) -> None:
-        if self.generating_in is not None:
-            self.stop_generation()
+        self.reply_writer.stop()
 
-    @engine_work()
-    async def stop_generation(self) -> None:
-        await self.client.stop(self.generating_in)
+    def action_end_thinking(self) -> None:
+        self.reply_writer.end_thinking()
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         """Keys shown and working only while they do something (which also keeps the footer within 80 columns): Stop
@@ -455,123 +438,8 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
     def on_thinking_block_streaming(self, event: ThinkingBlock.Streaming) -> None:
         self.refresh_bindings()
 
-    def action_end_thinking(self) -> None:
-        self.end_thinking()
-
-    @engine_work()
-    async def end_thinking(self) -> None:
-        """The replies being written stop thinking and answer now (esc stops them altogether)."""
-        if self.generating_in is not None:
-            await self.client.end_thinking(self.generating_in)
-
-    def end_thinking_key(self) -> str | None:
-        """The key that ends a reply's thinking, as the footer writes it; None where the model does not think."""
-        return self.key_of("end_thinking") if self.thinks else None
-
     def key_of(self, binding_id: str) -> str:
-        """The (first) key of one of the screen's bindings, as the footer writes it, remapped or not."""
-        binding = next(binding for binding in self.BINDINGS if binding.id == binding_id)
+        """The (first) key of one of the screen's or a message's bindings, as the footer writes it, remapped or not."""
+        binding = next(binding for binding in [*self.BINDINGS, *ChatMessage.BINDINGS] if binding.id == binding_id)
         keys = self.app.keymap.get(binding_id, binding.key)
         return self.app.get_key_display(Binding(keys.split(",")[0], binding.action))
-
-    def write_replies(self, start, typed: str | None = None, documents: list[Document] = ()) -> None:
-        """Stream the events of start(conversation id, ids of the documents the message carries) (a send, regenerate
-        or edit) into the screen. The slot is taken now, before the worker runs: a second key press in between is
-        refused (can_generate). typed: the text sent from the message box, put back where the engine refuses it;
-        documents: the ones attached to it."""
-        self.writing = True
-        self.restoring = False  # a send from the empty chat makes a new one: the last chat is not opened over it
-        self.stream_replies(start, typed, list(documents))
-
-    @engine_work(group="generation")
-    async def stream_replies(self, start, typed: str | None, documents: list[Document]) -> None:
-        streamed = False
-        try:
-            conversation = self.session.conversation
-            if documents and self.starts_chat:  # the chat starts with them
-                conversation = await self.start_with(conversation, [document.id for document in documents])
-                await self.detach(documents)
-                documents = []
-            conversation = conversation or await self.create_chat()
-            self.generating_in = conversation.id
-            self.refresh_bindings()  # Stop shows, ←/→ hide
-            async for event in start(conversation.id, [document.id for document in documents]):
-                if not streamed:  # the message is stored with its documents
-                    streamed = True
-                    await self.detach(documents)
-                shown = self.session.conversation
-                if shown is not None and shown.id == conversation.id:
-                    await self.show_event(event)
-        except EngineError:
-            if typed and not streamed and not self.composer.text.strip():  # refused: the text is back to edit
-                self.composer.text = typed
-                self.composer.move_cursor(self.composer.document.end)
-            raise
-        finally:
-            self.generating_in, self.writing, self.focus_reply = None, False, False
-            self.refresh_bindings()
-            self.load_chats()
-
-    async def show_event(self, event: StreamEvent) -> None:
-        """Render what one event of the reply stream changed (the session applies it)."""
-        match self.session.apply(event):
-            case BranchShown():
-                await self.show_branch()
-            case RepliesStarted() as started:
-                await self.show_replies(started)
-            case TextAdded(message_id=message_id, text=text):
-                if (writer := self.writer(message_id)) is not None:
-                    await writer.write(text)
-            case ThinkingAdded(message_id=message_id) as added:
-                if (writer := self.writer(message_id)) is not None:
-                    writer.think(added.reasoning, added.reasoning_tokens)
-                    if added.text:  # the answer began in the same event
-                        await writer.write(added.text)
-            case ReplyFinished(message=message):
-                await self.show_finished(message)
-            case Failed(message=message):
-                self.notify(message, title="The engine failed", severity="error")
-
-    async def show_replies(self, started: RepliesStarted) -> None:
-        """Replies began: one is written in the branch on screen, several in the N-reply picker."""
-        if started.model:
-            self.model_control.know_name(started.model)  # another client may have switched it meanwhile
-        if started.retokenized_from:
-            self.notify(f"Continuing with {started.model}: the messages written with "
-                        f"{', '.join(started.retokenized_from)} were tokenized again for it.", title="Model")
-        await self.show_branch()
-        if started.fork is not None:
-            self.picker = ForkPicker(list(started.replies), started.temperature, stop=self.stop_generation,
-                                     end_thinking=self.end_thinking if self.thinks else None)
-            await self.app.push_screen(self.picker, self.pick_reply)
-        elif self.focus_reply:
-            self.view.view_of(started.replies[0].id).focus()
-        for reply in started.replies:
-            self.writer(reply.id).start_stream(self.end_thinking_key())
-
-    async def show_finished(self, message: Message) -> None:
-        if self.picker is not None and self.picker.card_of(message.id) is not None:
-            await self.picker.finish(message)
-        elif (writer := self.writer(message.id)) is not None:
-            await writer.finish(message)
-            self.view.show_positions(self.session.tree)
-            if message.stats is not None and message.stats.context_limit is not None:
-                self.context_limit = message.stats.context_limit
-            await self.show_context(self.session.conversation, self.session.path())
-
-    def writer(self, message_id: str):
-        """Where a reply being written is shown: its card in the N-reply picker, else its message on screen."""
-        if self.picker is not None and (card := self.picker.card_of(message_id)) is not None:
-            return card
-        return self.view.view_of(message_id)
-
-    @engine_work(group="branch")
-    async def pick_reply(self, message_id: str | None) -> None:
-        """The picker closed: continue from the chosen reply (or the first, which the engine made active)."""
-        replies = self.picker.replies
-        self.picker = None
-        self.session.pick(message_id or replies[0].id)
-        await self.show_branch()
-        self.composer.focus()
-        if message_id is not None:
-            await self.client.update_conversation(self.session.conversation.id, active_leaf=message_id)

@@ -59,7 +59,7 @@ class MessageActions:
     def edit(self) -> None:
         """Your message, edited in a dialog, sent again as a new branch beside it."""
         target, screen = self.target, self.screen
-        if target is None or not screen.can_generate():
+        if target is None or not screen.reply_writer.can_generate():
             return
         if target.message.role != "user":
             screen.notify(f"Only your messages can be edited; {screen.key_of('regenerate')} writes a new reply",
@@ -68,10 +68,9 @@ class MessageActions:
         message_id = target.message.id
 
         def resend(content: str | None) -> None:
-            if content and screen.can_generate():
+            if content:
                 screen.composer.focus()  # the edited message makes way for its new branch: typing goes on below
-                screen.write_replies(lambda conversation_id, _: screen.client.edit(conversation_id, message_id,
-                                                                                   content))
+                screen.reply_writer.resend(message_id, content)
 
         screen.app.push_screen(EditMessageScreen(target.message.content), resend)
 
