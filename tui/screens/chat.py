@@ -1,7 +1,9 @@
 """The main screen: the chat list, the branch on screen, and the message box. It renders a chat session
-(tui/chat_session.py: the open chat, its tree, the branch shown, the reply stream's events applied to them) and turns
-keys into the session's actions and the engine's requests. Its parts for long chats (the context gauge, the cut, the
-summary and its links) and for documents are in long_chats.py and chat_documents.py."""
+(tui/chat_session.py: the open chat, its tree, the branch shown) and routes keys and typed messages to its parts, each
+with one job: the engine's model (model_control.py), writing replies (reply_writer.py), attaching documents
+(chat_documents.py), the actions on a message (message_actions.py), moving between branches and search hits
+(branch_navigation.py), the export (chat_export.py), and long chats (long_chats.py: the context gauge, the cut, the
+summary and its links). The typing surface belongs to the user: text typed anywhere goes to the message box."""
 
 import asyncio
 
@@ -14,6 +16,7 @@ from textual.widgets import Footer, Input, Static, TextArea
 
 from localchat.app.client.engine_client import EngineClient
 from localchat.app.protocol.conversations import Conversation, SearchHit
+from localchat.app.protocol.documents import Document
 from localchat.tui.chat_session import (
     ChatSession,
 )
@@ -45,7 +48,7 @@ from localchat.tui.widgets.thinking_block import END_THINKING_KEY, ThinkingBlock
 DEFAULT_FORK_N = 3
 
 
-class ChatScreen(LongChats, ChatDocuments, Screen):
+class ChatScreen(LongChats, Screen):
     # the footer shows a few keys, which must fit 80 columns with a message's keys and those shown only while a reply
     # is written (Stop, Answer now); F1 lists every key
     BINDINGS = [
@@ -80,6 +83,7 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         # one render of the branch at a time (show_branch): a chat opened (the last one, at start) while the user
         # starts a new one; the second would remove the messages the first is still mounting
         self.drawing = asyncio.Lock()
+        self.documents: dict[str, Document] = {}  # the documents the open chat and its messages carry, by id
         self.message_actions = MessageActions(self)
         self.branches = BranchNavigation(self)
         self.chat_export = ChatExport(self)
@@ -102,6 +106,7 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
         yield Footer(compact=True, show_command_palette=False)  # Ctrl+P is in the help (F1)
         yield ModelControl(self.client)
         yield ReplyWriter(self.client)
+        yield ChatDocuments(self.client)
 
     @property
     def view(self) -> ConversationView:
@@ -159,6 +164,27 @@ class ChatScreen(LongChats, ChatDocuments, Screen):
 
     def note_other_model(self) -> None:
         self.model_control.note_other_model(self.session.conversation and self.session.conversation.model)
+
+    # --- documents (chat_documents.py) ---
+
+    @property
+    def chat_documents(self) -> ChatDocuments:
+        return self.query_one(ChatDocuments)
+
+    @property
+    def attached(self) -> AttachedDocuments:
+        """The documents attached to the next message (or the new chat), above the message box."""
+        return self.query_one(AttachedDocuments)
+
+    def action_attach_document(self) -> None:
+        self.chat_documents.attach()
+
+    def on_chat_documents_attached(self, event: ChatDocuments.Attached) -> None:
+        self.documents[event.document.id] = event.document
+
+    async def on_attached_documents_detached(self, event: AttachedDocuments.Detached) -> None:
+        await self.chat_documents.detach([event.document])
+        self.composer.focus()
 
     # --- chats ---
 

@@ -90,9 +90,9 @@ class ReplyWriter(Widget):
         chat, streamed = self.chat, False
         try:
             conversation = chat.session.conversation
-            if documents and chat.starts_chat:  # the chat starts with them
+            if documents and chat.chat_documents.starts_chat:  # the chat starts with them
                 conversation = await chat.start_with(conversation, [document.id for document in documents])
-                await chat.detach(documents)
+                await chat.chat_documents.detach(documents)
                 documents = []
             conversation = conversation or await chat.create_chat()
             self.generating_in = conversation.id
@@ -100,7 +100,7 @@ class ReplyWriter(Widget):
             async for event in start(conversation.id, [document.id for document in documents]):
                 if not streamed:  # the message is stored with its documents
                     streamed = True
-                    await chat.detach(documents)
+                    await chat.chat_documents.detach(documents)
                 shown = chat.session.conversation
                 if shown is not None and shown.id == conversation.id:
                     await self.show_event(event)
