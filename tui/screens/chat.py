@@ -31,7 +31,7 @@ from localchat.tui.screens.message_actions import MessageActions
 from localchat.tui.screens.model_control import ModelControl, base_model_notice
 from localchat.tui.screens.prompt import PromptScreen
 from localchat.tui.screens.reply_writer import ReplyWriter
-from localchat.tui.screens.settings import ChatSettings, SettingsScreen
+from localchat.tui.screens.settings_control import SettingsControl
 from localchat.tui.widgets.branch_notice import BranchNotice
 from localchat.tui.widgets.branch_switcher import BranchSwitcher
 from localchat.tui.widgets.chat_links import ChatLinks
@@ -44,8 +44,6 @@ from localchat.tui.widgets.empty_chat import EmptyChat
 from localchat.tui.widgets.message_view import ChatMessage
 from localchat.tui.widgets.sidebar import Sidebar
 from localchat.tui.widgets.thinking_block import END_THINKING_KEY, ThinkingBlock
-
-DEFAULT_FORK_N = 3
 
 
 class ChatScreen(LongChats, Screen):
@@ -76,7 +74,6 @@ class ChatScreen(LongChats, Screen):
         super().__init__()
         self.client = client
         self.session = ChatSession()  # the open chat and the branch on screen
-        self.fork_n: dict[str, int] = {}  # per chat
         # the last chat is still to be opened (at start): True until it is, or until the user starts on another one
         # (sends from the empty chat, opens or creates one), which it must not replace
         self.restoring = True
@@ -107,6 +104,7 @@ class ChatScreen(LongChats, Screen):
         yield ModelControl(self.client)
         yield ReplyWriter(self.client)
         yield ChatDocuments(self.client)
+        yield SettingsControl(self.client)
 
     @property
     def view(self) -> ConversationView:
@@ -358,25 +356,11 @@ class ChatScreen(LongChats, Screen):
         await self.chat_export.write(choice)
 
     def action_settings(self) -> None:
-        self.edit_settings()
+        self.query_one(SettingsControl).edit()
 
-    @engine_work()
-    async def edit_settings(self) -> None:
-        conversation = self.session.conversation or await self.create_chat()
-        limits = await self.client.limits()
-        choice = await self.app.push_screen_wait(SettingsScreen(conversation, self.n_of(conversation.id), limits,
-                                                                thinking=self.thinks))
-        if choice is not None:
-            await self.save_settings(conversation.id, choice)
-
-    async def save_settings(self, conversation_id: str, choice: ChatSettings) -> None:
-        self.session.conversation = await self.client.update_conversation(
-            conversation_id, system_prompt=choice.system_prompt, settings=choice.sampling)
-        self.fork_n[conversation_id] = choice.fork_n
-        self.notify("Settings saved")
-
-    def n_of(self, conversation_id: str) -> int:
-        return self.fork_n.get(conversation_id, DEFAULT_FORK_N)
+    def on_settings_control_saved(self, event: SettingsControl.Saved) -> None:
+        if self.session.conversation is not None and self.session.conversation.id == event.conversation.id:
+            self.session.conversation = event.conversation
 
     async def create_chat(self, documents: list[str] = ()) -> Conversation:
         """documents: the ids of those it starts with."""
@@ -423,10 +407,11 @@ class ChatScreen(LongChats, Screen):
     def action_fork(self) -> None:
         """N replies: beside the focused message, else to the text in the message box, else beside the last reply."""
         conversation = self.session.conversation
+        n = self.query_one(SettingsControl).n_of(conversation and conversation.id)
         if not isinstance(self.focused, ChatMessage) and (self.composer.text.strip() or self.target is None):
-            self.reply_writer.send(n=self.n_of(conversation.id) if conversation else DEFAULT_FORK_N)
+            self.reply_writer.send(n=n)
         else:
-            self.regenerate(self.n_of(conversation.id))
+            self.regenerate(n)
 
     def action_regenerate(self) -> None:
         self.regenerate(1)
