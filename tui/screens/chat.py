@@ -37,7 +37,7 @@ from localchat.tui.widgets.branch_switcher import BranchSwitcher
 from localchat.tui.widgets.chat_links import ChatLinks
 from localchat.tui.widgets.chat_list import ChatList
 from localchat.tui.widgets.composer import Composer, is_typing
-from localchat.tui.widgets.context_gauge import ChatHeader
+from localchat.tui.widgets.context_gauge import ChatHeader, ContextGauge
 from localchat.tui.widgets.conversation_view import ConversationView
 from localchat.tui.widgets.document_chips import AttachedChip, AttachedDocuments, DocumentChips
 from localchat.tui.widgets.empty_chat import EmptyChat
@@ -46,7 +46,7 @@ from localchat.tui.widgets.sidebar import Sidebar
 from localchat.tui.widgets.thinking_block import END_THINKING_KEY, ThinkingBlock
 
 
-class ChatScreen(LongChats, Screen):
+class ChatScreen(Screen):
     # the footer shows a few keys, which must fit 80 columns with a message's keys and those shown only while a reply
     # is written (Stop, Answer now); F1 lists every key
     BINDINGS = [
@@ -105,6 +105,7 @@ class ChatScreen(LongChats, Screen):
         yield ReplyWriter(self.client)
         yield ChatDocuments(self.client)
         yield SettingsControl(self.client)
+        yield LongChats(self.client)
 
     @property
     def view(self) -> ConversationView:
@@ -163,6 +164,28 @@ class ChatScreen(LongChats, Screen):
     def note_other_model(self) -> None:
         self.model_control.note_other_model(self.session.conversation and self.session.conversation.model)
 
+    # --- long chats (long_chats.py) ---
+
+    @property
+    def long_chats(self) -> LongChats:
+        return self.query_one(LongChats)
+
+    @property
+    def gauge(self) -> ContextGauge:
+        return self.long_chats.gauge
+
+    def action_summarize(self) -> None:
+        self.long_chats.ask_summary()
+
+    def on_context_gauge_summary_asked(self, event: ContextGauge.SummaryAsked) -> None:
+        self.long_chats.ask_summary()
+
+    def action_open_linked_chat(self) -> None:
+        self.long_chats.open_linked()
+
+    def on_chat_links_opened(self, event: ChatLinks.Opened) -> None:
+        self.long_chats.open_chat(event.conversation_id)
+
     # --- documents (chat_documents.py) ---
 
     @property
@@ -191,13 +214,13 @@ class ChatScreen(LongChats, Screen):
         """The chat list; open_newest: then the newest chat (the last one, at start), unless the user has started on
         another one meanwhile."""
         conversations = await self.client.list_conversations()
-        self.chat_titles = {conversation.id: conversation.title for conversation in conversations}
+        self.long_chats.chat_titles = {conversation.id: conversation.title for conversation in conversations}
         shown = self.session.conversation  # the one shown now, after the wait: another may have opened meanwhile
         if shown is not None:  # its title and settings as stored (the first message names a chat)
             self.session.conversation = next((c for c in conversations if c.id == shown.id), shown)
             self.show_title()
         await self.query_one(ChatList).show(conversations, shown and shown.id)
-        await self.show_links()
+        await self.long_chats.show_links()
         if open_newest and conversations and self.restoring:
             await self.open(conversations[0].id, restoring=True)
         elif open_newest and self.session.conversation is None:
@@ -217,10 +240,10 @@ class ChatScreen(LongChats, Screen):
         self.restoring = False
         self.session.open(tree, message_id)
         self.show_title()
-        self.summaries = tree.summaries
+        self.long_chats.summaries = tree.summaries
         self.documents = {document.id: document for document in [*self.attached.documents, *tree.documents]}
         if tree.context is not None:
-            self.context_limit = tree.context.limit
+            self.long_chats.context_limit = tree.context.limit
         await self.show_chat()
         self.note_other_model()
         if message_id is not None:
@@ -232,7 +255,7 @@ class ChatScreen(LongChats, Screen):
 
     async def show_chat(self) -> None:
         """Render the open chat: its links, its documents, the branch shown."""
-        await self.show_links()
+        await self.long_chats.show_links()
         conversation = self.session.conversation
         await self.query_one("#chat-documents", DocumentChips).show(
             [self.documents[i] for i in conversation.documents if i in self.documents] if conversation else [])
@@ -246,7 +269,7 @@ class ChatScreen(LongChats, Screen):
             conversation, path = self.session.conversation, self.session.path()
             await self.view.show(self.session.tree, path, self.documents)
             self.query_one(EmptyChat).display = not path
-            await self.show_context(conversation, path)
+            await self.long_chats.show_context(conversation, path)
 
     @engine_work(group="chats")
     async def on_chat_list_opened(self, event: ChatList.Opened) -> None:
@@ -259,7 +282,7 @@ class ChatScreen(LongChats, Screen):
         self.branches.forget_back()
         self.session.new_chat()
         self.show_title()
-        self.summaries = []
+        self.long_chats.summaries = []
         self.run_worker(self.show_chat())
         self.query_one(ChatList).index = None
         self.composer.focus()

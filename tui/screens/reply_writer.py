@@ -159,8 +159,8 @@ class ReplyWriter(Widget):
             await writer.finish(message)
             chat.view.show_positions(chat.session.tree)
             if message.stats is not None and message.stats.context_limit is not None:
-                chat.context_limit = message.stats.context_limit
-            await chat.show_context(chat.session.conversation, chat.session.path())
+                chat.long_chats.context_limit = message.stats.context_limit
+            await chat.long_chats.show_context(chat.session.conversation, chat.session.path())
 
     def writer(self, message_id: str):
         """Where a reply being written is shown: its card in the N-reply picker, else its message on screen."""
