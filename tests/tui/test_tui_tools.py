@@ -12,6 +12,7 @@ from localchat.tui.app import LocalChatApp
 from localchat.tui.screens.export import ExportScreen
 from localchat.tui.screens.search import SearchScreen
 from localchat.tui.screens.settings import SettingsScreen
+from localchat.tui.screens.settings_control import SettingsControl
 
 pytestmark = pytest.mark.slow  # a real engine process: left out of `./dev test --fast`
 
@@ -100,7 +101,8 @@ async def test_settings_modal_saves_the_system_prompt_and_sampling(client, tmp_p
             modal.query_one(f"#{field}", Input).value = value
         modal.query_one("#stop", TextArea).text = "\n\nTHE END\n"
         await pilot.press("ctrl+s")
-        await wait_until(pilot, lambda: pilot.app.screen is screen and screen.fork_n.get(conversation.id) == 2)
+        settings = screen.query_one(SettingsControl)
+        await wait_until(pilot, lambda: pilot.app.screen is screen and settings.n_of(conversation.id) == 2)
         await wait_until(pilot, lambda: screen.session.conversation.system_prompt == "Answer like a pirate.")
 
         stored = (await client.conversation(conversation.id)).conversation
