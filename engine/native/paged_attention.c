@@ -4,8 +4,8 @@
    The cache of a layer is [num_blocks, block_size, kv_heads, dim], float32 or bfloat16 (widened exactly). A token
    at position p sees the keys at positions lo..p, lo = 0 or, with a sliding window w, max(0, p - w + 1).
 
-   One work item is one token and one KV head (its query heads share the keys' addresses, found once). Every
-   item is computed by one thread in one fixed order: the scores 16 keys at a time from lo (each a dot product in 16
+   One work item is one token and one KV head: its query heads share the keys' addresses, found once, and take turns
+   over each block of keys, which is read from memory once for them all. Every head is computed in one fixed order: the scores 16 keys at a time from lo (each a dot product in 16
    lanes, its lanes summed in one fixed tree), their maximum, exp and sum in runs of 16 from lo, then the values
    weighted, even and odd keys in two sums added at the end. Nothing in that
    order depends on the other tokens of the step, on whether the token is decoded or prefilled, or on the thread
@@ -59,65 +59,102 @@ static inline __m512 sum_lanes(const __m512 d[LANES]) {
     return _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
 }
 
-/* One query head over the keys at byte offsets key_at[0..n) of the K and V caches: scores into s [n], then
-   exp(s - max) in place, and the head's output o [dim = 16 nd]. */
-static inline __attribute__((always_inline)) void attend_head(const float *q, const char *k, const char *v,
-                                                              const int64_t *key_at, int64_t n, float scale,
-                                                              float *s, float *o, const int nd, const int bf16) {
+#define KEY_BLOCK 16 /* keys a pass reads for every head of a group before the next ones: they stay in L1 */
+
+/* The `group` query heads q [group, dim] of one KV head over the keys at byte offsets key_at[0..n) of the K and V
+   caches: each head's scores into its row of s [group, stride], then exp(s - max) in place, and its output o
+   [group, dim = 16 nd]. The heads take turns over each KEY_BLOCK keys, so the keys and values are read from memory
+   once for the group; each head's arithmetic is the same, in the same order, as it would be alone. */
+static inline __attribute__((always_inline)) void attend_group(const float *q, const char *k, const char *v,
+                                                               const int64_t *key_at, int64_t n, float scale,
+                                                               float *s, int64_t stride, float *o, float *acc_at,
+                                                               int64_t group, const int nd, const int bf16) {
     const int element = bf16 ? 2 : 4;
-    __m512 query[nd], acc[nd], odd[nd];
-    for (int d = 0; d < nd; d++) query[d] = _mm512_loadu_ps(q + LANES * d);
     for (int64_t j0 = 0; j0 < n; j0 += LANES) {  /* 16 keys at a time, their sums in one tree */
-        __m512 dots[LANES];
-        for (int i = 0; i < LANES; i++) {
-            int64_t j = j0 + SUM_ORDER[i] < n ? j0 + SUM_ORDER[i] : n - 1;  /* past the end: a score not kept */
-            __m512 dot = _mm512_setzero_ps();
-            for (int d = 0; d < nd; d++)
-                dot = _mm512_fmadd_ps(query[d], load_lanes(k + key_at[j] + LANES * d * element, bf16), dot);
-            dots[i] = dot;
-        }
         __mmask16 valid = n - j0 >= LANES ? 0xFFFF : (__mmask16)((1u << (n - j0)) - 1);
-        _mm512_mask_storeu_ps(s + j0, valid, _mm512_mul_ps(sum_lanes(dots), _mm512_set1_ps(scale)));
-    }
-    __m512 most = _mm512_set1_ps(-INFINITY);
-    for (int64_t j = 0; j < n; j += LANES) {
-        __mmask16 valid = n - j >= LANES ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
-        most = _mm512_mask_max_ps(most, valid, most, _mm512_maskz_loadu_ps(valid, s + j));
-    }
-    __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(most)), total = _mm512_setzero_ps();
-    for (int64_t j = 0; j < n; j += LANES) {
-        __mmask16 valid = n - j >= LANES ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
-        __m512 e = exp_lanes(_mm512_sub_ps(_mm512_maskz_loadu_ps(valid, s + j), top));
-        _mm512_mask_storeu_ps(s + j, valid, e);
-        total = _mm512_add_ps(total, _mm512_maskz_mov_ps(valid, e));
-    }
-    __m512 sum = _mm512_set1_ps(_mm512_reduce_add_ps(total));
-    for (int d = 0; d < nd; d++) acc[d] = odd[d] = _mm512_setzero_ps();
-    for (int64_t j = 0; j + 1 < n; j += 2) {  /* even keys into acc, odd ones into odd, added at the end */
-        __m512 w = _mm512_set1_ps(s[j]), x = _mm512_set1_ps(s[j + 1]);
-        for (int d = 0; d < nd; d++) {
-            acc[d] = _mm512_fmadd_ps(w, load_lanes(v + key_at[j] + LANES * d * element, bf16), acc[d]);
-            odd[d] = _mm512_fmadd_ps(x, load_lanes(v + key_at[j + 1] + LANES * d * element, bf16), odd[d]);
+        for (int64_t h = 0; h < group; h++) {
+            __m512 query[nd], dots[LANES];
+            for (int d = 0; d < nd; d++) query[d] = _mm512_loadu_ps(q + h * LANES * nd + LANES * d);
+            for (int i = 0; i < LANES; i++) {
+                int64_t j = j0 + SUM_ORDER[i] < n ? j0 + SUM_ORDER[i] : n - 1;  /* past the end: a score not kept */
+                __m512 dot = _mm512_setzero_ps();
+                for (int d = 0; d < nd; d++)
+                    dot = _mm512_fmadd_ps(query[d], load_lanes(k + key_at[j] + LANES * d * element, bf16), dot);
+                dots[i] = dot;
+            }
+            _mm512_mask_storeu_ps(s + h * stride + j0, valid, _mm512_mul_ps(sum_lanes(dots), _mm512_set1_ps(scale)));
         }
     }
-    if (n % 2) {
-        __m512 w = _mm512_set1_ps(s[n - 1]);
-        for (int d = 0; d < nd; d++) acc[d] = _mm512_fmadd_ps(w, load_lanes(v + key_at[n - 1] + LANES * d * element, bf16), acc[d]);
+    float sums[group];
+    for (int64_t h = 0; h < group; h++) {
+        float *sh = s + h * stride;
+        __m512 most = _mm512_set1_ps(-INFINITY);
+        for (int64_t j = 0; j < n; j += LANES) {
+            __mmask16 valid = n - j >= LANES ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+            most = _mm512_mask_max_ps(most, valid, most, _mm512_maskz_loadu_ps(valid, sh + j));
+        }
+        __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(most)), total = _mm512_setzero_ps();
+        for (int64_t j = 0; j < n; j += LANES) {
+            __mmask16 valid = n - j >= LANES ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+            __m512 e = exp_lanes(_mm512_sub_ps(_mm512_maskz_loadu_ps(valid, sh + j), top));
+            _mm512_mask_storeu_ps(sh + j, valid, e);
+            total = _mm512_add_ps(total, _mm512_maskz_mov_ps(valid, e));
+        }
+        sums[h] = _mm512_reduce_add_ps(total);
     }
-    for (int d = 0; d < nd; d++) _mm512_storeu_ps(o + LANES * d, _mm512_div_ps(_mm512_add_ps(acc[d], odd[d]), sum));
+    /* the values weighted: even keys into acc, odd ones into odd (kept between blocks in acc_at [group, 2, dim]),
+       added at the end */
+    for (int64_t i = 0; i < group * 2 * LANES * nd; i++) acc_at[i] = 0.0f;
+    int64_t pairs_end = n - n % 2;
+    for (int64_t j0 = 0; j0 < pairs_end; j0 += KEY_BLOCK) {
+        int64_t j1 = j0 + KEY_BLOCK < pairs_end ? j0 + KEY_BLOCK : pairs_end;
+        for (int64_t h = 0; h < group; h++) {
+            const float *sh = s + h * stride;
+            float *at = acc_at + h * 2 * LANES * nd;
+            __m512 acc[nd], odd[nd];
+            for (int d = 0; d < nd; d++) {
+                acc[d] = _mm512_loadu_ps(at + LANES * d);
+                odd[d] = _mm512_loadu_ps(at + LANES * (nd + d));
+            }
+            for (int64_t j = j0; j < j1; j += 2) {
+                __m512 w = _mm512_set1_ps(sh[j]), x = _mm512_set1_ps(sh[j + 1]);
+                for (int d = 0; d < nd; d++) {
+                    acc[d] = _mm512_fmadd_ps(w, load_lanes(v + key_at[j] + LANES * d * element, bf16), acc[d]);
+                    odd[d] = _mm512_fmadd_ps(x, load_lanes(v + key_at[j + 1] + LANES * d * element, bf16), odd[d]);
+                }
+            }
+            for (int d = 0; d < nd; d++) {
+                _mm512_storeu_ps(at + LANES * d, acc[d]);
+                _mm512_storeu_ps(at + LANES * (nd + d), odd[d]);
+            }
+        }
+    }
+    for (int64_t h = 0; h < group; h++) {
+        const float *at = acc_at + h * 2 * LANES * nd;
+        __m512 sum = _mm512_set1_ps(sums[h]);
+        for (int d = 0; d < nd; d++) {
+            __m512 acc = _mm512_loadu_ps(at + LANES * d);
+            if (n % 2)
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(s[h * stride + n - 1]),
+                                      load_lanes(v + key_at[n - 1] + LANES * d * element, bf16), acc);
+            _mm512_storeu_ps(o + h * LANES * nd + LANES * d,
+                             _mm512_div_ps(_mm512_add_ps(acc, _mm512_loadu_ps(at + LANES * (nd + d))), sum));
+        }
+    }
 }
 
-typedef void (*head_fn)(const float *, const char *, const char *, const int64_t *, int64_t, float, float *, float *);
-#define HEAD(nd, bf16)                                                                                            \
-    static void head_##nd##_##bf16(const float *q, const char *k, const char *v, const int64_t *key_at, int64_t n, \
-                                   float scale, float *s, float *o) {                                           \
-        attend_head(q, k, v, key_at, n, scale, s, o, nd, bf16);                                                   \
+typedef void (*group_fn)(const float *, const char *, const char *, const int64_t *, int64_t, float, float *, int64_t,
+                         float *, float *, int64_t);
+#define GROUP(nd, bf16)                                                                                           \
+    static void group_##nd##_##bf16(const float *q, const char *k, const char *v, const int64_t *key_at, int64_t n, \
+                                    float scale, float *s, int64_t stride, float *o, float *acc_at, int64_t group) { \
+        attend_group(q, k, v, key_at, n, scale, s, stride, o, acc_at, group, nd, bf16);                            \
     }
-#define HEADS(nd) HEAD(nd, 0) HEAD(nd, 1)
-HEADS(1) HEADS(2) HEADS(3) HEADS(4) HEADS(5) HEADS(6) HEADS(7) HEADS(8)
-HEADS(9) HEADS(10) HEADS(11) HEADS(12) HEADS(13) HEADS(14) HEADS(15) HEADS(16)
-#define PAIR(nd) {head_##nd##_0, head_##nd##_1}
-static const head_fn HEAD_FNS[MAX_DIM / LANES + 1][2] = {{0, 0}, PAIR(1), PAIR(2), PAIR(3), PAIR(4), PAIR(5),
+#define GROUPS(nd) GROUP(nd, 0) GROUP(nd, 1)
+GROUPS(1) GROUPS(2) GROUPS(3) GROUPS(4) GROUPS(5) GROUPS(6) GROUPS(7) GROUPS(8)
+GROUPS(9) GROUPS(10) GROUPS(11) GROUPS(12) GROUPS(13) GROUPS(14) GROUPS(15) GROUPS(16)
+#define PAIR(nd) {group_##nd##_0, group_##nd##_1}
+static const group_fn GROUP_FNS[MAX_DIM / LANES + 1][2] = {{0, 0}, PAIR(1), PAIR(2), PAIR(3), PAIR(4), PAIR(5),
     PAIR(6), PAIR(7), PAIR(8), PAIR(9), PAIR(10), PAIR(11), PAIR(12), PAIR(13), PAIR(14), PAIR(15), PAIR(16)};
 
 /* out [tokens, heads, dim] for queries q [tokens, heads, dim] (float32): token t is at position positions[t] of
@@ -127,12 +164,13 @@ void paged_attention(const float *q, int64_t tokens, int64_t heads, int64_t kv_h
                      const int64_t *block_tables, int64_t table_width, const int64_t *token_seqs,
                      const int64_t *positions, int64_t window, float scale, float *out, int threads) {
     int64_t group = heads / kv_heads, element = bf16 ? 2 : 4, longest = 1;
-    head_fn head = HEAD_FNS[dim / LANES][bf16];
+    group_fn attend = GROUP_FNS[dim / LANES][bf16];
     for (int64_t t = 0; t < tokens; t++) longest = positions[t] + 1 > longest ? positions[t] + 1 : longest;
     if (window > 0 && window < longest) longest = window;
+    int64_t stride = (longest + LANES - 1) / LANES * LANES;  /* a head's row of scores */
 #pragma omp parallel num_threads(threads) if (tokens * kv_heads > 1)
     {
-        float *s = malloc(sizeof(float) * longest);
+        float *s = malloc(sizeof(float) * stride * group), *acc_at = malloc(sizeof(float) * group * 2 * dim);
         int64_t *key_at = malloc(sizeof(int64_t) * longest);
 #pragma omp for schedule(dynamic, 1) collapse(2)
         for (int64_t t = 0; t < tokens; t++) {
@@ -143,11 +181,13 @@ void paged_attention(const float *q, int64_t tokens, int64_t heads, int64_t kv_h
                     key_at[j] = ((table[block] * block_size + offset) * kv_heads + g) * dim * element;
                     if (++offset == block_size) block++, offset = 0;
                 }
-                for (int64_t h = g * group; h < (g + 1) * group; h++)
-                    head(q + (t * heads + h) * dim, k_cache, v_cache, key_at, n, scale, s, out + (t * heads + h) * dim);
+                int64_t h = g * group;
+                attend(q + (t * heads + h) * dim, k_cache, v_cache, key_at, n, scale, s, stride,
+                       out + (t * heads + h) * dim, acc_at, group);
             }
         }
         free(s);
+        free(acc_at);
         free(key_at);
     }
 }
