@@ -26,10 +26,12 @@ from localchat.app.protocol.conversations import (
     StopResult,
     StreamEvent,
     UserEvent,
+    filled,
 )
 from localchat.app.protocol.documents import Document, DocumentText
 from localchat.app.protocol.limits import Limits
 from localchat.app.protocol.system import Health
+from localchat.app.sampling_defaults import UNKNOWN_MODEL
 from localchat.app.server.app import engine_limits
 from localchat.app.server.store import query_words, search_snippet
 
@@ -106,7 +108,8 @@ SUMMARY = "We talked about the mill by the river, year by year from 1900."
 
 def conversation(id: str, title: str, at: float, count: int, active_leaf: str | None = None) -> Conversation:
     return Conversation(id=id, title=title, system_prompt="Be brief.",
-                        settings=SamplingSettings(temperature=0.7, max_tokens=64), created_at=T0 + at,
+                        settings=filled(SamplingSettings(temperature=0.7, max_tokens=64), UNKNOWN_MODEL),
+                        created_at=T0 + at,
                         updated_at=T0 + at, message_count=count, active_leaf=active_leaf)
 
 

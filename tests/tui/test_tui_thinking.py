@@ -194,9 +194,11 @@ async def test_the_help_lists_the_thinking_keys(tmp_path):
 @pytest.mark.asyncio
 async def test_ctrl_r_ends_a_real_models_thinking_and_its_answer_follows(thinking_client, tmp_path):
     """tiny-r1-thinking's replies start inside their thinking and never end it themselves: without a budget, only
-    ctrl+r (the engine's end-thinking) lets the answer come before max_tokens."""
+    ctrl+r (the engine's end-thinking) lets the answer come before max_tokens. ctrl+r goes as soon as 5 thinking
+    tokens show; max_tokens is most of the model's 2,048-token context, so that the thinking outlasts the keypress on
+    a loaded machine (a reply of 400 tokens once ended before the pilot saw it think)."""
     conversation = await thinking_client.create_conversation(settings=SamplingSettings(temperature=0.7,
-                                                                                       max_tokens=400))
+                                                                                       max_tokens=2000))
     async with app_with(thinking_client, tmp_path).run_test(size=SMALL) as pilot:
         screen = await chat_screen(pilot, conversation.id)
         await wait_until(pilot, lambda: screen.thinks, what="the model known to think")

@@ -202,7 +202,8 @@ def test_the_thinking_block_and_settings_fit(browser, thinking_server, thinking_
         reply = chat.messages.nth(1)
         thinking_block(reply).locator("summary").click()
         expect(reply.locator(".reasoning")).to_be_visible()
-        for part in [reply.locator("summary"), reply.locator(".reasoning"), reply.locator(".content")]:
+        for part in [thinking_block(reply).locator("summary"), reply.locator(".stats-line"),
+                     reply.locator(".reasoning"), reply.locator(".content")]:
             expect_within_width(page, part)
         assert_fits(page)
         page.mouse.move(0, SIZES[size][1] - 1)  # no hover effects
