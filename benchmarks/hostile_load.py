@@ -1,0 +1,332 @@
+"""Hostile load (issue 46): one normal client streams a long reply while hostile clients cut streams after their
+first chunk, give up on whole answers within a second, and send malformed or out-of-range bodies; then a `kill -9`
+in the middle of a conversation's reply.
+
+Against a fresh `localchat serve` with its defaults (the embedded model). Reported: the hostile requests by kind and
+status class ("gave up": the client's timeout came first; "cut": the client closed the stream after its first
+chunk); errors (5xx answers, broken streams: 0); the normal stream's largest gap between two token deltas in the
+quiet second before the load and while it runs (bar: under 0.5 s); the KV blocks still held once every request
+has ended (polled for a few seconds: 0) and whether the engine still answers; after the kill and a new start on the
+same home, the interrupted reply as far as the store had saved it and the earlier messages as they were.
+
+    python benchmarks/hostile_load.py [--clients 4] [--cut-streams 200] [--give-ups 40] [--bad 60]
+"""
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import random
+import shutil
+import sqlite3
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+from peers import free_port, make_home
+from soak import data_events
+
+from common import Server, report
+
+CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+LONG = 3000  # tokens a long reply asks for (ignore_eos keeps it going)
+STORY = [{"role": "user", "content": "Tell me a long story about a river."}]
+QUIET_S = 1.0  # of the normal stream before the load starts
+GAP_BAR_S = 0.5
+SETTLE_S = 5.0  # for the KV blocks to be freed once every request has ended
+
+
+class Tally:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.counts: dict[str, dict[str, int]] = {}
+        self.errors: list[str] = []
+
+    def count(self, kind: str, outcome: str) -> None:
+        with self.lock:
+            by_outcome = self.counts.setdefault(kind, {})
+            by_outcome[outcome] = by_outcome.get(outcome, 0) + 1
+            if outcome == "5xx":
+                self.errors.append(f"{kind}: 5xx")
+
+    def error(self, what: str) -> None:
+        with self.lock:
+            self.errors.append(what)
+
+
+def status_class(response: httpx.Response) -> str:
+    return f"{response.status_code // 100}xx"
+
+
+def is_token(event: dict) -> bool:
+    return event.get("type") == "delta" or event.get("object") == "chat.completion.chunk"
+
+
+class NormalStream(threading.Thread):
+    """A /v1 stream of a long greedy reply that records when each token delta came, until told to stop."""
+
+    def __init__(self, server: Server):
+        super().__init__()
+        self.server, self.times, self.broken = server, [], None
+        self.stop, self.first_token = threading.Event(), threading.Event()
+
+    def run(self) -> None:
+        body = {"messages": STORY, "max_tokens": LONG, "ignore_eos": True, "temperature": 0, "stream": True}
+        try:
+            with self.server.client() as api, api.stream("POST", CHAT, json=body) as response:
+                if response.status_code != 200:
+                    self.broken = f"answered {response.status_code}"
+                    return
+                for event in data_events(response):
+                    if event["choices"][0]["delta"].get("content"):
+                        self.times.append(time.monotonic())
+                        self.first_token.set()
+                    if self.stop.is_set():
+                        return
+                self.broken = "ended before the load did"
+        except httpx.HTTPError as error:
+            self.broken = f"{type(error).__name__}: {error}"
+        finally:
+            self.first_token.set()
+
+    def largest_gap(self, start: float, end: float) -> float:
+        """The longest wait between two deltas over [start, end] (a wait that straddles an end counts)."""
+        return max((b - a for a, b in zip(self.times, self.times[1:]) if b > start and a < end), default=0.0)
+
+
+class Hostile:
+    """The hostile requests, shared out among client threads in a seeded random order."""
+
+    def __init__(self, server: Server, tally: Tally, args, model: str):
+        self.server, self.tally, self.model = server, tally, model
+        self.rng = random.Random(1)
+        cuts = [("cut /v1 stream", self.cut_v1), ("cut conversation stream", self.cut_conversation)]
+        give_ups = [("gave up on /v1 chat", self.give_up_chat), ("gave up on /v1 completions", self.give_up_completion),
+                    ("gave up on Ollama chat", self.give_up_ollama_chat),
+                    ("gave up on Ollama generate", self.give_up_ollama_generate)]
+        bad = [("bad input", functools.partial(self.bad, *request)) for request in bad_requests(model)]
+        self.tasks = ([cuts[i % 2] for i in range(args.cut_streams)] + [give_ups[i % 4] for i in range(args.give_ups)]
+                      + [bad[i % len(bad)] for i in range(args.bad)])
+        self.rng.shuffle(self.tasks)
+        self.lock = threading.Lock()
+
+    def run(self, clients: int) -> None:
+        threads = [threading.Thread(target=self.client) for _ in range(clients)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def client(self) -> None:
+        with self.server.client() as api:
+            while task := self.next_task():
+                kind, send = task
+                try:
+                    self.tally.count(kind, send(api))
+                except httpx.HTTPError as error:
+                    self.tally.error(f"{kind}: {type(error).__name__} {error}")
+
+    def next_task(self):
+        with self.lock:
+            return self.tasks.pop() if self.tasks else None
+
+    def cut(self, api: httpx.Client, path: str, body: dict) -> str:
+        """Streams until the first token, then goes away."""
+        with api.stream("POST", path, json=body) as response:
+            if response.status_code != 200:
+                return status_class(response)
+            for event in data_events(response):
+                if event.get("type") == "error":
+                    self.tally.error(f"{path}: error event {event}")
+                if is_token(event):
+                    return "cut"
+        self.tally.error(f"{path}: the stream ended before its first token")
+        return "2xx"
+
+    def cut_v1(self, api: httpx.Client) -> str:
+        return self.cut(api, CHAT, {"messages": STORY, "max_tokens": LONG, "ignore_eos": True, "stream": True})
+
+    def cut_conversation(self, api: httpx.Client) -> str:
+        created = api.post("/api/conversations", json={})
+        if created.status_code != 201:
+            return status_class(created)
+        return self.cut(api, f"/api/conversations/{created.json()['id']}/messages",
+                        {"content": STORY[0]["content"], "settings": {"max_tokens": LONG, "ignore_eos": True}})
+
+    def give_up(self, api: httpx.Client, path: str, body: dict) -> str:
+        """A whole answer of many tokens asked for by a client that waits 0.5-1 s."""
+        try:
+            return status_class(api.post(path, json=body, timeout=self.rng.uniform(0.5, 1.0)))
+        except httpx.TimeoutException:
+            return "gave up"
+
+    def give_up_chat(self, api: httpx.Client) -> str:
+        return self.give_up(api, CHAT, {"messages": STORY, "max_tokens": LONG, "ignore_eos": True})
+
+    def give_up_completion(self, api: httpx.Client) -> str:
+        return self.give_up(api, COMPLETIONS, {"prompt": "Once upon a time", "max_tokens": LONG, "ignore_eos": True})
+
+    def give_up_ollama_chat(self, api: httpx.Client) -> str:  # num_predict -1: until the context is full
+        return self.give_up(api, "/api/chat", {"model": self.model, "messages": STORY, "stream": False,
+                                               "options": {"num_predict": -1}})
+
+    def give_up_ollama_generate(self, api: httpx.Client) -> str:
+        return self.give_up(api, "/api/generate", {"model": self.model, "prompt": "Once upon a time", "stream": False,
+                                                   "options": {"num_predict": -1}})
+
+    def bad(self, path: str, content: bytes, api: httpx.Client) -> str:
+        return status_class(api.post(path, content=content, headers={"Content-Type": "application/json"}))
+
+
+def bad_requests(model: str) -> list[tuple[str, bytes]]:
+    """Malformed JSON, bodies too big or too deep, and fields of the wrong type or out of range: each a 4xx."""
+    def chat(**fields) -> bytes:
+        return json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, **fields}).encode()
+
+    return [
+        (CHAT, b'{"messages": [{"role": "user", "content": "Hi"}'), (CHAT, b"\xff\xfe\x00garbage"),
+        (CHAT, b"[" * 100_000 + b"]" * 100_000), (CHAT, b"x" * (5 * 2**20)), (CHAT, b"null"),
+        (CHAT, chat(messages=[{"role": "user", "content": "Hi " * 1_000_000}])),
+        (CHAT, chat(n=10**6)), (CHAT, chat(temperature="hot")), (CHAT, chat(top_p=2)), (CHAT, chat(seed=2**70)),
+        (CHAT, chat(stop=["x"] * 1000)), (CHAT, chat(logprobs=True, top_logprobs=10**6)),
+        (CHAT, chat(messages=[{"role": "wizard", "content": "Hi"}])), (CHAT, chat(frobnicate=1)),
+        (CHAT, chat(max_tokens=-5)), (COMPLETIONS, b'{"prompt": "x", "max_tokens": NaN}'),
+        (COMPLETIONS, json.dumps({"prompt": ["x"] * 10_000, "max_tokens": 1}).encode()),
+        ("/api/chat", b"[1, 2, 3]"), ("/api/chat", json.dumps({"model": "no-such-model", "messages": []}).encode()),
+        ("/api/generate", json.dumps({"model": model, "prompt": "x", "options": {"temperature": "hot"}}).encode()),
+        ("/api/conversations", b'{"system_prompt": '),
+        ("/api/conversations", json.dumps({"settings": {"max_tokens": -1}}).encode()),
+    ]
+
+
+def settled(server: Server) -> tuple[int, float]:
+    """The KV blocks still held once no request runs (polled for SETTLE_S at most), and the seconds it took."""
+    started = time.monotonic()
+    while True:
+        metrics = server.metrics()
+        held = int(metrics["localchat_kv_blocks_used"])
+        if not (held or metrics["localchat_requests_running"]) or time.monotonic() - started > SETTLE_S:
+            return held, round(time.monotonic() - started, 2)
+        time.sleep(0.1)
+
+
+def answers(server: Server) -> bool:
+    with server.client() as api:
+        reply = api.post(CHAT, json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8})
+    return reply.status_code == 200 and bool(reply.json()["choices"][0]["message"]["content"])
+
+
+def saved_content(db: Path, message_id: str) -> str:
+    """A reply's text as the server's store holds it now (read-only, beside the writing server)."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as store:
+        return store.execute("SELECT content FROM messages WHERE id = ?", (message_id,)).fetchone()[0]
+
+
+def conversation_events(api: httpx.Client, path: str, body: dict):
+    with api.stream("POST", path, json=body) as response:
+        response.raise_for_status()
+        yield from data_events(response)
+
+
+def kill_mid_reply(server: Server) -> tuple[Server, dict]:
+    """A turn, then a long reply killed (SIGKILL) once the store has saved its text twice; the server started again on
+    the same home, the reply must be there as far as it was saved (interrupted), the turn before as it was."""
+    db = server.home / "data" / "localchat.db"
+    with server.client() as api:
+        cid = api.post("/api/conversations", json={}).json()["id"]
+        base = f"/api/conversations/{cid}"
+        list(conversation_events(api, f"{base}/messages", {"content": "Hi", "settings": {"max_tokens": 16}}))
+        before = api.get(base).json()["messages"]
+        text, saves = "", [""]
+        for event in conversation_events(api, f"{base}/messages", {"content": STORY[0]["content"], "settings": {
+                "max_tokens": LONG, "ignore_eos": True, "temperature": 0}}):
+            if event["type"] == "start":
+                reply_id = event["message_ids"][0]
+            if event["type"] != "delta":
+                continue
+            text += event["text"]
+            if (saved := saved_content(db, reply_id)) != saves[-1]:
+                saves.append(saved)
+            if len(saves) > 2:
+                server.process.kill()
+                break
+    server.process.wait()
+    server.log.close()
+    log = (server.home / "serve.log").read_text(errors="replace")
+    server = Server(server.home, free_port())
+    with server.client() as api:
+        after = {m["id"]: m for m in api.get(base).json()["messages"]}
+    reply = after.get(reply_id, {})
+    return server, {
+        "streamed_chars": len(text), "saved_chars_at_kill": len(saves[-1]),
+        "restored_chars": len(reply.get("content", "")), "restored_finish_reason": reply.get("finish_reason"),
+        "restored_as_saved": reply.get("content", "").startswith(saves[-1]) and text.startswith(reply.get("content")),
+        "earlier_messages_intact": all(after.get(m["id"], {}).get("content") == m["content"] for m in before),
+        "tracebacks_in_log_before_kill": log.count("Traceback"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--cut-streams", type=int, default=200)
+    parser.add_argument("--give-ups", type=int, default=40)
+    parser.add_argument("--bad", type=int, default=60)
+    parser.add_argument("--cache-dir", default="~/.cache/localchat", help="where the converted model is kept")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="localchat-hostile-"))
+    server = Server(make_home(root, args.cache_dir), free_port())
+    tally = Tally()
+    try:
+        model = httpx.get(f"{server.url}/health").json()["model"]
+        answers(server)  # warm-up
+        load_at_start = os.getloadavg()[0]
+        normal = NormalStream(server)
+        normal.start()
+        normal.first_token.wait(60)
+        time.sleep(QUIET_S + 0.5)
+        load_start = time.monotonic()
+        Hostile(server, tally, args, model).run(args.clients)
+        load_end = time.monotonic()
+        normal.stop.set()
+        normal.join()
+        blocks_held, settle_s = settled(server)
+        still_answers = answers(server)
+        server, kill = kill_mid_reply(server)
+        log = (server.home / "serve.log").read_text(errors="replace")
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    rows = [{"kind": kind, "requests": sum(by.values()), **dict(sorted(by.items()))}
+            for kind, by in sorted(tally.counts.items())]
+    totals: dict[str, int] = {}
+    for by in tally.counts.values():
+        for outcome, count in by.items():
+            totals[outcome] = totals.get(outcome, 0) + count
+    gap_under_load = normal.largest_gap(load_start, load_end)
+    summary = {
+        "hostile_requests": sum(totals.values()), "clients": args.clients,
+        "load_seconds": round(load_end - load_start, 1),
+        "by_outcome": dict(sorted(totals.items())), "server_errors_5xx": totals.get("5xx", 0),
+        "errors": len(tally.errors), "broken_normal_stream": normal.broken,
+        "normal_stream_deltas": len(normal.times),
+        "largest_gap_quiet_s": round(normal.largest_gap(load_start - QUIET_S, load_start), 3),
+        "largest_gap_under_load_s": round(gap_under_load, 3), "gap_bar_s": GAP_BAR_S,
+        "kv_blocks_held_after": blocks_held, "seconds_until_freed": settle_s, "engine_still_answers": still_answers,
+        "kill_9": kill, "tracebacks_in_log_after_restart": log.count("Traceback"),
+        "load_average_at_start_and_end": [round(load_at_start, 2), round(os.getloadavg()[0], 2)],
+        "first_errors": tally.errors[:10],
+    }
+    report("hostile_load", rows, summary)
+    failed = (tally.errors or normal.broken or gap_under_load >= GAP_BAR_S or blocks_held or not still_answers
+              or kill["restored_finish_reason"] != "interrupted" or not kill["restored_as_saved"]
+              or not kill["earlier_messages_intact"])
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
