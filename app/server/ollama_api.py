@@ -49,10 +49,10 @@ from localchat.app.server.backends import Backend, BackendDep, BackendNotReady, 
 from localchat.app.server.chat_template import template_variables
 from localchat.app.server.config import ServerConfig, quoted
 from localchat.app.server.disconnect import while_connected
+from localchat.app.server.engine_job import EngineJob
 from localchat.app.server.error_text import error_message
 from localchat.app.server.model_turns import ModelTurns
 from localchat.app.server.ollama_models import find_model, keep_alive_seconds, listed, running, shown
-from localchat.app.server.openai_api import EngineJob
 from localchat.app.server.openapi import JSONOrNDJSON
 from localchat.app.server.sampling import Sampling, ollama_sampling
 from localchat.app.server.store import StoreError

@@ -4,9 +4,7 @@ With the embedded engine (OpenAIController) each prompt becomes one engine reque
 KV blocks); with a remote backend (OpenAIRelay) the request is validated here and relayed to that server as it is.
 """
 
-import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -46,11 +44,11 @@ from localchat.app.server.backends import Backend, BackendDep, BackendRequestErr
 from localchat.app.server.chat_template import template_variables
 from localchat.app.server.config import MAX_CHOICES, MAX_PROMPTS, ServerConfig, quoted
 from localchat.app.server.disconnect import while_connected
+from localchat.app.server.engine_job import EngineJob
 from localchat.app.server.openapi import JSONOrEventStream
 from localchat.app.server.sampling import Sampling, chat_sampling, completion_sampling
 from localchat.app.server.tool_calls import CallReader, StreamedReply, finish_reason, template_chat
-from localchat.engine.outputs import CompletionOutput, EngineFailed, RequestOutput, TokenLogprob
-from localchat.engine.sampling_params import SamplingParams
+from localchat.engine.outputs import CompletionOutput, EngineFailed, TokenLogprob
 
 
 class OpenAIController(Controller):
@@ -92,7 +90,7 @@ class OpenAIController(Controller):
         results = await while_connected(request, job.collect())
         choices = [_chat_choice(backend, o, sampling.calls) for o in results]
         return Response(ChatCompletion(id=job.id, created=job.created, model=job.model, choices=choices,
-                                       usage=job.usage()))
+                                       usage=_usage(job)))
 
     @post("/completions", status_code=200, operation_class=JSONOrEventStream)
     async def completions(self, request: Request, data: JSONBody[CompletionRequest], backend: BackendDep,
@@ -119,7 +117,7 @@ class OpenAIController(Controller):
                                     logprobs=_completion_logprobs(backend, o.logprobs))
                    for o in results]
         return Response(Completion(id=job.id, created=job.created, model=job.model, choices=choices,
-                                   usage=job.usage()))
+                                   usage=_usage(job)))
 
 
 def _check_model(req: SamplingFields, backend: Backend) -> None:
@@ -160,86 +158,14 @@ def _prompts(prompt) -> list[str | list[int]]:
                               "or a list of token id lists")
 
 
-class EngineJob:
-    """One engine request per prompt; reply k of prompt i is choice i * n + k."""
-
-    def __init__(self, backend: Backend, active: ActiveRequests, streams: list, request_ids: list[str], n: int):
-        self.backend, self.active, self.streams, self.request_ids, self.n = backend, active, streams, request_ids, n
-        self.id = f"cmpl-{uuid.uuid4().hex}"
-        self.created = int(time.time())
-        self.model = backend.model_name
-        self.prompt_tokens = [0] * len(streams)
-        self.cached_tokens = [0] * len(streams)
-        self.completion_tokens = 0
-        self.reasoning_tokens: dict[int, int] = {}  # by choice: each reply's total
-
-    @classmethod
-    async def open(cls, backend: Backend, active: ActiveRequests, prompts: list[list[int]], params: SamplingParams):
-        request_ids = [uuid.uuid4().hex for _ in prompts]
-        for prompt in prompts:  # every prompt checked before any starts
-            await backend.check_request(prompt, params)
-        streams = [await backend.open(p, params, rid) for p, rid in zip(prompts, request_ids)]
-        for rid in request_ids:
-            active.add(rid)
-        return cls(backend, active, streams, request_ids, params.n)
-
-    async def updates(self) -> AsyncIterator[tuple[int, Update]]:
-        """(prompt index, update) from every prompt's stream as they come; leaving early aborts them all."""
-        queue: asyncio.Queue = asyncio.Queue()
-
-        async def pump(i: int, stream) -> None:
-            try:
-                async for update in stream:
-                    await queue.put((i, update))
-            except Exception as error:
-                await queue.put(error)
-            finally:
-                await queue.put((i, None))
-
-        tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(self.streams)]
-        open_streams = len(tasks)
-        try:
-            while open_streams:
-                item = await queue.get()
-                if isinstance(item, Exception):
-                    raise item
-                i, update = item
-                if update is None:
-                    open_streams -= 1
-                    continue
-                self._count(i, update)
-                yield i, update
-        finally:
-            for task in tasks:
-                task.cancel()
-            for rid in self.request_ids:
-                self.active.remove(rid)
-                await self.backend.abort(rid)  # a no-op for a finished request
-
-    def _count(self, i: int, update: Update) -> None:
-        """Prompt i's update into the usage, its replies numbered as the job's choices."""
-        if update.prompt_tokens is not None:
-            self.prompt_tokens[i], self.cached_tokens[i] = update.prompt_tokens, update.cached_tokens or 0
-        for out in update.outputs:
-            self.completion_tokens += len(out.token_ids)
-            out.index += i * self.n
-            if out.num_reasoning_tokens:
-                self.reasoning_tokens[out.index] = out.num_reasoning_tokens
-
-    async def collect(self) -> list[CompletionOutput]:
-        whole = RequestOutput(self.id, [], 0, [])
-        async for _, update in self.updates():
-            whole.merge(RequestOutput(self.id, [], 0, update.outputs))
-        return whole.outputs
-
-    def usage(self) -> Usage:
-        prompt = sum(self.prompt_tokens)
-        reasoning = sum(self.reasoning_tokens.values())
-        return Usage(prompt_tokens=prompt, completion_tokens=self.completion_tokens,
-                     total_tokens=prompt + self.completion_tokens,
-                     prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(self.cached_tokens)),
-                     completion_tokens_details=CompletionTokensDetails(reasoning_tokens=reasoning)
-                     if reasoning else None)
+def _usage(job: EngineJob) -> Usage:
+    prompt = sum(job.prompt_tokens)
+    reasoning = sum(job.reasoning_tokens.values())
+    return Usage(prompt_tokens=prompt, completion_tokens=job.completion_tokens,
+                 total_tokens=prompt + job.completion_tokens,
+                 prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(job.cached_tokens)),
+                 completion_tokens_details=CompletionTokensDetails(reasoning_tokens=reasoning)
+                 if reasoning else None)
 
 
 def _encode(value) -> str:
@@ -269,7 +195,7 @@ async def _chat_chunks(job: EngineJob, include_usage: bool, calls: CallReader | 
             yield _encode(ChatCompletionChunk(id=job.id, created=job.created, model=job.model, choices=choices))
     if include_usage:
         yield _encode(ChatCompletionChunk(id=job.id, created=job.created, model=job.model, choices=[],
-                                          usage=job.usage()))
+                                          usage=_usage(job)))
     yield "[DONE]"
 
 
@@ -313,7 +239,7 @@ async def _completion_chunks(job: EngineJob, echoes: list[str], include_usage: b
         if choices:
             yield _encode(Completion(id=job.id, created=job.created, model=job.model, choices=choices))
     if include_usage:
-        yield _encode(Completion(id=job.id, created=job.created, model=job.model, choices=[], usage=job.usage()))
+        yield _encode(Completion(id=job.id, created=job.created, model=job.model, choices=[], usage=_usage(job)))
     yield "[DONE]"
 
 

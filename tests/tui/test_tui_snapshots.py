@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from fake_engine import FakeEngine
 from textual.pilot import Pilot
-from textual.widgets import Footer
+from textual.widgets import Footer, Input, TextArea
 from tui_pilot import SIZES, branched_chat, chat_screen, open_settings, screen_of, wait_until
 
 from localchat.tui.app import LocalChatApp
@@ -29,6 +29,18 @@ def app(tmp_path, engine: FakeEngine | None = None) -> LocalChatApp:
     return app
 
 
+def steady(run_before):
+    """run_before, then every text box's cursor shown without blinking: a blink's phase is the time the shot is taken
+    at, which a loaded machine moves."""
+    async def run(pilot: Pilot) -> None:
+        await run_before(pilot)
+        for screen in pilot.app.screen_stack:
+            for box in [*screen.query(TextArea), *screen.query(Input)]:
+                box.cursor_blink = False
+        await pilot.pause()
+    return run
+
+
 async def branched_chat_shown(pilot: Pilot) -> ChatScreen:
     screen = await branched_chat(pilot)
     screen.view.views[1].focus()  # the reply with a sibling: its switcher reads ‹ 2/2 ›
@@ -38,7 +50,7 @@ async def branched_chat_shown(pilot: Pilot) -> ChatScreen:
 
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
 def test_main_screen_with_a_branched_chat(snap_compare, tmp_path, size):
-    assert snap_compare(app(tmp_path), terminal_size=size, run_before=branched_chat_shown)
+    assert snap_compare(app(tmp_path), terminal_size=size, run_before=steady(branched_chat_shown))
 
 
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
@@ -52,7 +64,7 @@ def test_a_new_chat(snap_compare, tmp_path, size):
 
     engine = FakeEngine()
     engine.model = "SmolLM2-135M-Instruct"  # the embedded model's name, as long as it is
-    assert snap_compare(app(tmp_path, engine), terminal_size=size, run_before=new_chat)
+    assert snap_compare(app(tmp_path, engine), terminal_size=size, run_before=steady(new_chat))
 
 
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
@@ -73,7 +85,7 @@ def test_n_reply_picker(snap_compare, tmp_path, size):
         picker.cards[1].focus()
         await pilot.pause()
 
-    assert snap_compare(app(tmp_path), terminal_size=size, run_before=three_replies)
+    assert snap_compare(app(tmp_path), terminal_size=size, run_before=steady(three_replies))
 
 
 DIALOGS = {"branch_outline": ("ctrl+t", BranchTreeScreen), "export": ("ctrl+o", ExportScreen)}  # key, screen
@@ -91,7 +103,7 @@ def test_a_dialog_over_the_branched_chat(snap_compare, tmp_path, monkeypatch, di
         await screen_of(pilot, kind)
         await pilot.pause()
 
-    assert snap_compare(app(tmp_path), terminal_size=size, run_before=open_dialog)
+    assert snap_compare(app(tmp_path), terminal_size=size, run_before=steady(open_dialog))
 
 
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
@@ -104,7 +116,7 @@ def test_search_hits(snap_compare, tmp_path, size):
         await pilot.press("down")  # the first hit highlighted: its match must read on the highlight too
         await pilot.pause()
 
-    assert snap_compare(app(tmp_path), terminal_size=size, run_before=hits)
+    assert snap_compare(app(tmp_path), terminal_size=size, run_before=steady(hits))
 
 
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
@@ -114,7 +126,7 @@ def test_settings(snap_compare, tmp_path, size):
         await open_settings(pilot)
         await pilot.pause()
 
-    assert snap_compare(app(tmp_path), terminal_size=size, run_before=settings)
+    assert snap_compare(app(tmp_path), terminal_size=size, run_before=steady(settings))
 
 
 def test_a_thinking_models_chat_at_80x24(snap_compare, tmp_path):
@@ -126,7 +138,7 @@ def test_a_thinking_models_chat_at_80x24(snap_compare, tmp_path):
         await pilot.pause()
 
     assert snap_compare(app(tmp_path, FakeEngine(thinking=True)), terminal_size=(80, 24),
-                        run_before=thinking_expanded)
+                        run_before=steady(thinking_expanded))
 
 
 def test_a_long_chat_near_the_edge_of_the_context_at_80x24(snap_compare, tmp_path):
@@ -138,4 +150,5 @@ def test_a_long_chat_near_the_edge_of_the_context_at_80x24(snap_compare, tmp_pat
         screen.view.cut_marker.scroll_visible(top=True)  # the header's warning, and the divider where the cut is
         await pilot.pause()
 
-    assert snap_compare(app(tmp_path, FakeEngine(long_chat=True)), terminal_size=(80, 24), run_before=cut_in_view)
+    assert snap_compare(app(tmp_path, FakeEngine(long_chat=True)), terminal_size=(80, 24),
+                        run_before=steady(cut_in_view))

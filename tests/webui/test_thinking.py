@@ -17,9 +17,10 @@ from support import stream_api
 pytestmark = pytest.mark.slow  # headless chromium against a real `localchat serve`: left out of `./dev test --fast`
 
 SIZES = {"phone": (390, 844), "desktop": (1440, 900)}
-# a reply that thinks until it is told to answer (no budget): the page shows it thinking some 25 tokens in, and at
-# about 135 tokens/s (2 cores) it would think on for seconds more
-LONG_THINKING = {"temperature": 1.0, "seed": 3, "max_tokens": 400, "thinking_token_budget": None}
+# a reply that thinks until it is told to answer (no budget): the page shows it thinking some 25 tokens in, and it
+# would think on for most of the model's 2,048-token context (400 tokens once ended before the click, on a machine
+# where the tiny model writes several hundred a second)
+LONG_THINKING = {"temperature": 1.0, "seed": 3, "max_tokens": 2000, "thinking_token_budget": None}
 BUDGET = 6  # a reply that thinks 6 tokens, then answers
 SHORT_THINKING = {"temperature": 1.0, "seed": 5, "max_tokens": 24, "thinking_token_budget": BUDGET}
 THINKING = re.compile(r"^Thinking… \d+ tokens$")
