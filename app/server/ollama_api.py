@@ -189,14 +189,7 @@ class OllamaController(Controller):
         turn = await turns.enter(model)
         try:
             templated = not req.raw and backend.can_chat
-            if templated:
-                chat = [{"role": "system", "content": req.system}] if req.system else []
-                chat.append({"role": "user", "content": req.prompt})
-                variables = _think_variables(backend, req.think, req.model)
-                prompt = await backend.apply_chat_template(chat, None, variables)
-            else:
-                prompt = await backend.tokenize(req.prompt) if req.prompt else []
-            prompt = list(req.context or []) + prompt
+            prompt = await _generate_prompt(backend, req, templated)
             num_ctx = _num_ctx(backend, req.options)
             if len(prompt) >= num_ctx:
                 raise BackendRequestError(f"the prompt has {len(prompt)} tokens: more than fit in a context of "
@@ -312,6 +305,17 @@ def _think_variables(backend: Backend, think: Think | None, name: str) -> dict:
         values["enable_thinking"] = True
     effort = "none" if think is False else None if think is True else {"max": "high"}.get(think, think)
     return template_variables(backend.template, values, effort)
+
+
+async def _generate_prompt(backend: Backend, req: GenerateRequest, templated: bool) -> list[int]:
+    """A generate request's tokens: its context, then its prompt (through the chat template where `templated`)."""
+    if templated:
+        chat = [{"role": "system", "content": req.system}] if req.system else []
+        chat.append({"role": "user", "content": req.prompt})
+        prompt = await backend.apply_chat_template(chat, None, _think_variables(backend, req.think, req.model))
+    else:
+        prompt = await backend.tokenize(req.prompt) if req.prompt else []
+    return list(req.context or []) + prompt
 
 
 def _num_ctx(backend: Backend, options) -> int:
