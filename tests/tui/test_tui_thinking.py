@@ -215,6 +215,7 @@ async def test_ctrl_r_ends_a_real_models_thinking_and_its_answer_follows(thinkin
         await wait_until(pilot, lambda: reply.body.source, what="the answer")
         if reply.has_class("-streaming"):  # the answer still streams: the thinking's time as measured here
             assert thinking_title(reply).startswith("▶ Thought for ")
+            await pilot.press("escape")  # the answer has begun: the rest of its 2,000 tokens proves nothing more
         done = await reply_written(pilot, screen)
 
         stored = (await thinking_client.conversation(conversation.id)).messages[-1]

@@ -93,6 +93,7 @@ def test_answer_now_ends_the_thinking_and_the_answer_follows(browser, thinking_s
         expect(reply.locator(".content")).not_to_be_empty(timeout=REPLY_TIMEOUT_MS)  # the answer follows
         expect(answer_now).to_be_hidden()
         expect(block.locator("summary")).to_have_text(re.compile(r"^Thought for "))
+        page.keyboard.press("Escape")  # the answer has begun: the rest of its 2,000 tokens proves nothing more
         chat.wait_replies()
         stored = stored_reply(chat, reply.get_attribute("data-id"))
         assert stored["reasoning_content"] and stored["content"].strip()
@@ -106,6 +107,9 @@ def test_alt_a_ends_the_thinking_of_each_forked_reply_and_each_card_keeps_its_ow
     start_thinking(chat, replies=2)
     expect(page.locator("#answer-now")).to_be_visible()
     page.keyboard.press("Alt+a")
+    for card in chat.cards.all():
+        expect(card.locator(".content")).not_to_be_empty(timeout=REPLY_TIMEOUT_MS)
+    page.keyboard.press("Escape")  # both answers have begun: the rest of their 2,000 tokens proves nothing more
     chat.wait_replies()
     expect(page.locator("#answer-now")).to_be_hidden()
     expect(chat.cards).to_have_count(2)
