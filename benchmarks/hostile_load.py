@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -303,10 +304,7 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
     rows = [{"kind": kind, "requests": sum(by.values()), **dict(sorted(by.items()))}
             for kind, by in sorted(tally.counts.items())]
-    totals: dict[str, int] = {}
-    for by in tally.counts.values():
-        for outcome, count in by.items():
-            totals[outcome] = totals.get(outcome, 0) + count
+    totals = sum((Counter(by) for by in tally.counts.values()), Counter())
     gap_under_load = normal.largest_gap(load_start, load_end)
     summary = {
         "hostile_requests": sum(totals.values()), "clients": args.clients,

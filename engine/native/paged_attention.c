@@ -5,11 +5,11 @@
    at position p sees the keys at positions lo..p, lo = 0 or, with a sliding window w, max(0, p - w + 1).
 
    One work item is one token and one KV head: its query heads share the keys' addresses, found once, and take turns
-   over each block of keys, which is read from memory once for them all. Every head is computed in one fixed order: the scores 16 keys at a time from lo (each a dot product in 16
-   lanes, its lanes summed in one fixed tree), their maximum, exp and sum in runs of 16 from lo, then the values
-   weighted, even and odd keys in two sums added at the end. Nothing in that
-   order depends on the other tokens of the step, on whether the token is decoded or prefilled, or on the thread
-   count: a token's bits are a function of its query and the keys and values it sees. */
+   over each block of keys, which is read from memory once for them all. Every head is computed in one fixed order:
+   the scores 16 keys at a time from lo (each a dot product in 16 lanes, its lanes summed in one fixed tree), their
+   maximum, exp and sum in runs of 16 from lo, then the values weighted, even and odd keys in two sums added at the
+   end. Nothing in that order depends on the other tokens of the step, on whether the token is decoded or
+   prefilled, or on the thread count: a token's bits are a function of its query and the keys and values it sees. */
 
 #include <immintrin.h>
 #include <math.h>
