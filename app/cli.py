@@ -118,7 +118,7 @@ def chat(args) -> int:
 
 
 def models(args) -> int:
-    from localchat.engine.model_catalog import find_models, hf_cache_dir, model_dirs
+    from localchat.engine.loading.model_catalog import find_models, hf_cache_dir, model_dirs
 
     rows = [(m.name, m.architecture or "?", m.quantization or m.format, f"{m.size_bytes / 1e6:,.0f} MB",
              f"{m.memory_bytes / 1e6:,.0f} MB" if m.memory_bytes else "?", m.source,

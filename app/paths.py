@@ -6,7 +6,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from localchat.engine.dirs import user_dir
+from localchat.engine.loading.dirs import user_dir
 
 
 def db_path() -> Path:

@@ -1,10 +1,10 @@
-"""The one table of sampling defaults. A reply samples with its request's values; where the request names none, with
-the values the model's authors recommend (engine/recommended_sampling.py: its file's own, else its family's), and
+"""The one table of sampling defaults. A reply samples with its request's values; where the request names none, with the
+values the model's authors recommend (engine/loading/recommended_sampling.py: its file's own, else its family's), and
 where they name none either, with localchat's below (llama.cpp's own defaults). Every API applies the result through
 app/server/sampling.py; the engine says it (GET /health's `sampling`, /v1/models, /api/show) and the UIs show it."""
 
 from localchat.app.protocol.sampling import SamplingDefaults
-from localchat.engine.recommended_sampling import RecommendedSampling
+from localchat.engine.loading.recommended_sampling import RecommendedSampling
 
 LOCALCHAT_DEFAULTS = {"temperature": 0.8, "top_p": 0.95, "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.0,
                       "presence_penalty": 0.0, "frequency_penalty": 0.0}

@@ -1,4 +1,4 @@
-"""Why the CPU attention runs in block tiles of a fixed shape (engine/attention.py), and what that costs.
+"""Why the CPU attention runs in block tiles of a fixed shape (engine/worker/attention.py), and what that costs.
 
 1. Probes of torch's float32 kernels on this CPU: does a row's result keep its bits when the other rows, the key
    count or the padding change? (False: the shapes change the rounding.) And from how many rows on a batched
@@ -22,7 +22,7 @@ HEADS, KV_HEADS, DIM, ROWS = 9, 3, 64, 300  # SmolLM2-135M's attention shape
 
 
 def kernel_probes() -> dict:
-    from localchat.engine.attention import _fewest_invariant_rows
+    from localchat.engine.worker.attention import _fewest_invariant_rows
 
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(HEADS, ROWS, DIM, generator=gen) for _ in range(3))
@@ -47,7 +47,7 @@ def kernel_probes() -> dict:
 
 
 def attention_cost(rows: int = 1000) -> dict:
-    from localchat.engine.attention import AttentionMetadata, TorchPagedAttention
+    from localchat.engine.worker.attention import AttentionMetadata, TorchPagedAttention
 
     gen = torch.Generator().manual_seed(1)
     q = torch.randn(rows, HEADS, DIM, generator=gen)

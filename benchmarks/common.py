@@ -31,7 +31,7 @@ def hf_model(dtype: torch.dtype = torch.float32):
     """transformers' model on exactly the engine's weights (the dequantized embedded GGUF)."""
     from transformers import AutoModelForCausalLM
 
-    from localchat.engine.loader import resolve_model
+    from localchat.engine.loading.loader import resolve_model
 
     source = resolve_model(None)
     source.ensure_converted(packed=False)

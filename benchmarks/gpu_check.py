@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from localchat.engine.attention import AttentionMetadata, TorchPagedAttention
+from localchat.engine.worker.attention import AttentionMetadata, TorchPagedAttention
 
 RESULTS = Path(__file__).parent / "results"
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 3e-2}  # atol = rtol
@@ -60,7 +60,7 @@ def max_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 def check_kernels(args, dtype: torch.dtype, device: torch.device) -> list[dict]:
-    from localchat.engine.triton_attention import TritonPagedAttention as Triton
+    from localchat.engine.worker.triton_attention import TritonPagedAttention as Triton
 
     bs, kv_heads, heads, head_dim = args.block_size, args.num_kv_heads, args.num_heads, args.head_dim
     rows = []
@@ -110,7 +110,7 @@ def check_kernels(args, dtype: torch.dtype, device: torch.device) -> list[dict]:
 
 def time_decode(args, dtype: torch.dtype, device: torch.device) -> tuple[list[dict], float]:
     """Decode attention per shape: measured time, achieved bandwidth and the share of the floor it reaches."""
-    from localchat.engine.triton_attention import TritonPagedAttention as Triton
+    from localchat.engine.worker.triton_attention import TritonPagedAttention as Triton
 
     size = 2 * 1024**3
     source, target = (torch.empty(size, dtype=torch.uint8, device=device) for _ in range(2))

@@ -30,7 +30,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from common import report, set_threads
-from localchat.engine.loader import resolve_model
+from localchat.engine.loading.loader import resolve_model
 
 
 class Address(BaseModel):

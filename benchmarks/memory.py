@@ -33,7 +33,7 @@ print(json.dumps({"seconds": round(loaded, 2), "peak_mb": round(peak / 1024, 1),
 """
 RUNTIME = """
 import json
-import torch, transformers, localchat.engine.llm_engine, localchat.app.server.app
+import torch, transformers, localchat.engine.frontend.llm_engine, localchat.app.server.app
 peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
 print(json.dumps({"peak_mb": round(peak / 1024, 1)}))
 """
@@ -64,7 +64,7 @@ def serve_memory(model: str, home: Path) -> dict:
 
 def model_file(model: str, folder: Path) -> tuple[str, Path]:
     """The argument to load `model` by, and its file (gemma3-270m built in `folder`)."""
-    from localchat.engine.model_catalog import embedded_gguf_path
+    from localchat.engine.loading.model_catalog import embedded_gguf_path
 
     if model == "embedded":
         return model, embedded_gguf_path()

@@ -1,5 +1,5 @@
-"""Why only the engine's thread runs torch (engine/cpu_threads.py): one small int4 product (SmolLM2's gate_up, one
-row) timed on a thread that is the process's only torch thread, then again after another thread has run torch
+"""Why only the engine's thread runs torch (engine/worker/cpu_threads.py): one small int4 product (SmolLM2's gate_up,
+one row) timed on a thread that is the process's only torch thread, then again after another thread has run torch
 operations (and so keeps an OpenMP pool of its own), and under OMP_WAIT_POLICY=PASSIVE.
 
     python benchmarks/openmp_pools.py

@@ -1,4 +1,4 @@
-"""The packed GGUF kernels of engine/packed_linear.py against dense float32 and bfloat16 `F.linear`.
+"""The packed GGUF kernels of engine/worker/packed_linear.py against dense float32 and bfloat16 `F.linear`.
 
     python benchmarks/packed_kernels.py [--repeats 5] [--threads 2]
 
@@ -22,7 +22,7 @@ import torch
 from torch.nn.functional import linear
 
 from common import report
-from localchat.engine.packed_linear import REPRESENTATIONS, GGUFMatrix, PackedLinear, pack
+from localchat.engine.worker.packed_linear import REPRESENTATIONS, GGUFMatrix, PackedLinear, pack
 
 Q = gguf.GGMLQuantizationType
 SHAPES = ((576, 1536), (1536, 576), (2048, 8192), (8192, 2048))

@@ -90,9 +90,9 @@ def machine_peaks() -> dict:
     the matrix kernel localchat's engine runs for prefill and batched rows here."""
     from profile_steps import gemm_peak_tflops, read_bandwidth_gbs
 
-    from localchat.engine import native_kernels
+    from localchat.engine.worker import native_kernels
 
-    kernel = ("int8 AVX-512 VNNI over dynamically quantized activations (engine/native/int8_matmul.c)"
+    kernel = ("int8 AVX-512 VNNI over dynamically quantized activations (engine/worker/native/int8_matmul.c)"
               if native_kernels.load() is not None else "torch (no native kernels on this CPU)")
     return {"bf16 TFLOP/s": round(gemm_peak_tflops(torch_dtype("bfloat16")), 3),
             "int8 TOP/s": round(gemm_peak_tflops(torch_dtype("int8")), 3),

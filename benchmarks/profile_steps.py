@@ -17,7 +17,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from common import report, set_threads, synthetic_chats
-from localchat.engine import LLM, SamplingParams, native_kernels
+from localchat.engine import LLM, SamplingParams
+from localchat.engine.worker import native_kernels
 
 TOP = 12
 PROMPT = 1000

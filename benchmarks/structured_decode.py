@@ -16,7 +16,7 @@ import time
 
 from common import Timer, report, result_name, set_threads, synthetic_chats
 from localchat.engine import LLM, SamplingParams
-from localchat.engine.structured_output import StructuredOutput
+from localchat.engine.frontend.structured_output import StructuredOutput
 
 STREAMS = (1, 32)
 PROMPT_TOKENS = 150

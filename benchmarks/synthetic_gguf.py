@@ -28,7 +28,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from localchat.engine.model_catalog import embedded_gguf_path
+from localchat.engine.loading.model_catalog import embedded_gguf_path
 
 # the fp16 scale fields of each block type (offset, count), to fill with small finite values
 _SCALE_FIELDS = {Q.Q4_K: [(0, 2)], Q.Q6_K: [(208, 1)], Q.Q5_0: [(0, 1)], Q.Q8_0: [(0, 1)]}

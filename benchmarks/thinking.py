@@ -136,7 +136,7 @@ def multi_turn(http: httpx.Client) -> list[dict]:
 def prompt_text(gguf: Path) -> str:
     """The chat prompt as the model's template renders it (the server tokenizes a completion's text as it tokenizes
     that rendering: the same token ids)."""
-    from localchat.engine.loader import resolve_model
+    from localchat.engine.loading.loader import resolve_model
 
     return resolve_model(str(gguf)).tokenizer.apply_chat_template(PROMPT, tokenize=False, add_generation_prompt=True)
 

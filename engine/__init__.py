@@ -6,8 +6,9 @@ does not import torch and transformers (~3 s)."""
 import importlib
 
 _PUBLIC = {
-    "LLM": "llm", "AsyncLLM": "async_llm", "SamplingParams": "sampling_params", "RequestOutput": "outputs",
-    "CompletionOutput": "outputs", "TokenLogprob": "outputs", "StructuredOutput": "structured_output",
+    "LLM": "frontend.llm", "AsyncLLM": "frontend.async_llm", "SamplingParams": "sampling_params",
+    "RequestOutput": "frontend.outputs", "CompletionOutput": "frontend.outputs", "TokenLogprob": "frontend.outputs",
+    "StructuredOutput": "frontend.structured_output",
 }
 __all__ = list(_PUBLIC)
 

@@ -2,8 +2,8 @@
 
 from dataclasses import dataclass, field
 
+from localchat.engine.frontend.structured_output import StructuredOutput
 from localchat.engine.sampling_limits import LIMITS, MAX_STOP_LENGTH, MAX_STOP_STRINGS, MIN_TEMPERATURE
-from localchat.engine.structured_output import StructuredOutput
 
 
 @dataclass

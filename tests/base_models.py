@@ -15,7 +15,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from localchat.engine.model_catalog import embedded_gguf_path
+from localchat.engine.loading.model_catalog import embedded_gguf_path
 from support import SESSION_HOME, Server, running_server, second_model_dir
 
 BASE_LLAMA, BASE_GEMMA3 = "tiny-base-llama", "tiny-base-gemma3"

@@ -98,8 +98,8 @@ def api(server) -> httpx.Client:
 
 # The test files that take longest (each over 40 s), started first so that the workers (`./dev test`) end together
 # instead of one running a long file alone at the end.
-LONGEST_FIRST = ["packaging/test_wheel.py", "engine/test_llm.py", "app/test_hardening.py",
-                 "engine/test_packed_model.py", "app/test_openapi_fuzz.py"]
+LONGEST_FIRST = ["packaging/test_wheel.py", "engine/frontend/test_llm.py", "app/test_hardening.py",
+                 "engine/loading/test_packed_model.py", "app/test_openapi_fuzz.py"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

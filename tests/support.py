@@ -192,7 +192,7 @@ def second_model_dir(root: Path) -> Path:
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (folder / "model.safetensors").is_file():
-            from localchat.engine.loader import resolve_model
+            from localchat.engine.loading.loader import resolve_model
 
             write_tiny_llama(folder, resolve_model(None).tokenizer, seed=0)
         hermes = root / TOOLS_MODEL_NAME
@@ -245,7 +245,7 @@ def thinking_model_dir(root: Path) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         qwen3 = root / QWEN3_THINKING
         if not (qwen3 / "model.safetensors").is_file():
-            from localchat.engine.loader import resolve_model
+            from localchat.engine.loading.loader import resolve_model
 
             tokenizer = resolve_model(None).tokenizer
             tokenizer.add_tokens(["<think>", "</think>"], special_tokens=True)

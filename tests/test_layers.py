@@ -79,3 +79,30 @@ def test_the_parts_import_each_other_without_a_cycle():
 
     cycles = [p for p in graph if reaches(p, p)]
     assert cycles == [], f"import cycles through {cycles}"
+
+
+ROOMS = ("core", "worker", "loading", "frontend")
+# the engine's shared vocabulary, beside its four rooms: what it is asked to be, what it reports, how a request samples
+ENGINE_SHARED = {"localchat.engine", "localchat.engine.config", "localchat.engine.stats", "localchat.engine.memory",
+                 "localchat.engine.sampling_params", "localchat.engine.sampling_limits"}
+
+
+def room(module: str) -> str | None:
+    """The engine room a module is in (core, worker, loading, frontend), or None for the shared vocabulary."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[2] in ROOMS else None
+
+
+def test_the_engine_is_four_rooms_and_core_decides_without_the_worker():
+    rooms: dict[str, set[str]] = {name: set() for name in ROOMS}
+    for path in (ROOT / "engine").rglob("*.py"):
+        source = module_name(path)
+        if room(source) is None:
+            assert source in ENGINE_SHARED, f"{source} is in no room of the engine (core, worker, loading, frontend)"
+            continue
+        rooms[room(source)] |= {room(target) for target in imports(path)} - {room(source), None}
+    print("\n| room | imports |\n|---|---|")
+    for name in ROOMS:
+        print(f"| {name} | {', '.join(sorted(rooms[name])) or '-'} |")
+    assert "worker" not in rooms["core"], "core/ decides what runs; it imports nothing of worker/"
+    assert rooms["loading"] <= {"worker"}, "loading/ reads files into the worker's forms, nothing else"

@@ -18,7 +18,7 @@ from localchat.app.protocol.conversations import SAMPLING_FIELDS, ConversationDe
 from localchat.app.protocol.openai import ChatCompletionChunk
 from localchat.app.sampling_defaults import sampling_defaults
 from localchat.app.sse import data_lines
-from localchat.engine.model_catalog import chosen_model
+from localchat.engine.loading.model_catalog import chosen_model
 
 
 def reply(question: str, system: str | None, model: str | None, sampling: dict) -> Iterator[str]:
@@ -71,7 +71,7 @@ def _from_engine_process(url: str, headers: dict, messages: list[dict], sampling
 def _in_process(messages: list[dict], model: str | None, sampling: dict) -> Iterator[str]:
     from localchat.engine import SamplingParams
     from localchat.engine.config import EngineConfig
-    from localchat.engine.llm_engine import LLMEngine
+    from localchat.engine.frontend.llm_engine import LLMEngine
 
     print("loading the model (no engine process is running)...", file=sys.stderr, flush=True)
     engine = LLMEngine(EngineConfig(model))

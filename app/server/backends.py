@@ -24,7 +24,7 @@ from localchat.app.protocol.sampling import SamplingDefaults
 from localchat.app.protocol.system import KVCacheSize, LoadProgress
 from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.tool_calls import ToolSyntax
-from localchat.engine.outputs import CompletionOutput
+from localchat.engine.frontend.outputs import CompletionOutput
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.stats import EngineStats
 

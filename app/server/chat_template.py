@@ -16,7 +16,7 @@ tokenized (prompt()); the prefix cache then serves every token up to where the r
 from transformers import PreTrainedTokenizerBase
 
 from localchat.app.server.tool_calls import ToolSyntax, tool_syntax
-from localchat.engine.reasoning import find_markers
+from localchat.engine.frontend.reasoning import find_markers
 
 Chat = list[dict]  # {"role", "content"}, and an assistant's "tool_calls" or a tool message's "tool_call_id"
 # names a template's own arguments take, which chat_template_kwargs may not set

@@ -6,9 +6,9 @@ import tomllib
 from dataclasses import dataclass
 
 from localchat.app.server.context_budget import DEFAULT_POLICY, POLICIES
-from localchat.engine.dirs import user_dir
+from localchat.engine.frontend.structured_output import MAX_SCHEMA_DEPTH
+from localchat.engine.loading.dirs import user_dir
 from localchat.engine.sampling_params import check_limit
-from localchat.engine.structured_output import MAX_SCHEMA_DEPTH
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = int(os.environ.get("LOCALCHAT_PORT") or 8741)  # where `localchat serve` listens unless --port

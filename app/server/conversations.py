@@ -43,7 +43,7 @@ from localchat.app.server.documents import message_with_documents, system_with_d
 from localchat.app.server.sampling import Sampling, reply_sampling
 from localchat.app.server.store import Store, StoreError, new_id
 from localchat.app.server.tool_calls import finish_reason, template_chat, template_tools
-from localchat.engine.outputs import CompletionOutput
+from localchat.engine.frontend.outputs import CompletionOutput
 
 DEFAULT_TITLE = "New chat"
 TITLE_LENGTH = 60

@@ -13,7 +13,7 @@ import re
 from pathlib import Path, PurePath
 
 from localchat.app.paths import private_opener
-from localchat.engine.dirs import user_dir
+from localchat.engine.loading.dirs import user_dir
 
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024  # an upload; a larger one is refused (413)
 MAX_NAME_CHARS = 200  # of a document's name, as kept

@@ -13,12 +13,12 @@ from localchat.app.server.backends import BackendNotReady, BackendRequestError, 
 from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.config import MAX_CHARS_PER_TOKEN
 from localchat.app.server.tool_calls import IN_SYSTEM_PROMPT, ToolSyntax
+from localchat.engine.frontend.outputs import RequestFailed
+from localchat.engine.frontend.structured_output import StructuredOutput
+from localchat.engine.loading.model_catalog import EMBEDDED_NAME, chosen_model
 from localchat.engine.memory import release_freed_memory
-from localchat.engine.model_catalog import EMBEDDED_NAME, chosen_model
-from localchat.engine.outputs import RequestFailed
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.stats import EngineStats
-from localchat.engine.structured_output import StructuredOutput
 
 LOAD_POLL_S = 0.05
 

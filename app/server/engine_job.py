@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from localchat.app.server.active_requests import ActiveRequests
 from localchat.app.server.backends import Backend, Update
-from localchat.engine.outputs import CompletionOutput, RequestOutput
+from localchat.engine.frontend.outputs import CompletionOutput, RequestOutput
 from localchat.engine.sampling_params import SamplingParams
 
 

@@ -17,7 +17,7 @@ from localchat.app.server.active_requests import ActiveRequests
 from localchat.app.server.backends import Backend
 from localchat.app.server.conversations import Conversations
 from localchat.app.server.models_api import switch_model
-from localchat.engine.model_catalog import LocalModel
+from localchat.engine.loading.model_catalog import LocalModel
 
 IDLE_POLL_S = 0.05
 

@@ -13,8 +13,8 @@ from localchat.app.protocol.models import ModelCatalog, ModelChoice, ModelInfo
 from localchat.app.server.backends import Backend, BackendDep, BackendRequestError
 from localchat.app.server.config import quoted
 from localchat.app.server.conversations import Conversations
-from localchat.engine.dirs import write_atomically
-from localchat.engine.model_catalog import LocalModel, find_models, still_present
+from localchat.engine.loading.dirs import write_atomically
+from localchat.engine.loading.model_catalog import LocalModel, find_models, still_present
 
 
 class ModelsController(Controller):

@@ -57,8 +57,8 @@ from localchat.app.server.openapi import JSONOrNDJSON
 from localchat.app.server.sampling import Sampling, ollama_sampling
 from localchat.app.server.store import StoreError
 from localchat.app.server.tool_calls import template_chat
-from localchat.engine.model_catalog import LocalModel, find_models, model_at
-from localchat.engine.outputs import EngineFailed
+from localchat.engine.frontend.outputs import EngineFailed
+from localchat.engine.loading.model_catalog import LocalModel, find_models, model_at
 
 VERSION = version("localchat")
 log = logging.getLogger("localchat.app")

@@ -15,8 +15,8 @@ from localchat.app.protocol.conversations import SAMPLING_FIELDS
 from localchat.app.protocol.ollama import ListedModel, ModelDetails, RunningModel, ShowResponse
 from localchat.app.sampling_defaults import sampling_defaults
 from localchat.app.server.sampling import OLLAMA_NAMES
-from localchat.engine.gguf_header import read_header
-from localchat.engine.model_catalog import LocalModel
+from localchat.engine.loading.gguf_header import read_header
+from localchat.engine.loading.model_catalog import LocalModel
 
 TAG = "latest"
 NEVER_EXPIRES = "2318-08-28T00:00:00Z"  # Ollama's expires_at of a model kept loaded for good

@@ -48,7 +48,7 @@ from localchat.app.server.engine_job import EngineJob
 from localchat.app.server.openapi import JSONOrEventStream
 from localchat.app.server.sampling import Sampling, chat_sampling, completion_sampling
 from localchat.app.server.tool_calls import CallReader, StreamedReply, finish_reason, template_chat
-from localchat.engine.outputs import CompletionOutput, EngineFailed, TokenLogprob
+from localchat.engine.frontend.outputs import CompletionOutput, EngineFailed, TokenLogprob
 
 
 class OpenAIController(Controller):

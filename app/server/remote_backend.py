@@ -13,7 +13,7 @@ from localchat.app.server.backends import BackendNotReady, BackendRequestError, 
 from localchat.app.server.sampling import openai_fields
 from localchat.app.server.tool_calls import IN_SYSTEM_PROMPT, ToolSyntax
 from localchat.app.sse import async_data_lines
-from localchat.engine.outputs import CompletionOutput
+from localchat.engine.frontend.outputs import CompletionOutput
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.stats import EngineStats
 

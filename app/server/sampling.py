@@ -26,8 +26,8 @@ from localchat.app.protocol.openai import (
 )
 from localchat.app.sampling_defaults import UNKNOWN_MODEL
 from localchat.app.server.tool_calls import IN_SYSTEM_PROMPT, CallReader, ToolSyntax, call_grammar, check_tool_choice
+from localchat.engine.frontend.structured_output import StructuredOutput
 from localchat.engine.sampling_params import SamplingParams
-from localchat.engine.structured_output import StructuredOutput
 
 # SamplingParams' fields that a /v1 request and a conversation's settings name alike, with the value that changes
 # nothing (what the way back leaves out): OpenAI's own fields, then the extensions vLLM and SGLang take

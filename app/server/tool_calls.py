@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from localchat.app.protocol.openai import FunctionCall, Tool, ToolCall
 from localchat.app.server.config import quoted
-from localchat.engine.structured_output import StructuredOutput
+from localchat.engine.frontend.structured_output import StructuredOutput
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@
 from localchat.app.chat_defaults import SMALL_MODEL_PARAMETERS, SMALL_MODEL_TEMPERATURE, chat_defaults
 from localchat.app.protocol.conversations import SAMPLING_FIELDS
 from localchat.app.sampling_defaults import LOCALCHAT_DEFAULTS, UNKNOWN_MODEL, sampling_defaults
-from localchat.engine.model_catalog import EMBEDDED_NAME, chosen_model
-from localchat.engine.recommended_sampling import RecommendedSampling
+from localchat.engine.loading.model_catalog import EMBEDDED_NAME, chosen_model
+from localchat.engine.loading.recommended_sampling import RecommendedSampling
 
 SMOLLM2 = sampling_defaults(RecommendedSampling("SmolLM2's model card", temperature=0.2, top_p=0.9))
 

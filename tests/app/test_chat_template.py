@@ -10,7 +10,7 @@ from localchat.app.server.chat_template import ChatTemplate
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from localchat.engine.loader import resolve_model
+    from localchat.engine.loading.loader import resolve_model
 
     return resolve_model(None).tokenizer  # the embedded SmolLM2's
 

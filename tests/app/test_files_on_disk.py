@@ -50,7 +50,7 @@ def test_things_in_the_disk_tier_never_stop_the_engine(tmp_path):
     """A folder, a FIFO and an unreadable file in place of a chat's block files: the restarted engine serves the same
     reply (the first block, unreadable, fails its check when read: the chat is computed, and its blocks written
     again), the start removes the folders and the FIFOs, and the tier stays on. Each kind mid-run:
-    tests/engine/test_kv_disk_tier.py."""
+    tests/engine/core/test_kv_disk_tier.py."""
     home = make_home(tmp_path / "home")
     server = Server(home, args=["--kv-blocks", "256"])
     try:

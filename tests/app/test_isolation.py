@@ -115,7 +115,7 @@ def test_a_grammar_that_gives_up_fails_its_own_request_alone(api, server):
 @pytest.mark.parametrize("levels", [250, 1000])
 def test_a_schema_nested_too_deep_is_a_400(api, levels):
     """Refused by the body's depth check before anything recurses (the schema's own check is the engine's, for
-    callers of the library: tests/engine/test_structured_output.py)."""
+    callers of the library: tests/engine/frontend/test_structured_output.py)."""
     deep = '{"type": "object", "properties": {"a": ' * (levels // 2) + '{"type": "string"}' + "}}" * (levels // 2)
     tools = f'[{{"type": "function", "function": {{"name": "deep", "parameters": {deep}}}}}]'
     story = json.dumps(STORY)

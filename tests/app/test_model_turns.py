@@ -11,7 +11,7 @@ from localchat.app.server.active_requests import ActiveRequests
 from localchat.app.server.backends import Loading
 from localchat.app.server.model_turns import ModelTurns
 from localchat.app.server.ollama_models import _parameter_size, find_model, keep_alive_seconds, ollama_name
-from localchat.engine.model_catalog import LocalModel
+from localchat.engine.loading.model_catalog import LocalModel
 
 
 def model(name: str, source: str = "folder", path: str | None = None) -> LocalModel:

@@ -6,7 +6,7 @@ import time
 import httpx
 import pytest
 
-from localchat.engine.model_catalog import EMBEDDED_NAME
+from localchat.engine.loading.model_catalog import EMBEDDED_NAME
 from support import SECOND_MODEL_NAME, Server, stream_api, stream_in_background
 
 pytestmark = pytest.mark.slow

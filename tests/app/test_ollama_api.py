@@ -11,7 +11,7 @@ import httpx
 import ollama
 import pytest
 
-from localchat.engine.model_catalog import EMBEDDED_NAME
+from localchat.engine.loading.model_catalog import EMBEDDED_NAME
 from support import SECOND_MODEL_NAME, stream_api
 
 pytestmark = pytest.mark.slow

@@ -17,9 +17,9 @@ from localchat.app.server.sampling import (
     reply_sampling,
 )
 from localchat.app.server.tool_calls import HERMES, LLAMA3
-from localchat.engine.recommended_sampling import RecommendedSampling
+from localchat.engine.frontend.structured_output import StructuredOutput
+from localchat.engine.loading.recommended_sampling import RecommendedSampling
 from localchat.engine.sampling_params import SamplingParams
-from localchat.engine.structured_output import StructuredOutput
 
 WEATHER = Tool(type="function", function=FunctionDefinition(
     name="get_weather", parameters={"type": "object", "properties": {"city": {"type": "string"}}}))

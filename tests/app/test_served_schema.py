@@ -10,7 +10,7 @@ import pytest
 from openapi_spec_validator import validate
 
 from localchat.app.server.config import MAX_JSON_DEPTH
-from localchat.engine.structured_output import MAX_SCHEMA_DEPTH
+from localchat.engine.frontend.structured_output import MAX_SCHEMA_DEPTH
 
 pytestmark = pytest.mark.slow  # the shared `localchat serve`: left out of `./dev test --fast`
 

@@ -1,5 +1,5 @@
-"""JSON mode, JSON Schema and tool calls through /v1/chat/completions, with the official `openai` client against
-a real `localchat serve`: replies constrained by grammars (engine/structured_output.py) are valid at temperature 1,
+"""JSON mode, JSON Schema and tool calls through /v1/chat/completions, with the official `openai` client against a real
+`localchat serve`: replies constrained by grammars (engine/frontend/structured_output.py) are valid at temperature 1,
 whole and streamed, forked (n=4), and tool calls make a round trip."""
 
 import json

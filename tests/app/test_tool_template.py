@@ -10,7 +10,7 @@ import openai
 import pytest
 from transformers import AutoTokenizer
 
-from localchat.engine.model_catalog import EMBEDDED_NAME
+from localchat.engine.loading.model_catalog import EMBEDDED_NAME
 from support import TOOLS_MODEL_NAME, stream_api
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from localchat.engine.loader import embedded_gguf_path
+from localchat.engine.loading.loader import embedded_gguf_path
 from support import SESSION_HOME
 
 __all__ = ["embedded_gguf_path"]

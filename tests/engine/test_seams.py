@@ -1,11 +1,11 @@
 """The engine's seams, read from the source (AST): the step reads as its phases, and the block pool's state has one
-owner (engine/block_pool.py): others ask it by method."""
+owner (engine/core/block_pool.py): others ask it by method."""
 
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent.parent
-POOL_MODULE = ROOT / "engine" / "block_pool.py"
+POOL_MODULE = ROOT / "engine" / "core" / "block_pool.py"
 MAX_STEP_STATEMENTS = 10
 LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
@@ -23,7 +23,7 @@ def statements(func: ast.FunctionDef) -> list[ast.stmt]:
 
 
 def test_the_step_reads_as_its_phases():
-    step = function(ROOT / "engine" / "llm_engine.py", "LLMEngine", "step")
+    step = function(ROOT / "engine" / "frontend" / "llm_engine.py", "LLMEngine", "step")
     found = statements(step)
     assert len(found) <= MAX_STEP_STATEMENTS, f"LLMEngine.step has {len(found)} statements"
     loops = [type(node).__name__ for node in ast.walk(step) if isinstance(node, LOOPS)]
@@ -69,19 +69,19 @@ def test_only_the_block_pool_touches_its_fields():
     modules = [p for folder in ("engine", "app", "benchmarks") for p in (ROOT / folder).rglob("*.py")
                if p != POOL_MODULE]
     found = [reach for path in modules for reach in pool_reaches(path, methods, properties)]
-    assert not found, "outside engine/block_pool.py:\n" + "\n".join(found)
+    assert not found, "outside engine/core/block_pool.py:\n" + "\n".join(found)
 
 
 def test_no_block_object_leaves_the_pool():
     """Hits and answers carry block ids: no other module imports the pool's Block."""
     importers = [str(p.relative_to(ROOT)) for p in (ROOT / "engine").rglob("*.py") if p != POOL_MODULE
                  for node in ast.walk(ast.parse(p.read_text()))
-                 if isinstance(node, ast.ImportFrom) and node.module == "localchat.engine.block_pool"
+                 if isinstance(node, ast.ImportFrom) and node.module == "localchat.engine.core.block_pool"
                  and any(alias.name == "Block" for alias in node.names)]
     assert not importers, f"Block imported by {importers}"
 
 
-GRAMMAR_OWNERS = {ROOT / "engine" / "sequence.py", ROOT / "engine" / "structured_output.py"}
+GRAMMAR_OWNERS = {ROOT / "engine" / "core" / "sequence.py", ROOT / "engine" / "frontend" / "structured_output.py"}
 GRAMMAR_STATE = {"grammar", "matcher", "answer_matcher", "waits_for_answer"}
 
 
@@ -98,4 +98,4 @@ def test_a_replys_grammar_state_is_written_by_its_sequence_alone():
             written = [t for target in targets for t in ast.walk(target)
                        if isinstance(t, ast.Attribute) and t.attr in GRAMMAR_STATE and isinstance(t.ctx, ast.Store)]
             found += [f"{path.relative_to(ROOT)}:{node.lineno} .{t.attr}" for t in written]
-    assert not found, "grammar state written outside engine/sequence.py:\n" + "\n".join(found)
+    assert not found, "grammar state written outside engine/core/sequence.py:\n" + "\n".join(found)

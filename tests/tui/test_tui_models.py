@@ -6,7 +6,7 @@ from tui_pilot import chat_screen, reply_written, wait_until
 
 from localchat.app.client.engine_client import EngineClient
 from localchat.app.protocol.conversations import SamplingSettings
-from localchat.engine.model_catalog import EMBEDDED_NAME
+from localchat.engine.loading.model_catalog import EMBEDDED_NAME
 from localchat.tui.app import LocalChatApp
 from localchat.tui.screens.models import ModelsScreen
 from support import SECOND_MODEL_NAME

@@ -157,9 +157,10 @@ def test_the_tui_imports_no_engine_code():
     code = ("import sys, localchat.tui.app; print(sorted(m for m in sys.modules if m.startswith('localchat.engine')"
             " or m.split('.')[0] in ('torch', 'transformers')))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    # localchat.app.paths takes the folder helper from localchat.engine.dirs, and the wire types the sampling limits
-    # from localchat.engine.sampling_limits: constants, no torch behind either
-    assert eval(loaded) == ["localchat.engine", "localchat.engine.dirs", "localchat.engine.sampling_limits"]
+    # localchat.app.paths takes the folder helper from localchat.engine.loading.dirs, and the wire types the sampling
+    # limits from localchat.engine.sampling_limits: constants, no torch behind either
+    assert eval(loaded) == ["localchat.engine", "localchat.engine.loading", "localchat.engine.loading.dirs",
+                            "localchat.engine.sampling_limits"]
 
 
 @pytest.mark.asyncio

@@ -5,7 +5,7 @@ import pytest
 from playwright.sync_api import expect
 from webui_page import REPLY_TIMEOUT_MS, ChatPage, assert_fits, new_page
 
-from localchat.engine.model_catalog import EMBEDDED_NAME
+from localchat.engine.loading.model_catalog import EMBEDDED_NAME
 from support import SECOND_MODEL_NAME
 
 pytestmark = pytest.mark.slow  # headless chromium against a real `localchat serve`: left out of `./dev test --fast`

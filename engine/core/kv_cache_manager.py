@@ -1,0 +1,240 @@
+"""Which KV blocks each sequence owns: prefix hits on admission (in memory, then on disk, then a kept partial
+block), slots for new tokens with copy-on-write, forks that share every block, and tail-first freeing."""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from localchat.engine.core.block_pool import BlockPool, hash_chain
+from localchat.engine.core.kv_disk_tier import KVDiskTier
+from localchat.engine.core.sequence import Sequence
+from localchat.engine.stats import KVCacheUsage
+
+
+@dataclass
+class PrefixHit:
+    """What a sequence finds of its tokens on admission: full blocks in memory (hash, block id), then more full
+    blocks on disk (their hashes), or else the first `partial_tokens` tokens of a kept partial block (its id). The
+    last token is never among them: it must be computed to give logits."""
+
+    cached: list[tuple[bytes, int]] = field(default_factory=list)
+    on_disk: list[bytes] = field(default_factory=list)
+    partial: int | None = None
+    partial_tokens: int = 0
+    num_tokens: int = 0  # the sequence's tokens these hold
+
+
+class KVCacheManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True, fingerprint: str = "",
+                 disk: KVDiskTier | None = None, read_block: Callable[[int], torch.Tensor] | None = None,
+                 block_view: Callable[[int], torch.Tensor] | None = None):
+        """disk: a tier that keeps full blocks across restarts (prefix caching only), with read_block(block_id)
+        giving a copy of a block's K and V to write, and block_view(block_id) the cache memory to read one into."""
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.disk = disk if enable_prefix_caching else None
+        self.read_block, self.block_view = read_block, block_view
+        self.pool = BlockPool(num_blocks, fingerprint, self._save_block if self.disk is not None else None)
+        self.pending_copies: list[tuple[int, int]] = []  # (src, dst) blocks to copy before the next forward
+        self.copied_partials: list[int] = []  # kept partial blocks held until their copies are handed out
+
+    def reset(self) -> None:
+        """Every block free and new, nothing cached or pending: after a failed step (no sequence holds a block then;
+        whatever the step left half done is forgotten)."""
+        self.pool.reset()
+        self.pending_copies.clear()
+        self.copied_partials.clear()
+
+    def num_blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def hash_blocks(self, seq: Sequence) -> None:
+        """Hash seq's blocks whose tokens are all known, once each: the prompt's when it is added, an output
+        block when its last token is appended. A block's hash chains every token before it."""
+        if not self.enable_prefix_caching:
+            return
+        bs, done = self.block_size, len(seq.block_hashes)
+        parent = seq.block_hashes[-1] if seq.block_hashes else self.pool.root_hash
+        seq.block_hashes.extend(hash_chain(parent, seq.token_ids[done * bs : len(seq) // bs * bs], bs))
+
+    def usage(self) -> KVCacheUsage:
+        pool = self.pool
+        return KVCacheUsage(pool.num_blocks, pool.num_used, pool.num_cached, pool.num_free, self.block_size)
+
+    def forget_cached(self) -> None:
+        """Forget every cached prefix in memory (blocks in use keep their contents; the disk tier keeps its own)."""
+        self.pool.reset_cache()
+
+    def find_prefix(self, seq: Sequence) -> PrefixHit:
+        """The longest run of seq's tokens held already: cached full blocks, then full blocks on disk, or else part
+        of a kept partial block."""
+        cached = self._cached_prefix(seq)
+        on_disk = self._disk_prefix(seq, len(cached))
+        partial, partial_tokens = (None, 0) if on_disk else self._partial(seq, len(cached))
+        return PrefixHit(cached, on_disk, partial, partial_tokens,
+                         (len(cached) + len(on_disk)) * self.block_size + partial_tokens)
+
+    def _cached_prefix(self, seq: Sequence) -> list[tuple[bytes, int]]:
+        """(hash, block id) of the longest run of cached full blocks that starts seq's tokens.
+
+        Never the whole sequence: its last token must be computed to give logits."""
+        found, bs = [], self.block_size
+        for i, block_hash in enumerate(seq.block_hashes[: (len(seq) - 1) // bs]):
+            block_id = self.pool.lookup(block_hash, seq.token_ids[i * bs : (i + 1) * bs])
+            if block_id is None:
+                break
+            found.append((block_hash, block_id))
+        return found
+
+    def _disk_prefix(self, seq: Sequence, start: int) -> list[bytes]:
+        """The hashes of the longest run of seq's full blocks from block `start` on that the disk tier holds; never
+        the block of seq's last token."""
+        if self.disk is None:
+            return []
+        found = []
+        for block_hash in seq.block_hashes[start : (len(seq) - 1) // self.block_size]:
+            if not self.disk.contains(block_hash):
+                break
+            found.append(block_hash)
+        return found
+
+    def _partial(self, seq: Sequence, start: int) -> tuple[int | None, int]:
+        """A kept partial block (BlockPool.keep_partial) after seq's first `start` full blocks, and how many of
+        seq's next tokens it holds (never seq's last token); (None, 0) if none."""
+        if not self.enable_prefix_caching:
+            return None, 0
+        bs = self.block_size
+        partial = self.pool.lookup_partial(seq.block_hashes[start - 1] if start else self.pool.root_hash)
+        if partial is None:
+            return None, 0
+        wanted = seq.token_ids[start * bs : min((start + 1) * bs, len(seq) - 1)]
+        kept = self.pool.partial_tokens(partial)
+        held = next((i for i, (a, b) in enumerate(zip(kept, wanted)) if a != b), min(len(kept), len(wanted)))
+        return (partial, held) if held else (None, 0)
+
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int, hit: PrefixHit | None = None) -> bool:
+        """Make room for seq's next num_new_tokens tokens after its computed ones (and, on admission, after what
+        `hit` holds: its cached blocks are shared, its blocks on disk read into new blocks now (where a file fails
+        its check, the tokens from that block on are computed instead), or its partial block's tokens copied into
+        seq's next block). A shared last block is copied before it is written. False, changing nothing, if the pool
+        has too few free blocks."""
+        hit = hit or PrefixHit()
+        cached_prefix, on_disk, partial, partial_tokens = hit.cached, hit.on_disk, hit.partial, hit.partial_tokens
+        bs = self.block_size
+        num_computed = seq.num_computed_tokens + (len(cached_prefix) + len(on_disk)) * bs + partial_tokens
+        num_table_blocks = len(seq.block_table) + len(cached_prefix)
+        num_new_blocks = self.num_blocks_for(num_computed + num_new_tokens) - num_table_blocks
+        copy_last = (partial is None and num_computed % bs != 0
+                     and self.pool.ref_count(seq.block_table[-1]) > 1)  # seq's own partial last block
+        revived = sum(1 for _, block_id in cached_prefix if self.pool.ref_count(block_id) == 0)
+        revived += partial is not None and self.pool.ref_count(partial) == 0
+        if num_new_blocks + copy_last + revived > self.pool.num_free:
+            return False
+        for _, block_id in cached_prefix:
+            self.pool.share(block_id)
+            seq.block_table.append(block_id)
+        if partial is not None:  # held (out of the free queue) until its copy is handed out with the step
+            self.pool.share(partial)
+            self.copied_partials.append(partial)
+        seq.num_computed_tokens = num_computed
+        if copy_last:
+            shared = seq.block_table[-1]
+            seq.block_table[-1] = self.pool.allocate()
+            self.pending_copies.append((shared, seq.block_table[-1]))
+            self.pool.release(shared)
+        new_blocks = [self.pool.allocate() for _ in range(num_new_blocks)]
+        if on_disk:
+            self._load(seq, on_disk, new_blocks)
+        if partial is not None:
+            self.pending_copies.append((partial, new_blocks[0]))
+        seq.block_table.extend(new_blocks)
+        return True
+
+    def _load(self, seq: Sequence, on_disk: list[bytes], blocks: list[int]) -> None:
+        """Read seq's next blocks from disk into `blocks` (the first len(on_disk) of them) and make them findable;
+        from the first that fails on, seq's tokens are left to compute."""
+        bs, first = self.block_size, len(seq.block_table)
+        tokens = [seq.token_ids[i * bs : (i + 1) * bs] for i in range(first, first + len(on_disk))]
+        num_read = self.disk.read_into([(block_hash, ids, self.block_view(block_id))
+                                        for block_hash, ids, block_id in zip(on_disk, tokens, blocks)])
+        seq.num_computed_tokens -= (len(on_disk) - num_read) * bs
+        self.pool.filled(set(blocks[:num_read]))
+        for block_hash, ids, block_id in zip(on_disk[:num_read], tokens, blocks):
+            self.pool.register(block_id, block_hash, ids)
+
+    def commit(self, seq: Sequence, num_new_tokens: int) -> None:
+        """seq's next num_new_tokens tokens are now in the cache: count them, and make the blocks they filled
+        findable by their hashes."""
+        bs, before = self.block_size, seq.num_computed_tokens
+        seq.num_computed_tokens += num_new_tokens
+        if self.enable_prefix_caching:
+            for i in range(before // bs, seq.num_computed_tokens // bs):
+                self.pool.register(seq.block_table[i], seq.block_hashes[i], seq.token_ids[i * bs : (i + 1) * bs])
+
+    def trim(self, seq: Sequence) -> None:
+        """Release seq's blocks past those its computed tokens fill (what held a draft's rejected tokens), last
+        first."""
+        keep = self.num_blocks_for(seq.num_computed_tokens)
+        while len(seq.block_table) > keep:
+            self.pool.release(seq.block_table.pop())
+
+    def save(self, seq: Sequence) -> None:
+        """Write seq's computed full blocks that the disk tier lacks, behind (a finished reply's)."""
+        if self.disk is None:
+            return
+        bs = self.block_size
+        for i in range(seq.num_computed_tokens // bs):
+            self._save_block(seq.block_hashes[i], seq.token_ids[i * bs : (i + 1) * bs], seq.block_table[i])
+
+    def _save_block(self, block_hash: bytes, token_ids: list[int] | tuple[int, ...], block_id: int) -> None:
+        """Keep a block's K and V on disk, if the tier lacks them (behind): a finished reply's, or a cached one's just
+        before it is reused (the pool's eviction listener)."""
+        self.disk.write_behind(block_hash, token_ids, lambda: self.read_block(block_id))
+
+    def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> int:
+        """Drop the blocks of the token sequences `dropped` (a deleted conversation's branches) that none of `kept`
+        (every other conversation's) shares, from both tiers where no request holds them; how many that was."""
+        hashes, shared = set(), set()
+        for token_ids in dropped:
+            hashes.update(hash_chain(self.pool.root_hash, token_ids, self.block_size))
+        for token_ids in kept:  # a chained hash never meets the dropped ones again once it leaves them
+            for block_hash in hash_chain(self.pool.root_hash, token_ids, self.block_size):
+                if block_hash not in hashes:
+                    break
+                shared.add(block_hash)
+        hashes -= shared
+        self.pool.forget(hashes)
+        if self.disk is not None:
+            self.disk.drop(hashes)
+        return len(hashes)
+
+    def share_blocks(self, child: Sequence) -> None:
+        """child was copied from a sequence (Sequence.sibling): it now owns every block too, the partial last one
+        included."""
+        for block_id in child.block_table:
+            self.pool.share(block_id)
+
+    def free(self, seq: Sequence) -> None:
+        """Release seq's blocks, last block first, so shared prefixes are the last to be evicted. A partial last
+        block that seq alone holds is kept (BlockPool.keep_partial): the next turn of a chat finds its tokens."""
+        bs, computed = self.block_size, seq.num_computed_tokens
+        last = computed // bs
+        if self.enable_prefix_caching and computed % bs and last < len(seq.block_table) and \
+                self.pool.ref_count(seq.block_table[last]) == 1:
+            parent = seq.block_hashes[last - 1] if last else self.pool.root_hash
+            self.pool.keep_partial(seq.block_table[last], parent, seq.token_ids[last * bs : computed])
+        for block_id in reversed(seq.block_table):
+            self.pool.release(block_id)
+        seq.block_table.clear()
+        seq.num_computed_tokens = 0
+
+    def take_block_updates(self) -> tuple[list[tuple[int, int]], list[int]]:
+        """What the cache memory needs before the next forward: copy-on-write copies, and blocks used for the
+        first time, to clear so that attention never reads uninitialized memory."""
+        copies, self.pending_copies = self.pending_copies, []
+        cleared = self.pool.take_first_used()
+        for block_id in self.copied_partials:  # copied before anything writes into it again (the next forward)
+            self.pool.release(block_id)
+        self.copied_partials.clear()
+        return copies, cleared

@@ -1,0 +1,80 @@
+"""Turns a scheduled batch into flat tensors, runs the model once, and returns the logits to sample from, each row
+with the sequence it belongs to."""
+
+from collections.abc import Iterable
+
+import torch
+from transformers import PretrainedConfig
+
+from localchat.engine.core.step_outputs import LogitRows, ScheduledBatch
+from localchat.engine.worker.attention import AttentionMetadata, get_backend
+from localchat.engine.worker.cpu_threads import CPUThreads
+from localchat.engine.worker.models.families import family_for
+
+
+class ModelRunner:
+    def __init__(self, config: PretrainedConfig, weights: Iterable[tuple[str, torch.Tensor]],
+                 packed: bool, dtype: torch.dtype, kv_dtype: torch.dtype, device: torch.device, block_size: int,
+                 num_blocks: int, max_model_len: int, attention_backend: str | None = None,
+                 cpu_threads: int | None = None):
+        """config: the text model's (PretrainedConfig.get_text_config()); weights: dense (name, tensor) pairs with
+        Hugging Face names, or (packed) a GGUF's packed weights as loader.load_packed gives them; cpu_threads: on the
+        CPU, the kernels' thread count (None: as many as the other processes leave, see cpu_threads.py)."""
+        self.device, self.dtype, self.kv_dtype, self.block_size = device, dtype, kv_dtype, block_size
+        self.cpu_threads = CPUThreads(cpu_threads) if device.type == "cpu" else None
+        model_class = family_for(config.model_type).model_class()
+        with torch.device("meta"):  # no memory and no random init for weights about to be replaced
+            self.model = model_class(config, max_model_len, rope_device=device)
+        if packed:
+            self.model.load_packed(weights, dtype, device)
+        else:
+            self.model.load_weights(weights, dtype, device)
+        self.model.eval()
+        attn = self.model.layers[0].self_attn
+        self.backend = get_backend(attention_backend, device, dtype, kv_dtype, attn.head_dim)
+        # one tensor for the whole cache, so a block copy or clear covers every layer at once; allocated
+        # uninitialized (fast start) and cleared block by block on first use
+        shape = (len(self.model.layers), 2, num_blocks, block_size, attn.num_kv_heads, attn.head_dim)
+        self.kv_cache = torch.empty(shape, dtype=kv_dtype, device=device)
+        self.block_shape = (shape[0], shape[1], *shape[3:])  # one block's K and V in every layer
+        for layer, layer_cache in zip(self.model.layers, self.kv_cache):
+            layer.self_attn.k_cache, layer.self_attn.v_cache = layer_cache[0], layer_cache[1]
+            layer.self_attn.backend = self.backend
+
+    def block_view(self, block_id: int) -> torch.Tensor:
+        """One block's K and V in every layer, [layers, 2, block_size, kv_heads, head_dim]: the cache's memory."""
+        return self.kv_cache[:, :, block_id]
+
+    def read_block(self, block_id: int) -> torch.Tensor:
+        """A copy of block_view(block_id)."""
+        return self.block_view(block_id).clone()
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self.kv_cache.numel() * self.kv_cache.element_size()
+
+    @torch.inference_mode()
+    def run(self, batch: ScheduledBatch) -> LogitRows:
+        """Compute the new tokens of every scheduled sequence, its draft's after its own; the logits at the last own
+        token and each draft token of the sequences listed in batch.sample_rows, in that order."""
+        if self.cpu_threads is not None:
+            self.cpu_threads.adjust()
+        if batch.cleared:
+            self.kv_cache[:, :, torch.tensor(batch.cleared, device=self.device)] = 0
+        if batch.copies:
+            self.backend.copy_blocks(self.kv_cache, batch.copies)
+        seqs, num_new_tokens, device = batch.seqs, batch.num_new_tokens, self.device
+        input_ids = [t for seq, n, draft in zip(seqs, num_new_tokens, batch.drafts)
+                     for t in seq.token_ids[seq.num_computed_tokens : seq.num_computed_tokens + n - len(draft)] + draft]
+        meta = AttentionMetadata.build(
+            query_lens=num_new_tokens,
+            seq_lens=[seq.num_computed_tokens + n for seq, n in zip(seqs, num_new_tokens)],
+            block_tables=[seq.block_table for seq in seqs],
+            block_size=self.block_size,
+            device=device,
+        )
+        hidden = self.model(torch.tensor(input_ids, dtype=torch.int64, device=device), meta)
+        last_tokens = torch.tensor([row for i in batch.sample_rows
+                                    for row in range(meta.query_start_loc[i + 1] - 1 - len(batch.drafts[i]),
+                                                     meta.query_start_loc[i + 1])], dtype=torch.int64, device=device)
+        return LogitRows(self.model.compute_logits(hidden[last_tokens]), batch)

@@ -1,0 +1,170 @@
+"""The engine's one native component, CPU kernels in C: integer matmuls for GGUF weights (native/int8_matmul.c,
+AVX-512 VNNI), paged attention (native/paged_attention.c) and RMS norm (native/rms_norm.c), compiled on first use
+by the machine's C compiler into the user's cache folder and loaded with ctypes.
+
+`load()` gives the kernels, or None where they cannot run: not Linux on x86 with AVX-512 VNNI, no C compiler, a
+failed build, or LOCALCHAT_NATIVE=0. The engine then runs torch's weight-only kernels and its PyTorch attention,
+and says why once in the log. A build takes about two seconds and is kept, keyed by the sources, the flags and
+the compiler."""
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from localchat.engine.loading.dirs import user_dir
+
+log = logging.getLogger(__name__)
+
+SOURCES = [Path(__file__).parent / "native" / name for name in ("int8_matmul.c", "paged_attention.c",
+                                                                       "rms_norm.c")]
+FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma", "-fopenmp",
+         "-ffp-contract=off", "-shared", "-fPIC"]
+CPU_FLAGS = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c", "fma"}  # as /proc/cpuinfo names them
+GROUP, PANEL = 32, 16  # the kernels' block of input features and of output rows
+# bytes of codes in one panel-group; 32 float16 follow: 16 scales and 16 zeros, or (6 bits) 16 scales of each half
+CODE_BYTES = {4: 256, 6: 384, 8: 512}
+VERSION = "int8-vnni-2"  # names the weight layout: part of the packed file's key
+
+
+class Kernels:
+    """quantize(x, passes) -> int8 codes with their per-32 scales and sums; matmul(quantized, weights, bits, N,
+    passes) ->
+    float32 y; attend(...): paged attention; rms_norm(x, weight, eps)."""
+
+    def __init__(self, library: ctypes.CDLL):
+        self.library = library
+        p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+        library.quantize_rows.argtypes = [p, i64, i64, p, p, p, p, i32, i32]
+        library.matmul.argtypes = [p, p, p, p, i64, i64, p, i32, i64, p, i32, i32]
+        library.paged_attention.argtypes = [p, i64, i64, i64, i64, p, p, i32, i64, p, i64, p, p, i64, ctypes.c_float,
+                                            p, i32]
+        library.rms_norm.argtypes = [p, i64, i64, p, ctypes.c_float, p, i32]
+        library.quantize_rows.restype = library.matmul.restype = library.paged_attention.restype = None
+        library.rms_norm.restype = None
+
+    def quantize(self, x: torch.Tensor, passes: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        """float32 [M, K] (K a multiple of 32) -> (codes int8 [M passes, K], float32 [4, M passes, K/32]: the
+        scales t, t * the codes' sums, then t * the sums of each group's halves, [M passes, K/32, 2]); with
+        passes=2 each row is followed by the codes of its rounding's remainder."""
+        if x.dtype != torch.float32 or not x.is_contiguous():
+            x = x.float().contiguous()
+        rows, features = x.shape
+        codes = torch.empty(rows * passes, features, dtype=torch.int8)
+        scales = torch.empty(4, rows * passes, features // GROUP)
+        self.library.quantize_rows(x.data_ptr(), rows, features, codes.data_ptr(), *_planes(scales), passes,
+                                   torch.get_num_threads())
+        return codes, scales
+
+    def matmul(self, quantized: tuple[torch.Tensor, torch.Tensor], weights: torch.Tensor, bits: int,
+               out_features: int, passes: int = 1) -> torch.Tensor:
+        """y float32 [M, out_features] from quantize(x, passes); the two passes' products are summed."""
+        codes, scales = quantized
+        rows, features = codes.shape
+        y = torch.empty(rows // passes, out_features)
+        self.library.matmul(codes.data_ptr(), *_planes(scales), rows, features, weights.data_ptr(), bits,
+                            out_features, y.data_ptr(), passes, torch.get_num_threads())
+        return y
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """x / sqrt(mean(x^2, -1) + eps) * weight for float32 x [..., size] (contiguous) and weight [size]."""
+        y = torch.empty_like(x)
+        self.library.rms_norm(x.data_ptr(), x.numel() // x.shape[-1], x.shape[-1], weight.data_ptr(), eps,
+                              y.data_ptr(), torch.get_num_threads())
+        return y
+
+    def attend(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+               token_seqs: torch.Tensor, positions: torch.Tensor, window: int | None, scale: float) -> torch.Tensor:
+        """query float32 [tokens, heads, dim] over caches [num_blocks, block_size, kv_heads, dim] (float32 or
+        bfloat16, contiguous; dim a multiple of 16 up to 256); block_tables int64 [seqs, width]; token_seqs and
+        positions int64 [tokens]: each token's sequence and position. Returns [tokens, heads, dim]."""
+        query = query.contiguous()
+        tokens, heads, dim = query.shape
+        _, block_size, kv_heads, _ = k_cache.shape
+        out = torch.empty_like(query)
+        self.library.paged_attention(query.data_ptr(), tokens, heads, kv_heads, dim, k_cache.data_ptr(),
+                                     v_cache.data_ptr(), int(k_cache.dtype == torch.bfloat16), block_size,
+                                     block_tables.data_ptr(), block_tables.shape[1], token_seqs.data_ptr(),
+                                     positions.data_ptr(), window or 0, scale, out.data_ptr(),
+                                     torch.get_num_threads())
+        return out
+
+
+
+def _planes(scales: torch.Tensor) -> tuple[int, int, int]:
+    """The addresses of quantize's scales, sums and halves' sums."""
+    at, step = scales.data_ptr(), scales.stride(0) * scales.element_size()
+    return at, at + step, at + 2 * step
+
+
+def attends(query_dtype: torch.dtype, cache_dtype: torch.dtype, head_dim: int) -> bool:
+    """Whether Kernels.attend takes these: float32 queries, a float32 or bfloat16 cache, a head of 16k <= 256."""
+    return (query_dtype == torch.float32 and cache_dtype in (torch.float32, torch.bfloat16)
+            and head_dim % 16 == 0 and head_dim <= 256)
+
+
+@functools.cache
+def load() -> Kernels | None:
+    """The kernels, built if need be; None (said once in the log) where they cannot run here."""
+    reason = _unavailable()
+    if reason is None:
+        try:
+            return Kernels(ctypes.CDLL(str(_built())))
+        except subprocess.CalledProcessError as error:
+            reason = f"the build failed: {(error.stderr or str(error)).strip()[:400]}"
+        except (OSError, subprocess.SubprocessError) as error:
+            reason = f"the build failed: {error}"
+    log.warning("integer matmul kernels off (%s): quantized weights run torch's weight-only kernels", reason)
+    return None
+
+
+def layout() -> str:
+    """What packed weights are laid out for: these kernels', or torch's on this CPU."""
+    return VERSION if load() is not None else f"torch-{torch.__version__}-{torch.backends.cpu.get_cpu_capability()}"
+
+
+def _unavailable() -> str | None:
+    if os.environ.get("LOCALCHAT_NATIVE", "1") == "0":
+        return "LOCALCHAT_NATIVE=0"
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return f"{platform.system()} on {platform.machine()}"
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return "/proc/cpuinfo has no CPU flags"
+    if missing := CPU_FLAGS - set(flags.split(":", 1)[1].split()):
+        return f"the CPU lacks {', '.join(sorted(missing))}"
+    if _compiler() is None:
+        return "no C compiler (cc, gcc or clang)"
+    return None
+
+
+def _compiler() -> str | None:
+    names = (os.environ.get("CC"), "cc", "gcc", "clang")
+    return next((path for name in names if name and (path := shutil.which(name))), None)
+
+
+def _built() -> Path:
+    compiler = _compiler()
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
+    sources = [source.read_text() for source in SOURCES]
+    key = hashlib.sha256("\0".join([*sources, *FLAGS, version]).encode()).hexdigest()[:16]
+    library = user_dir("cache") / "native" / f"kernels-{key}.so"
+    if library.exists():
+        return library
+    library.parent.mkdir(mode=0o700, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
+        built = Path(scratch) / library.name
+        subprocess.run([compiler, *FLAGS, "-o", str(built), *map(str, SOURCES)], capture_output=True, text=True,
+                       check=True, timeout=120)
+        built.chmod(0o600)  # private like every file the engine writes; loading it needs read access, not exec
+        built.replace(library)  # atomic: a concurrent build or a reader never sees half a file
+    return library
