@@ -25,25 +25,22 @@ LONGEST_PAUSE = 32  # steps a reply waits to draft again after drafts kept missi
 
 class NgramIndex:
     """Where each n-gram of a token list last occurred: the position of the token after it (an n-gram is indexed
-    once that token is known, so a list's own ending is never its own match). The index reads the list it is given
-    (a reply's own token_ids, which grow in place) and catches up with it in update()."""
+    once that token is known, so a list's own ending is never its own match). The index keeps its own copy of the
+    list, and catches up with a list that grows (a reply's tokens) in update()."""
 
     def __init__(self, tokens: list[int]):
-        self.tokens = tokens
+        self.tokens: list[int] = []
         self.after: dict[tuple[int, ...], int] = {}
-        self.indexed = 0  # positions whose n-grams before them are in `after`
-        self.update()
+        self.update(tokens)
 
-    def update(self) -> None:
-        tokens, after = self.tokens, self.after
-        for end in range(self.indexed, len(tokens)):
+    def update(self, tokens: list[int]) -> None:
+        """Index the tokens of `tokens` past those indexed so far (`tokens` continues the list indexed)."""
+        after, start = self.after, len(self.tokens)
+        self.tokens.extend(tokens[start:])
+        tokens = self.tokens
+        for end in range(start, len(tokens)):
             for n in range(SHORTEST_MATCH, min(LONGEST_MATCH, end) + 1):
                 after[tuple(tokens[end - n : end])] = end
-        self.indexed = len(tokens)
-
-    def extend(self, tokens: list[int]) -> None:
-        self.tokens.extend(tokens)
-        self.update()
 
     def continuation(self, suffix: tuple[int, ...], length: int, periodic: bool = False) -> list[int]:
         """Up to `length` tokens that followed `suffix`'s last occurrence; [] if it never occurred. periodic: for
@@ -138,7 +135,7 @@ class Speculator:
         if state is None:
             state = self.states[seq] = DraftState(NgramIndex(seq.token_ids))
         else:
-            state.index.update()
+            state.index.update(seq.token_ids)
         if state.wait:
             state.wait -= 1
             return []
@@ -199,8 +196,6 @@ class Speculator:
         draft kept whole, shorter after one cut, and a reply whose drafts keep missing waits longer and longer."""
         self.stats.drafted += drafted
         self.stats.accepted += kept
-        seq.num_draft_tokens += drafted
-        seq.num_accepted_tokens += kept
         state = self.states.get(seq)
         if state is None:  # seq finished with this step
             return
