@@ -43,9 +43,11 @@ class StepPace:
     def __init__(self, decode_target_s: float | None, limit_s: float | None = None):
         self.decode_target_s, self.limit_s = decode_target_s, limit_s
         self.seconds_per_token: float | None = None
+        self.decode_cost = DecodeCost()
 
     def observe(self, batch: ScheduledBatch, seconds: float) -> None:
-        if batch.num_tokens - batch.num_draft_tokens == len(batch.seqs):  # decodes only: another matter
+        if batch.num_tokens - batch.num_draft_tokens == len(batch.seqs):  # decodes only: what a row costs
+            self.decode_cost.observe(batch.num_tokens, seconds)
             return
         sample = seconds / batch.num_tokens
         old = self.seconds_per_token
@@ -68,6 +70,45 @@ class StepPace:
             return self.FIRST_CHUNK
         budget = max(self.MIN_CHUNK, int(target / self.seconds_per_token))
         return budget if budget < self.ROWS else budget // self.ROWS * self.ROWS
+
+
+class DecodeCost:
+    """What a step of decodes alone costs, fitted as the steps run: seconds = fixed + per_row * rows (weighted least
+    squares, the newest steps weighing most). A decode step reads every weight once whatever its rows, so `fixed` is
+    most of it while the rows are few; each row (a reply's token, or a draft token) adds its compute, `per_row`.
+    Drafts pay where a kept token saves more than a drafted one costs (min_acceptance)."""
+
+    DECAY = 0.97  # of the older steps' weight at each new step (about the last 30 steps count)
+
+    def __init__(self):
+        self.weight = self.rows = self.rows_squared = self.seconds = self.rows_seconds = 0.0
+
+    def observe(self, rows: int, seconds: float) -> None:
+        decay = self.DECAY
+        self.weight = decay * self.weight + 1
+        self.rows = decay * self.rows + rows
+        self.rows_squared = decay * self.rows_squared + rows * rows
+        self.seconds = decay * self.seconds + seconds
+        self.rows_seconds = decay * self.rows_seconds + rows * seconds
+
+    def fit(self) -> tuple[float, float] | None:
+        """(fixed, per_row) seconds; None until steps of different row counts were seen."""
+        spread = self.weight * self.rows_squared - self.rows**2
+        if self.weight < 2 or spread <= 1e-9 * max(self.weight, 1):
+            return None
+        per_row = (self.weight * self.rows_seconds - self.rows * self.seconds) / spread
+        fixed = (self.seconds - per_row * self.rows) / self.weight
+        return max(fixed, 0.0), max(per_row, 0.0)
+
+    def min_acceptance(self, replies: int) -> float:
+        """The share of its draft a reply must keep for drafting to pay in a step that decodes `replies` replies: a
+        drafted token costs a row; a kept one saves the reply a row in a later step and its share of that step's
+        fixed cost (all of it for a reply alone, an eighth beside seven others). 0 until measured."""
+        fitted = self.fit()
+        if fitted is None:
+            return 0.0
+        fixed, per_row = fitted
+        return per_row / (fixed / max(replies, 1) + per_row) if per_row > 0 else 0.0
 
 
 class Scheduler:
@@ -163,16 +204,20 @@ class Scheduler:
             scheduled[seq] = num_new
             used += num_new
         return used
+
     def _draft(self, decodes: list[Sequence], scheduled: dict[Sequence, int], drafts: dict[Sequence, list[int]],
                budget: int) -> None:
         """Drafts for a step of decodes alone, while its rows stay within STEP_ROWS (a step that prefills, or
-        has more rows, is compute-bound: a draft there costs what it saves)."""
+        has more rows, is compute-bound: a draft there costs what it saves), for the replies whose drafts keep
+        enough to pay in a step of this many replies (DecodeCost.min_acceptance: eight forks decoding together
+        gain from a kept token an eighth of what a reply alone gains)."""
         room = STEP_ROWS - len(scheduled)
+        min_acceptance = self.pace.decode_cost.min_acceptance(len(scheduled))
         for seq in decodes:
             # not while a grammar waits for the reply's thinking to end: a draft's tokens past the closing marker
             # would not be checked by it
             if room > 0 and seq in scheduled and seq.num_siblings_pending == 0 and not seq.grammar_waits_for_answer:
-                draft = self.speculator.propose(seq, min(room, budget), self.stop.max_model_len)
+                draft = self.speculator.propose(seq, min(room, budget), self.stop.max_model_len, min_acceptance)
                 if draft and self.kv.allocate_slots(seq, 1 + len(draft)):
                     drafts[seq] = draft
                     scheduled[seq] += len(draft)

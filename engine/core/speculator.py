@@ -21,6 +21,7 @@ LONGEST_DRAFT = 8
 # whatever its rows (a memory-bound decode); beyond, it is compute-bound, and drafts are left out
 STEP_ROWS = 16
 LONGEST_PAUSE = 32  # steps a reply waits to draft again after drafts kept missing (doubling from 1)
+ACCEPTANCE_WEIGHT = 0.3  # of a reply's newest draft in its acceptance
 
 
 class NgramIndex:
@@ -57,13 +58,14 @@ class NgramIndex:
 
 @dataclass
 class DraftState:
-    """One reply's drafting: its index (its own tokens), how long its next draft may be, and how long it waits
-    after drafts that missed."""
+    """One reply's drafting: its index (its own tokens), how long its next draft may be, how long it waits after
+    drafts that missed, and the share of its drafted tokens it keeps (recent drafts weighing most)."""
 
     index: NgramIndex
     length: int = 2
     misses: int = 0
     wait: int = 0
+    acceptance: float = 1.0  # nothing drafted yet: its first draft is tried wherever a draft could pay
 
 
 @dataclass
@@ -126,9 +128,9 @@ class Speculator:
         if not any(s.request_id == seq.request_id for s in self.states):
             self.sources.pop(seq.request_id, None)
 
-    def propose(self, seq: Sequence, room: int, max_model_len: int) -> list[int]:
+    def propose(self, seq: Sequence, room: int, max_model_len: int, min_acceptance: float = 0.0) -> list[int]:
         """A draft for seq's next decode, of at most `room` tokens (what the step's rows leave), never past its
-        max_tokens or the model's length; [] for none."""
+        max_tokens or the model's length, if seq keeps at least `min_acceptance` of what it drafts; [] for none."""
         if not self.enabled or room < 1:
             return []
         state = self.states.get(seq)
@@ -138,6 +140,8 @@ class Speculator:
             state.index.update(seq.token_ids)
         if state.wait:
             state.wait -= 1
+            return []
+        if state.acceptance < min_acceptance:
             return []
         left = min(max_model_len - len(seq), (seq.max_tokens or 2**63) - seq.num_output_tokens) - 1
         length = min(state.length, room, left)
@@ -199,6 +203,7 @@ class Speculator:
         state = self.states.get(seq)
         if state is None:  # seq finished with this step
             return
+        state.acceptance = (1 - ACCEPTANCE_WEIGHT) * state.acceptance + ACCEPTANCE_WEIGHT * kept / drafted
         if kept == drafted:
             state.length, state.misses = min(2 * state.length, LONGEST_DRAFT), 0
         else:

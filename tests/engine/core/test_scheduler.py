@@ -4,7 +4,7 @@ time, stretched while more prompts wait for their first token; alone, in chunks 
 import torch
 
 from localchat.engine.core.kv_cache_manager import KVCacheConfig
-from localchat.engine.core.scheduler import ScheduledBatch, Scheduler, StepPace
+from localchat.engine.core.scheduler import DecodeCost, ScheduledBatch, Scheduler, StepPace
 from localchat.engine.core.sequence import Sequence
 from localchat.engine.core.step_outputs import LogitRows
 from localchat.engine.sampling_params import SamplingParams
@@ -92,3 +92,45 @@ def test_steps_of_decodes_alone_teach_the_pace_nothing():
     pace = StepPace(decode_target_s=0.2, limit_s=1.0)
     pace.observe(ScheduledBatch([None] * 4, [1, 1, 1, 1], [], []), 0.5)
     assert pace.seconds_per_token is None
+
+
+def test_the_decode_cost_is_fitted_from_the_steps_and_says_where_drafts_pay():
+    cost = DecodeCost()
+    assert cost.fit() is None and cost.min_acceptance(8) == 0.0  # nothing measured: drafts may be tried
+    for rows in [1, 3, 2, 8, 12, 9, 4] * 5:
+        cost.observe(rows, 0.005 + 0.001 * rows)  # a 5 ms weight pass, 1 ms a row
+    fixed, per_row = cost.fit()
+    assert abs(fixed - 0.005) < 1e-6 and abs(per_row - 0.001) < 1e-7
+    # a kept token saves its reply a row and its share of a step's fixed cost
+    assert abs(cost.min_acceptance(1) - 0.001 / 0.006) < 1e-6  # alone: a sixth of a draft kept pays
+    assert abs(cost.min_acceptance(8) - 0.001 / (0.005 / 8 + 0.001)) < 1e-6  # eight forks: 62%
+
+
+def repetitive(request_id: str) -> Sequence:
+    """A decoding reply whose tokens repeat, so the speculator always finds a draft."""
+    return Sequence(request_id, 0, [1, 2, 3, 4] * 8, 4, SamplingParams(max_tokens=500))
+
+
+def test_forks_that_keep_little_of_their_drafts_decode_without_them_and_a_reply_alone_still_drafts():
+    def running(count: int) -> tuple[Scheduler, list[Sequence]]:
+        scheduler = Scheduler(KVCacheConfig(256, 4, enable_prefix_caching=False), max_num_seqs=16,
+                              max_num_batched_tokens=2048, speculative=True)
+        for rows in [1, 3, 2, 8, 12, 9, 4] * 5:
+            scheduler.pace.observe(ScheduledBatch([None] * rows, [1] * rows, [], []), 0.005 + 0.001 * rows)
+        seqs = [repetitive(f"r{i}") for i in range(count)]
+        for seq in seqs:
+            scheduler.add(seq)
+        scheduler.commit_and_fork(LogitRows(torch.empty(0), scheduler.schedule()))  # the prompts: computed
+        for seq in seqs:
+            scheduler.take(seq, 1, text_stopped=False)
+            scheduler.speculator.propose(seq, 8, 10_000)
+            scheduler.speculator.settle(seq, 10, 3)  # kept 30%: acceptance 1.0 -> 0.79
+            scheduler.speculator.settle(seq, 10, 3)  # -> 0.64
+            scheduler.speculator.settle(seq, 10, 3)  # -> 0.54
+            scheduler.speculator.states[seq].wait = 0
+        return scheduler, seqs
+
+    forks, _ = running(8)
+    assert forks.schedule().drafts == [[]] * 8  # 54% < the 62% eight replies need
+    alone, _ = running(1)
+    assert alone.schedule().drafts[0] != []  # alone, a sixth pays
