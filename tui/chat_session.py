@@ -13,6 +13,7 @@ from localchat.app.protocol.conversations import (
     ConversationTree,
     DeltaEvent,
     DoneEvent,
+    EditedEvent,
     ErrorEvent,
     Message,
     StartEvent,
@@ -35,14 +36,15 @@ class Fork:
 
 @dataclass(frozen=True)
 class BranchShown:
-    """A message was stored (the user's, sent or edited) and the shown branch now ends at it."""
+    """A message was stored (the user's, sent or edited; or an edited reply) and the shown branch now ends at it."""
 
     leaf: str
 
 
 @dataclass(frozen=True)
 class RepliesStarted:
-    """Replies began under a message: empty ones are in the tree, the first ends the shown branch."""
+    """Replies began under a message: empty ones are in the tree (or a stored one goes on, its text kept), the first
+    ends the shown branch."""
 
     replies: tuple[Message, ...]  # in reply order
     fork: Fork | None  # several: shown side by side until one is picked
@@ -136,10 +138,11 @@ class ChatSession:
     # --- the reply stream ---
 
     def apply(self, event: StreamEvent) -> Change | None:
-        """Apply one event of a send, edit or regenerate; what changed, or None (a reply this chat does not have)."""
+        """Apply one event of a send, edit, regenerate or continue; what changed, or None (a reply this chat does not
+        have)."""
         match event:
-            case UserEvent(message=message):
-                return self.stored_user_message(message)
+            case UserEvent(message=message) | EditedEvent(message=message):
+                return self.stored_message(message)
             case StartEvent():
                 return self.started(event)
             case DeltaEvent():
@@ -151,15 +154,19 @@ class ChatSession:
                 return Failed(message)
         return None
 
-    def stored_user_message(self, message: Message) -> BranchShown:
+    def stored_message(self, message: Message) -> BranchShown:
         self.tree.add(message)
         self.show(message.id)
         return BranchShown(message.id)
 
     def started(self, event: StartEvent) -> RepliesStarted:
-        """1. an empty reply per id, in the tree; 2. the first ends the shown branch; 3. several are a fork."""
-        replies = tuple(Message(id=i, conversation_id=self.conversation.id, parent_id=event.parent_id,
-                                role="assistant", content="", created_at=time.time()) for i in event.message_ids)
+        """1. an empty reply per id, in the tree (a continued one: the stored reply, being written again); 2. the
+        first ends the shown branch; 3. several are a fork."""
+        if event.continued and (stored := self.tree.messages.get(event.message_ids[0])) is not None:
+            replies = (msgspec.structs.replace(stored, finish_reason=None, stopped=False, stats=None),)
+        else:
+            replies = tuple(Message(id=i, conversation_id=self.conversation.id, parent_id=event.parent_id,
+                                    role="assistant", content="", created_at=time.time()) for i in event.message_ids)
         for reply in replies:
             self.tree.add(reply)
         self.show(replies[0].id)

@@ -18,6 +18,7 @@ from localchat.app import paths
 from localchat.app.client import engine_process
 from localchat.app.engine_state import read_state
 from localchat.app.protocol.conversations import (
+    ContinueReply,
     Conversation,
     ConversationCreate,
     ConversationTree,
@@ -172,8 +173,16 @@ class EngineClient:
 
     def edit(self, conversation_id: str, message_id: str, content: str, n: int = 1,
              settings: SamplingSettings | None = None) -> AsyncIterator[StreamEvent]:
+        """Your message edited: a new branch beside it and its n replies; a reply edited: the edited reply beside it
+        (an EditedEvent), nothing generated."""
         return self._events(f"/api/conversations/{conversation_id}/messages/{message_id}/edit",
                             EditMessage(content=content, n=n, settings=settings))
+
+    def continue_reply(self, conversation_id: str, message_id: str, settings: SamplingSettings | None = None
+                       ) -> AsyncIterator[StreamEvent]:
+        """The reply `message_id` (cut at max_tokens, stopped or edited) goes on in the same message."""
+        return self._events(f"/api/conversations/{conversation_id}/messages/{message_id}/continue",
+                            ContinueReply(settings=settings))
 
     async def stop(self, conversation_id: str, message_id: str | None = None) -> StopResult:
         return await self._call("POST", f"/api/conversations/{conversation_id}/stop",

@@ -137,6 +137,9 @@ class ReplyStats(Struct, kw_only=True):
     resampled: int = 0
 
 
+CONTINUABLE = ("length", "abort", "interrupted", "edited")  # the finish reasons of a reply that did not end its turn
+
+
 class Message(Struct, kw_only=True, omit_defaults=True):
     id: str
     conversation_id: str
@@ -146,8 +149,8 @@ class Message(Struct, kw_only=True, omit_defaults=True):
     reasoning_content: str | None = None  # an assistant's thinking, apart from its answer (thinking models)
     created_at: float
     num_tokens: int = 0
-    # assistant: "stop", "length", "abort" (stopped), "interrupted" (the engine died while writing it), or None
-    # while it is being written (its content is saved every second)
+    # assistant: "stop", "length", "abort" (stopped), "interrupted" (the engine died while writing it), "edited" (its
+    # text is the user's, saved by an edit), or None while it is being written (its content is saved every second)
     finish_reason: str | None = None
     stopped: bool = False  # assistant: ended before it finished (stop, disconnect, shutdown, a crash)
     model: str | None = None
@@ -157,6 +160,11 @@ class Message(Struct, kw_only=True, omit_defaults=True):
     tool_call_id: str | None = None  # a tool message: the call whose result it is
     documents: list[str] = msgspec.field(default_factory=list)  # a user message: the documents it carries, before
     # its text
+
+
+def continuable(message: Message) -> bool:
+    """Whether a continue takes the message: a reply that did not end its turn (CONTINUABLE) and called no tools."""
+    return message.role == "assistant" and message.finish_reason in CONTINUABLE and not message.tool_calls
 
 
 def branch_tokens(path: list[Message]) -> int:
@@ -203,8 +211,13 @@ class Regenerate(Struct, kw_only=True, forbid_unknown_fields=True):
 
 class EditMessage(Struct, kw_only=True, forbid_unknown_fields=True):
     content: NonBlankText
-    n: ReplyCount = 1
+    n: ReplyCount = 1  # replies to an edited user message (an edited reply gets none)
     settings: SamplingSettings | None = None
+
+
+
+class ContinueReply(Struct, kw_only=True, forbid_unknown_fields=True):
+    settings: SamplingSettings | None = None  # this request only: max_tokens is how many more tokens it may write
 
 
 class SummarizeRequest(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -239,11 +252,16 @@ class SearchHit(Struct):
     snippet: list[SnippetRun]  # the part of the message around its first match, … where it is cut
 
 
-# One event stream per send, edit or regenerate. The SSE `event:` line and the `type` field agree.
+# One event stream per send, edit, regenerate or continue. The SSE `event:` line and the `type` field agree.
 
 
 class UserEvent(Struct, tag="user", tag_field="type"):
     message: Message  # the stored user message (send and edit)
+
+
+class EditedEvent(Struct, tag="edited", tag_field="type"):
+    message: Message  # the edited reply, stored beside the one it was edited from: the branch to go on from (no
+    # reply follows it; a continue or the next message does)
 
 
 class StartEvent(Struct, tag="start", tag_field="type"):
@@ -253,6 +271,7 @@ class StartEvent(Struct, tag="start", tag_field="type"):
     # the other models that wrote messages of this branch: their text was tokenized again for `model`
     retokenized_from: list[str] = msgspec.field(default_factory=list)
     temperature: float | None = None  # what the replies sample at (a fork's: the fork temperature at least)
+    continued: bool = False  # the stored reply message_ids[0] goes on: its deltas add to its text
 
 
 class DeltaEvent(Struct, tag="delta", tag_field="type"):
@@ -271,4 +290,4 @@ class ErrorEvent(Struct, tag="error", tag_field="type"):
     message: str
 
 
-StreamEvent = UserEvent | StartEvent | DeltaEvent | DoneEvent | ErrorEvent
+StreamEvent = UserEvent | EditedEvent | StartEvent | DeltaEvent | DoneEvent | ErrorEvent

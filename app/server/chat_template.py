@@ -82,6 +82,18 @@ class ChatTemplate:
             closing = closing[len(generated):]  # the model wrote the end-of-turn token itself
         return self.encode(header) + list(generated_ids) + self.encode(closing)
 
+    def generated_ids(self, history: Chat, content: str, segment: list[int]) -> list[int] | None:
+        """The ids a reply that did not end its turn (cut at max_tokens, stopped, edited) wrote after its header, cut
+        out of its stored segment (assistant_segment's, with the template's whole closing text): the tail of the
+        prompt that continues it. None where the segment is not of that shape (stored without ids, or by another
+        template)."""
+        header = self.generation_prompt(history)
+        closing = self.assistant_segment(history, content, [])[len(header):]
+        body = len(segment) - len(closing)
+        if body < len(header) or segment[:len(header)] != header or segment[body:] != closing:
+            return None
+        return segment[len(header):body]
+
 
 def template_variables(template: ChatTemplate | None, values: dict | None, reasoning_effort: str | None) -> dict:
     """The values of a template's own variables for a /v1 request: its chat_template_kwargs, and OpenAI's

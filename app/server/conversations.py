@@ -33,6 +33,7 @@ from localchat.app.protocol.conversations import (
     StartEvent,
     StreamEvent,
     branch_tokens,
+    continuable,
     filled,
 )
 from localchat.app.server.active_requests import ActiveRequest, ActiveRequests
@@ -284,6 +285,29 @@ class Conversations:
             self.store.update_conversation(conversation.id, title=title)
         return message
 
+    async def add_edited_reply(self, conversation: Conversation, original: Message, content: str) -> Message:
+        """`content` as a reply beside the reply `original` (an edit of a reply), the branch shown now: written by the
+        user (finish_reason "edited"), nothing is generated. Its token ids are the template's rendering of the text
+        with the whole closing, as a reply cut short has them: the next message's prompt holds them, and the prefix
+        cache serves that prompt up to where the text changed; a continue goes on from the text."""
+        self.backend.check_chat()
+        self.backend.check_text_size(len(content))
+        path = self.store.path(conversation.id, original.parent_id)
+        message = Message(id=new_id("m"), conversation_id=conversation.id, parent_id=original.parent_id,
+                          role="assistant", content=content, created_at=time.time(), finish_reason="edited",
+                          model=self.backend.model_name)
+        token_ids = await asyncio.to_thread(self.edited_reply_token_ids, conversation, path, content)
+        self.store.add_message(message, token_ids)
+        self.store.set_active_leaf(conversation.id, message.id)
+        return message
+
+    def edited_reply_token_ids(self, conversation: Conversation, path: list[Message], content: str) -> list[int]:
+        """The segment of a reply the user wrote after `path` (none where prompts are chat messages)."""
+        if not self.backend.renders_templates:
+            return []
+        template = self.template(conversation)
+        return template.assistant_segment(self.chat(conversation, path), content, template.encode(content))
+
     async def start_replies(self, conversation: Conversation, parent: Message, n: int,
                             override: SamplingSettings | None = None) -> "Replies":
         """Validate and start n replies to `parent` with the conversation's settings (`override`: this request's,
@@ -310,6 +334,53 @@ class Conversations:
             raise
         self.store.set_active_leaf(conversation.id, replies.message_ids[0])  # the newest branch is shown
         return replies
+
+    async def continue_reply(self, conversation: Conversation, reply: Message,
+                             override: SamplingSettings | None = None) -> "Replies":
+        """The reply (cut at max_tokens, stopped, interrupted or edited) goes on where it ended, in the same message:
+        its prompt is its parent's, then the ids it wrote without an end of turn, so the prefix cache serves the reply
+        so far and only the new tokens are computed. Raises as start_replies does."""
+        if not continuable(reply):
+            raise ValueError(f"message {reply.id} is not a reply cut at max tokens, stopped or edited: only those can "
+                             "be continued (regenerate writes a new one)")
+        if self.active.matching(conversation.id, reply.id):
+            raise BackendRequestError(f"reply {reply.id} is being written: it can be continued once it ends", 409)
+        if not self.backend.renders_templates:
+            raise BackendRequestError("continuing a reply needs the embedded engine: a remote server renders its "
+                                      "prompts itself")
+        settings = fork_settings(conversation.settings, override, 1, self.backend.sampling.fork_temperature)
+        sampling = reply_sampling(settings, 1, self.backend.tool_syntax, self.thinking_token_budget,
+                                  self.backend.sampling)
+        self.backend.check_chat()
+        *path, reply = self.store.path(conversation.id, reply.id)  # with its token ids
+        prompt, repaired, fit, generated = await asyncio.to_thread(self.continued_prompt, conversation, path, reply,
+                                                                   settings)
+        if repaired:
+            self.store.set_token_ids(repaired)
+        replies = Replies(self, conversation, path, path[-1], sampling, uuid.uuid4().hex, fit, prompt,
+                          continued=(reply, generated))
+        replies.stream = await self.backend.open(prompt, sampling.params, replies.request_id)
+        self.active.add(replies.request_id, conversation.id, replies.message_ids)
+        self.store.reopen_message(reply.id)
+        self.store.set_active_leaf(conversation.id, reply.id)
+        return replies
+
+    def continued_prompt(self, conversation: Conversation, path: list[Message], reply: Message,
+                         settings: SamplingSettings) -> tuple[list[int], list[tuple[str, list[int]]], "Fit | None",
+                                                              list[int]]:
+        """The prompt that continues `reply` after `path` (which ends with its parent): the parent's prompt, cut to
+        fit with room for the reply so far and max_tokens more, then the ids the reply wrote (its text tokenized
+        where they are not stored: another model's, or an interrupted reply's); with the segments rendered again, the
+        fit, and those ids."""
+        template = self.template(conversation)
+        stored = reply.token_ids if reply.model == self.backend.model_name else None
+        generated = (stored and template.generated_ids(self.chat(conversation, path), reply.content, stored)
+                     or template.encode(reply.content))
+        room = msgspec.structs.replace(settings, max_tokens=len(generated) + settings.max_tokens)
+        ids, repaired, fit = self.fitted_prompt(conversation, path, room)
+        if fit is not None and len(ids) + len(generated) >= fit.limit:
+            raise ValueError(f"the reply fills the model's context of {fit.limit:,} tokens: it cannot go on")
+        return ids + generated, repaired, fit, generated
 
     async def summarize(self, conversation: Conversation, leaf_id: str | None) -> Conversation:
         """A new conversation that starts from the model's summary of a branch (default: the one shown): the summary
@@ -435,15 +506,25 @@ class Replies:
 
     def __init__(self, conversations: Conversations, conversation: Conversation, path: list[Message],
                  parent: Message, sampling: Sampling, request_id: str, fit: Fit | None = None,
-                 prompt: list[int] | list[dict] | None = None):
+                 prompt: list[int] | list[dict] | None = None,
+                 continued: tuple[Message, list[int]] | None = None):
+        """continued: the stored reply that goes on (one, in place of new ones), and the ids it wrote so far."""
         self.conversations, self.conversation, self.path, self.parent = conversations, conversation, path, parent
         self.store = conversations.store
         self.sampling, self.request_id, self.fit, self.prompt = sampling, request_id, fit, prompt
         self.repeats: list[PartialReply] = []  # finished the same as a sibling: sampled again once the others end
-        self.replies = [PartialReply(new_id("m")) for _ in range(sampling.params.n)]
+        self.continued = continued is not None
+        if continued is None:
+            self.replies = [PartialReply(new_id("m")) for _ in range(sampling.params.n)]
+        else:
+            reply, generated = continued
+            self.replies = [PartialReply(reply.id, text=reply.content, reasoning=reply.reasoning_content or "",
+                                         token_ids=list(generated), saved_text=len(reply.content),
+                                         saved_reasoning=len(reply.reasoning_content or ""))]
         self.stream: AsyncIterator[Update] | None = None
         self.started = time.monotonic()
-        self.created_at = time.time()  # siblings are listed by created_at: replies in the order they were asked for
+        # siblings are listed by created_at: replies in the order they were asked for (a continued one keeps its place)
+        self.created_at = continued[0].created_at if continued else time.time()
         self.saved_at = self.started
         self.prompt_tokens: int | None = None
         self.cached_tokens = 0
@@ -470,7 +551,7 @@ class Replies:
         model = self.conversations.backend.model_name
         others = sorted({m.model for m in self.path if m.model and m.model != model})
         yield StartEvent(parent_id=self.parent.id, message_ids=self.message_ids, model=model, retokenized_from=others,
-                         temperature=self.sampling.params.temperature)
+                         temperature=self.sampling.params.temperature, continued=self.continued)
         try:
             async for update in self.stream:
                 for event in self._take(update):

@@ -2,7 +2,7 @@
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Annotated, Literal
 
 import msgspec
@@ -16,11 +16,13 @@ from msgspec import UNSET
 from localchat.app.chat_defaults import chat_defaults
 from localchat.app.markdown import export_markdown
 from localchat.app.protocol.conversations import (
+    ContinueReply,
     Conversation,
     ConversationCreate,
     ConversationDefaults,
     ConversationTree,
     ConversationUpdate,
+    EditedEvent,
     EditMessage,
     EndThinkingResult,
     Message,
@@ -36,8 +38,9 @@ from localchat.app.protocol.conversations import (
     filled,
 )
 from localchat.app.server.backends import BackendDep, BackendRequestError
+from localchat.app.server.chat_titles import DEFAULT_TITLE
 from localchat.app.server.config import quoted
-from localchat.app.server.conversations import DEFAULT_TITLE, Conversations, Replies, shown_leaf
+from localchat.app.server.conversations import Conversations, Replies, shown_leaf
 from localchat.app.server.disconnect import while_connected
 from localchat.app.server.openapi import EventStream, MarkdownOrJSON
 from localchat.app.server.sampling import reply_sampling
@@ -127,11 +130,17 @@ class ConversationController(Controller):
     @post("/{conversation_id:str}/messages/{message_id:str}/edit", status_code=200, operation_class=EventStream)
     async def edit(self, conversation_id: Id, message_id: Id, data: JSONBody[EditMessage], store: StoreDep,
                    conversations: ConversationsDep) -> ServerSentEvent:
-        """A new user message beside `message_id` (a sibling branch), then its replies."""
+        """A new user message beside the user message `message_id` (a sibling branch), then its replies; or, for a
+        reply, the edited reply beside it (an `edited` event, finish_reason "edited"), to go on from: the next message
+        or a continue."""
         conversation = store.get_conversation(conversation_id)
         original = store.get_message(conversation_id, message_id)
+        if original.role == "assistant":
+            conversations.backend.ensure_ready()
+            edited = await conversations.add_edited_reply(conversation, original, data.content)
+            return _event_stream(_only(EditedEvent(message=edited)))
         if original.role != "user":
-            raise ValidationException(f"message {quoted(message_id)} is a reply; only user messages can be edited")
+            raise ValidationException(f"message {quoted(message_id)} is a tool's result: it cannot be edited")
         return await _send(conversations, conversation, original.parent_id, data.content, data.n, data.settings,
                            documents=original.documents)  # the edited message carries the same documents
 
@@ -143,7 +152,19 @@ class ConversationController(Controller):
         conversation = store.get_conversation(conversation_id)
         message = store.get_message(conversation_id, message_id)
         parent = store.get_message(conversation_id, message.parent_id) if message.role == "assistant" else message
-        replies = await _start(conversations, conversation, parent, data.n, data.settings)
+        replies = await _started(conversations.start_replies(conversation, parent, data.n, data.settings))
+        return _event_stream(replies.events())
+
+    @post("/{conversation_id:str}/messages/{message_id:str}/continue", status_code=200, operation_class=EventStream)
+    async def continue_reply(self, conversation_id: Id, message_id: Id, data: JSONBody[ContinueReply],
+                             store: StoreDep, conversations: ConversationsDep) -> ServerSentEvent:
+        """The reply `message_id`, cut at max_tokens, stopped or edited, goes on where it ended: the same message
+        grows (its start event says `continued`; its deltas are the new text). Its prompt is the branch and the tokens
+        the reply wrote, without an end of turn: the prefix cache serves them (its stats' cached_tokens), and only
+        the new tokens are computed."""
+        conversation = store.get_conversation(conversation_id)
+        reply = store.get_message(conversation_id, message_id)
+        replies = await _started(conversations.continue_reply(conversation, reply, data.settings))
         return _event_stream(replies.events())
 
     @post("/{conversation_id:str}/stop", status_code=200)
@@ -226,10 +247,10 @@ def _checked(settings: SamplingSettings) -> SamplingSettings:
     return settings
 
 
-async def _start(conversations: Conversations, conversation: Conversation, parent: Message, n: int,
-                 settings: SamplingSettings | None) -> Replies:
+async def _started(replies: Awaitable[Replies]) -> Replies:
+    """Replies that start, or the 400 of a ValueError (a BackendRequestError keeps its own status)."""
     try:
-        return await conversations.start_replies(conversation, parent, n, settings)
+        return await replies
     except ValueError as error:
         if isinstance(error, BackendRequestError):
             raise
@@ -257,7 +278,7 @@ async def _send(conversations: Conversations, conversation: Conversation, parent
     if not reply:
         return _event_stream(_only(UserEvent(message=user)))
     try:
-        replies = await _start(conversations, conversation, user, n, settings)
+        replies = await _started(conversations.start_replies(conversation, user, n, settings))
     except Exception:
         conversations.store.delete_message(conversation.id, user.id)  # nothing was answered: leave no trace
         raise

@@ -345,6 +345,10 @@ class Store:
         message.num_tokens = len(token_ids)
         return message
 
+    def reopen_message(self, message_id: str) -> None:
+        """A stored reply that goes on (a continue): unfinished again until finish_message stores it whole."""
+        self.db.execute("UPDATE messages SET finish_reason = NULL, stopped = 0 WHERE id = ?", (message_id,))
+
     def mark_interrupted(self) -> int:
         """Replies left unfinished by a process that died while writing them: kept as far as they were saved,
         marked interrupted. Their token ids are rendered again when a prompt needs them. The count."""

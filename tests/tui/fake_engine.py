@@ -17,6 +17,7 @@ from localchat.app.protocol.conversations import (
     ConversationTree,
     DeltaEvent,
     DoneEvent,
+    EditedEvent,
     EndThinkingResult,
     Message,
     ReplyStats,
@@ -65,6 +66,7 @@ MESSAGES = [
     message("m_a3", "m_u2", "assistant", REVERSE_CODE, 5, stats(88, 80, 18)),
 ]
 
+CONTINUED = "And that is how it ends."  # what a continued reply goes on with
 FORK_TEMPERATURE = 0.7  # what the engine forks the embedded model at
 FORKED = ["A **red** apple.", "A *green* leaf: calm and fresh.", "Blue, like the sea."]
 
@@ -143,6 +145,7 @@ class FakeEngine:
         self.sent: list[tuple[str, str, list[str]]] = []  # (conversation, text, documents) of every send
         self.regenerated: list[str] = []  # the message of every regenerate
         self.edited: list[tuple[str, str]] = []  # (message, new text) of every edit
+        self.continued: list[str] = []  # the reply of every continue
         self.conversation_hold: asyncio.Event | None = None  # when set, a chat is read once it is set (a slow engine)
 
     def _check(self) -> None:
@@ -272,15 +275,38 @@ class FakeEngine:
 
     async def edit(self, conversation_id: str, message_id: str, content: str, n: int = 1, settings=None
                    ) -> AsyncIterator[StreamEvent]:
-        """A sibling of the user's message `message_id` with the new text, and its replies."""
+        """A sibling of the user's message `message_id` with the new text, and its replies; or of the reply
+        `message_id`, edited (finish_reason "edited"), and nothing after it."""
         self.edited.append((message_id, content))
         old = next(m for m in self.messages[conversation_id] if m.id == message_id)
+        if old.role == "assistant":
+            reply = msgspec.structs.replace(old, id=f"m_e{len(self.messages[conversation_id])}", content=content,
+                                            created_at=T0 + 31, finish_reason="edited", stats=None)
+            self.messages[conversation_id].append(reply)
+            yield EditedEvent(message=reply)
+            return
         user = message(f"m_e{len(self.messages[conversation_id])}", old.parent_id, "user", content, 31, None,
                        conversation_id, num_tokens=12)
         self.messages[conversation_id].append(user)
         yield UserEvent(message=user)
         async for event in self._replies(conversation_id, user.id, n):
             yield event
+
+    async def continue_reply(self, conversation_id: str, message_id: str, settings=None
+                             ) -> AsyncIterator[StreamEvent]:
+        """The reply goes on with CONTINUED, its earlier tokens all from the cache but the last."""
+        self.continued.append(message_id)
+        messages = self.messages[conversation_id]
+        at, old = next((i, m) for i, m in enumerate(messages) if m.id == message_id)
+        yield StartEvent(parent_id=old.parent_id, message_ids=[old.id], continued=True)
+        for word in CONTINUED.split(" "):
+            yield DeltaEvent(message_id=old.id, index=0, text=" " + word)
+            if self.hold is not None:
+                await self.hold.wait()
+        prompt = old.stats.prompt_tokens + old.stats.completion_tokens
+        messages[at] = msgspec.structs.replace(old, content=old.content + " " + CONTINUED, finish_reason="stop",
+                                               stats=stats(prompt, prompt - 1, len(CONTINUED.split(" "))))
+        yield DoneEvent(message=messages[at])
 
     async def _replies(self, conversation_id: str, parent_id: str, n: int) -> AsyncIterator[StreamEvent]:
         first = len(self.messages[conversation_id])

@@ -32,7 +32,7 @@ async def test_edit_starts_at_the_end_and_enter_sends(tmp_path, size):
     async with app_with(engine, tmp_path).run_test(size=size) as pilot:
         screen, dialog = await edit_first_message(pilot)
         assert dialog.box.text == QUESTION and dialog.box.cursor_location == dialog.box.document.end
-        assert str(dialog.query_one("#edit-keys", Label).render()) == KEYS
+        assert str(dialog.query_one("#edit-keys", Label).render()) == KEYS.format("sends")
         assert dialog.query_one("#edit-keys").region.width > 0  # shown
         await pilot.press("home", "end", "space", "b", "y", "ctrl+j", "k", "e", "y")
         assert dialog.box.text == f"{QUESTION} by\nkey"

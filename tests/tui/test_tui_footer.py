@@ -1,6 +1,6 @@
 """The chat screen's footer and message box fit a newcomer's 80x24 and a roomier 120x40: no key's label runs into the
 next one's, none is cut, and the message box's placeholder shows whole (issue 32). The footer names the keys of the
-focused message: Edit on yours, ←/→ where it has siblings (issue 43).
+focused message: ←/→ where it has siblings (issue 43), Continue on a reply cut short (issue 56).
 
 The footer redraws itself a frame after the focus moves (Textual recomposes it after a refresh, and may do so twice):
 a check of its keys waits until it shows them all, laid out (footer_shows), or it reads a half-built footer on a fast
@@ -10,9 +10,8 @@ import asyncio
 
 import pytest
 from fake_engine import FakeEngine
-from textual.widgets import DataTable, Footer, Label
-from textual.widgets._footer import FooterLabel, KeyGroup
-from tui_pilot import SIZES, branched_chat, screen_lines, screen_of, wait_until
+from textual.widgets import DataTable, Label
+from tui_pilot import SIZES, assert_footer_readable, branched_chat, footer_shows, screen_lines, screen_of, wait_until
 
 from localchat.tui.app import LocalChatApp
 from localchat.tui.commands import ChatCommands
@@ -26,28 +25,6 @@ def app_with(engine: FakeEngine, tmp_path) -> LocalChatApp:
     return LocalChatApp(client=engine, config_file=tmp_path / "tui.toml")
 
 
-def assert_footer_readable(screen, width: int) -> None:
-    """Every entry (a key and its label, or a group's keys and their label) is inside the screen, a column apart
-    from the next."""
-    entries = list(screen.query_one(Footer).children)
-    assert entries and all(entry.region.width for entry in entries), "the footer is not laid out"
-    assert all(entry.region.right <= width for entry in entries), "a footer key is cut"
-    for before, after in zip(entries, entries[1:], strict=False):
-        if isinstance(before, KeyGroup) and isinstance(after, FooterLabel):
-            continue  # the group's keys and their label are one entry: "← → Branch"
-        assert before.region.right < after.region.x, f"{before} runs into {after}"
-
-
-async def footer_shows(pilot, screen, *keys: str) -> str:
-    """The footer's line, once it shows every one of `keys` ("^r Regenerate") and each of its entries is laid out."""
-    def shown():
-        line = screen_lines(pilot)[-1]
-        entries = list(screen.query_one(Footer).children)
-        return (all(key in line for key in keys) and entries and all(entry.region.width for entry in entries)
-                and line)
-    return await wait_until(pilot, shown, what=f"{keys} in the footer")
-
-
 @pytest.mark.asyncio
 @pytest.mark.parametrize("size", SIZES)
 async def test_the_footer_keeps_its_keys_apart_with_a_message_focused(tmp_path, size):
@@ -58,11 +35,12 @@ async def test_the_footer_keeps_its_keys_apart_with_a_message_focused(tmp_path, 
         screen.view.views[1].focus()  # a reply with a sibling
         line = await footer_shows(pilot, screen, "^r Regenerate")
         assert_footer_readable(screen, size[0])
-        assert " ← → Branch ^r Regenerate " in line and "Edit" not in line  # a reply is regenerated, not edited
+        assert " ← → Branch ^r Regenerate ^e Edit " in line and "Continue" not in line  # a reply that ended its turn
         screen.view.views[0].focus()  # your message, without siblings
+        await wait_until(pilot, lambda: "Branch" not in screen_lines(pilot)[-1], what="←/→ gone")
         line = await footer_shows(pilot, screen, "^e Edit")
         assert_footer_readable(screen, size[0])
-        assert "^r Regenerate ^e Edit" in line and "Branch" not in line
+        assert "^r Regenerate ^e Edit" in line
 
 
 @pytest.mark.asyncio

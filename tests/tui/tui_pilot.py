@@ -9,7 +9,8 @@ from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Static
+from textual.widgets import Footer, Static
+from textual.widgets._footer import FooterLabel, KeyGroup
 
 from localchat.tui.screens.chat import ChatScreen
 from localchat.tui.screens.settings import SettingsScreen
@@ -17,6 +18,7 @@ from localchat.tui.widgets.message_view import MessageView
 
 # the sizes every main screen is checked at: a newcomer's 80x24 (tmux), and a roomier terminal
 SIZES = [(80, 24), (120, 40)]
+SMALL_SIZES = [(80, 24), (60, 20)]  # a newcomer's tmux, and a split pane (issue 56)
 
 S = TypeVar("S", bound=Screen)
 
@@ -114,3 +116,30 @@ async def branched_chat(pilot: Pilot) -> ChatScreen:
     await wait_until(pilot, lambda: len(screen.view.views) == 4 and len(screen.query("ChatItem")) == 3
                      and chats_read(screen), what="the branched chat")
     return screen
+
+
+def footer_entries(screen) -> list:
+    """The footer's keys shown (those it had no room for are left out whole)."""
+    return [entry for entry in screen.query_one(Footer).children if entry.display]
+
+
+def assert_footer_readable(screen, width: int) -> None:
+    """Every entry shown (a key and its label, or a group's keys and their label) is inside the screen, a column
+    apart from the next."""
+    entries = footer_entries(screen)
+    assert entries and all(entry.region.width for entry in entries), "the footer is not laid out"
+    assert all(entry.region.right <= width for entry in entries), "a footer key is cut"
+    for before, after in zip(entries, entries[1:], strict=False):
+        if isinstance(before, KeyGroup) and isinstance(after, FooterLabel):
+            continue  # the group's keys and their label are one entry: "← → Branch"
+        assert before.region.right < after.region.x, f"{before} runs into {after}"
+
+
+async def footer_shows(pilot, screen, *keys: str) -> str:
+    """The footer's line, once it shows every one of `keys` ("^r Regenerate") and each of its entries is laid out."""
+    def shown():
+        line = screen_lines(pilot)[-1]
+        entries = footer_entries(screen)
+        return (all(key in line for key in keys) and entries and all(entry.region.width for entry in entries)
+                and line)
+    return await wait_until(pilot, shown, what=f"{keys} in the footer")

@@ -446,6 +446,9 @@ class ChatScreen(Screen):
     def action_edit(self) -> None:
         self.message_actions.edit()
 
+    def action_continue_reply(self) -> None:
+        self.message_actions.continue_reply()
+
     def action_stop(self) -> None:
         self.reply_writer.stop()
 
@@ -453,15 +456,15 @@ class ChatScreen(Screen):
         self.reply_writer.end_thinking()
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
-        """Keys shown and working only while they do something (which also keeps the footer within 80 columns): Stop
-        and Answer now while replies are written; a message's keys as message_actions says (Edit on yours; ←/→ where
-        it has siblings; none of those while a reply is written); Back while a search hit is on another branch;
-        Branches and Export once the chat has messages."""
+        """Keys shown and working only while they do something (which also keeps the footer within 80 columns):
+        Stop and Answer now while replies are written; a message's keys as message_actions says (Continue on a reply
+        cut short; ←/→ where it has siblings; none of those while a reply is written); Back while a search hit is on
+        another branch; Branches and Export once the chat has messages."""
         if action == "end_thinking":  # while a reply on screen thinks (else the key is free for others)
             return self.thinks and any(view.thinking for view in self.view.views)
         if action == "stop":
             return self.generating_in is not None
-        if action in ("regenerate", "edit", "switch_branch"):
+        if action in ("regenerate", "edit", "switch_branch", "continue_reply"):
             return self.message_actions.available(action, parameters)
         if action == "back_from_hit":
             return self.branches.back_to is not None and self.generating_in is None

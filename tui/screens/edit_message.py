@@ -1,5 +1,6 @@
-"""Edit one of your messages and send it again (a new branch beside the old one): the message box's keys, shown in
-the dialog: Enter sends, Shift+Enter or Ctrl+J starts a new line, Escape cancels. The cursor starts at the end."""
+"""Edit one of your messages and send it again (a new branch beside the old one), or a reply and save it (a new
+branch to go on from): the message box's keys, shown in the dialog: Enter sends (saves), Shift+Enter or Ctrl+J starts
+a new line, Escape cancels. The cursor starts at the end."""
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -9,7 +10,7 @@ from textual.widgets import Button, Label
 
 from localchat.tui.widgets.composer import MessageBox
 
-KEYS = "enter sends · shift+enter or ctrl+j: new line · esc cancels"
+KEYS = "enter {} · shift+enter or ctrl+j: new line · esc cancels"
 
 
 class EditMessageScreen(ModalScreen[str | None]):
@@ -17,18 +18,20 @@ class EditMessageScreen(ModalScreen[str | None]):
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="cancel")]
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, reply: bool = False):
+        """reply: the text is a reply's, saved as the user wrote it (no reply follows); else yours, sent again."""
         super().__init__()
-        self.original = text
+        self.original, self.reply = text, reply
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="edit-message"):
-            yield Label("Edit and resend (a new branch)", classes="dialog-title")
+            title = "Edit the reply (a new branch to go on from)" if self.reply else "Edit and resend (a new branch)"
+            yield Label(title, classes="dialog-title")
             yield MessageBox(self.original, id="edit-text")
-            yield Label(KEYS, id="edit-keys", markup=False)
+            yield Label(KEYS.format("saves" if self.reply else "sends"), id="edit-keys", markup=False)
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Cancel", id="cancel")
-                yield Button("Send", id="send", variant="primary")
+                yield Button("Save" if self.reply else "Send", id="send", variant="primary")
 
     @property
     def box(self) -> MessageBox:

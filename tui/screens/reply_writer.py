@@ -1,7 +1,8 @@
 """The chat screen's part that writes replies: a send (the message box's text, with the documents attached), a
-regenerate or an edit resent, streamed into the branch on screen, or with N replies into the picker, one set at a
-time; Stop and Answer now while they are written. A controller without a face, mounted in the chat screen, which
-renders what the session says each event changed; it tells the screen when writing starts and ends (Writing)."""
+regenerate, an edit resent or a reply continued, streamed into the branch on screen, or with N replies into the
+picker, one set at a time; Stop and Answer now while they are written. A controller without a face, mounted in the
+chat screen, which renders what the session says each event changed; it tells the screen when writing starts and ends
+(Writing)."""
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -63,9 +64,15 @@ class ReplyWriter(Widget):
             self.write(lambda conversation_id, _: self.client.regenerate(conversation_id, message_id, n=n))
 
     def resend(self, message_id: str, content: str) -> None:
-        """Your message `message_id`, edited to `content`: a new branch beside it."""
+        """The message `message_id` edited to `content`: a new branch beside it (yours and its replies, or a reply)."""
         if self.can_generate():
             self.write(lambda conversation_id, _: self.client.edit(conversation_id, message_id, content))
+
+    def continue_reply(self, message_id: str, focus_reply: bool) -> None:
+        """The reply `message_id` goes on where it ended, in the same message."""
+        if self.can_generate():
+            self.focus_reply = focus_reply
+            self.write(lambda conversation_id, _: self.client.continue_reply(conversation_id, message_id))
 
     def can_generate(self) -> bool:
         """One reply (or one set of N) at a time: a key press while one is written is refused, not queued. A base

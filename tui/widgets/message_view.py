@@ -11,7 +11,7 @@ from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownFence, MarkdownStream
 
 from localchat.app.markdown import author
-from localchat.app.protocol.conversations import Message, ReplyStats
+from localchat.app.protocol.conversations import Message, ReplyStats, continuable
 from localchat.app.protocol.documents import Document
 from localchat.tui.reply_text import shown_markdown
 from localchat.tui.widgets.branch_switcher import BranchSwitcher
@@ -134,12 +134,18 @@ class MessageView(Vertical):
     def show_outcome(self) -> None:
         note, stats = self.query_one(".message-note", Static), self.query_one(".message-stats", Static)
         message = self.message
-        note.update(Content.from_markup("[$warning]stopped[/]") if message.stopped else
-                    "cut at max tokens" if message.finish_reason == "length" else "")
+        outcome = (Content.from_markup("[$warning]stopped[/]") if message.stopped else
+                   Content("cut at max tokens") if message.finish_reason == "length" else
+                   Content("edited") if message.finish_reason == "edited" else Content(""))
+        note.update(outcome + self.continue_hint() if outcome else outcome)
         stats.display = message.stats is not None
         if message.stats is not None:
             stats.update(describe_stats(message.stats) if self.details else short_stats(message.stats))
             stats.tooltip = describe_stats(message.stats)
+
+    def continue_hint(self) -> str:
+        """What follows the note of a reply cut short: the key that continues it (none here: see ChatMessage)."""
+        return ""
 
     def watch_details(self) -> None:
         self.thinking_block.expanded = self.details
@@ -160,10 +166,19 @@ class ChatMessage(MessageView, can_focus=True):
         Binding("left", "screen.switch_branch(-1)", "Prev branch", id="branch_previous", group=BRANCH),
         Binding("right", "screen.switch_branch(1)", "Next branch", id="branch_next", group=BRANCH),
         Binding("ctrl+r", "screen.regenerate", "Regenerate", id="regenerate"),
-        Binding("ctrl+e", "screen.edit", "Edit", id="edit"),  # shown on your messages
+        Binding("ctrl+e", "screen.edit", "Edit", id="edit"),
+        Binding("ctrl+d", "screen.continue_reply", "Continue", id="continue_reply",  # shown on a reply cut short
+                tooltip="Continue a reply cut at max tokens, stopped or edited"),
         Binding("ctrl+c", "screen.copy_message", "Copy", id="copy_message", show=False),
         Binding("ctrl+y", "screen.copy_code", "Copy code", id="copy_code", show=False),
         Binding("enter", "toggle_details", "Details (stats, thinking)", id="toggle_details", show=False),
         Binding("up", "screen.focus_message(-1)", "Previous message", show=False, id="message_previous"),
         Binding("down", "screen.focus_message(1)", "Next message", show=False, id="message_next"),
     ]
+
+    def continue_hint(self) -> str:
+        """" · ^d continues" after the note of a reply that can go on."""
+        if not continuable(self.message):
+            return ""
+        key_of = getattr(self.screen, "key_of", None)
+        return f" · {key_of('continue_reply')} continues" if key_of else ""

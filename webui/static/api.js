@@ -64,7 +64,7 @@ export function exportUrl(id, format, leaf) {
   return `${conversation(id)}/export?${query}`;
 }
 
-/** The events (user, start, delta, done, error) of a send, edit or regenerate. */
+/** The events (user, edited, start, delta, done, error) of a send, edit, regenerate or continue. */
 async function* stream(path, body) {
   yield* readEvents(await send("POST", path, body));
 }
@@ -75,3 +75,4 @@ export const sendMessage = (id, content, parentId, n, documents = []) =>
 export const editMessage = (id, messageId, content, n) =>
   stream(`${message(id, messageId)}/edit`, { content, n });
 export const regenerate = (id, messageId, n) => stream(`${message(id, messageId)}/regenerate`, { n });
+export const continueReply = (id, messageId) => stream(`${message(id, messageId)}/continue`, {});

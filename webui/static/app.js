@@ -17,6 +17,7 @@ import { SettingsDialog } from "./settings.js";
 import { Sidebar } from "./sidebar.js";
 import { SummaryLinks } from "./summary_links.js";
 import { ThreadView } from "./thread.js";
+import { isContinuable } from "./tree.js";
 
 const $ = (id) => document.getElementById(id);
 const FOLLOW_INTERVAL_MS = 1000;  // a reply written by another client is saved every second
@@ -38,6 +39,7 @@ class App {
       onSwitch: (id, step) => this.switchSibling(id, step),
       onEdit: (id, text) => this.edit(id, text),
       onRegenerate: (id) => this.regenerate(id),
+      onContinue: (id) => this.continueReply(id),
       onPick: (id) => this.pickBranch(id),
     }, this.documents);
     this.branches = new BranchTreeView($("branch-tree"), (id) => {
@@ -339,6 +341,17 @@ class App {
     await this.stream(api.regenerate(this.session.conversation.id, id, this.forkSize.value));
   }
 
+  async continueReply(id) {
+    if (this.streaming) return;
+    await this.stream(api.continueReply(this.session.conversation.id, id));
+  }
+
+  /** The shown branch's last reply goes on, where it was cut short. */
+  continueLast() {
+    const last = this.session.tree.path(this.session.leaf).findLast((m) => m.role === "assistant");
+    if (last && isContinuable(last)) this.continueReply(last.id);
+  }
+
   regenerateLast() {
     const path = this.session.tree.path(this.session.leaf);  // a fork's first reply while it is shown
     const last = path.findLast((m) => m.role === "assistant") ?? path.at(-1);
@@ -368,7 +381,7 @@ class App {
     if (!this.panels.closeTop()) this.stop();
   }
 
-  /** Show the events of a send, edit or regenerate as they come; whether any came (false: the request was refused). */
+  /** Show the events of a send, edit, regenerate or continue as they come; whether any came (false: the request was refused). */
   async stream(events) {
     const conversationId = this.session.conversation.id;
     let answered = false;

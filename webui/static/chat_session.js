@@ -14,14 +14,15 @@ export class Fork {
 
 // --- what an event changed ---
 
-/** A message was stored (the user's, sent or edited) and the shown branch now ends at it. */
+/** A message was stored (the user's, sent or edited; or an edited reply) and the shown branch now ends at it. */
 export class BranchShown {
   constructor(leaf) {
     this.leaf = leaf;
   }
 }
 
-/** Replies began under a message: empty ones are in the tree, the first ends the shown branch. */
+/** Replies began under a message: empty ones are in the tree (or a stored one goes on, its text kept), the first ends
+ * the shown branch. */
 export class RepliesStarted {
   constructor(replies, fork, model, retokenizedFrom, temperature) {
     this.replies = replies;  // in reply order
@@ -118,11 +119,13 @@ export class ChatSession {
 
   // --- the reply stream ---
 
-  /** Apply one event of a send, edit or regenerate; what changed, or null (a reply this chat does not have). */
+  /** Apply one event of a send, edit, regenerate or continue; what changed, or null (a reply this chat does not
+   * have). */
   apply(event) {
     switch (event.type) {
       case "user":
-        return this.storedUserMessage(event.message);
+      case "edited":
+        return this.storedMessage(event.message);
       case "start":
         return this.started(event);
       case "delta":
@@ -136,16 +139,20 @@ export class ChatSession {
     return null;
   }
 
-  storedUserMessage(message) {
+  storedMessage(message) {
     this.tree.add(message);
     this.show(message.id);
     return new BranchShown(message.id);
   }
 
-  /** 1. an empty reply per id, in the tree; 2. the first ends the shown branch; 3. several are a fork. */
+  /** 1. an empty reply per id, in the tree (a continued one: the stored reply, being written again); 2. the first ends
+   * the shown branch; 3. several are a fork. */
   started(event) {
-    const replies = event.message_ids.map((id) =>
-      ({ id, parent_id: event.parent_id, role: "assistant", content: "", streaming: true }));
+    const stored = event.continued ? this.tree.get(event.message_ids[0]) : null;
+    const replies = stored
+      ? [{ ...stored, finish_reason: null, stopped: false, stats: null, streaming: true }]
+      : event.message_ids.map((id) =>
+        ({ id, parent_id: event.parent_id, role: "assistant", content: "", streaming: true }));
     for (const reply of replies) this.tree.add(reply);
     this.show(replies[0].id);
     if (replies.length > 1) this.fork = new Fork(event.parent_id, event.message_ids);

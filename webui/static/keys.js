@@ -10,6 +10,8 @@ const SHORTCUTS = [
     "answerNow"],
   ["Alt+N", "New chat", (e) => e.altKey && e.code === "KeyN", "newChat"],
   ["Alt+R", "Regenerate the last reply", (e) => e.altKey && e.code === "KeyR", "regenerateLast"],
+  ["Alt+C", "Continue the last reply, where it was cut at max tokens or stopped", (e) => e.altKey && e.code === "KeyC",
+    "continueLast"],
   ["Alt+B", "Show or hide the branch tree", (e) => e.altKey && e.code === "KeyB", "toggleBranches"],
   ["Ctrl+K", "Search messages", (e) => (e.ctrlKey || e.metaKey) && e.code === "KeyK", "focusSearch"],
   ["Ctrl+/", "This help", (e) => (e.ctrlKey || e.metaKey) && e.code === "Slash", "showHelp"],

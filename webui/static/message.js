@@ -5,7 +5,7 @@ import { copyText, h } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 import { StatsView } from "./reply_stats.js";
 import { ThinkingBlock } from "./thinking.js";
-import { isWriting } from "./tree.js";
+import { isContinuable, isWriting } from "./tree.js";
 
 const AUTHORS = { user: "You", assistant: "Assistant", tool: "Tool result" };
 
@@ -18,7 +18,8 @@ export function messageMarkdown(message) {
 }
 
 /**
- * The view of one message. `actions`: onSwitch(id, step), onEdit(id, text), onRegenerate(id), onPick(id).
+ * The view of one message. `actions`: onSwitch(id, step), onEdit(id, text), onRegenerate(id), onContinue(id),
+ * onPick(id).
  * `card`: shown as one of n forked replies side by side, with a button to continue from it. `documents`: the known
  * documents (id -> Document), which name the message's.
  */
@@ -41,16 +42,20 @@ export class MessageView {
     this.stats = new StatsView();
     const copy = h("button", { type: "button", class: "copy-message", text: "Copy",
       onclick: (event) => copyText(event.currentTarget, this.message.content) });
-    const rewrite = card || message.role === "tool" ? null : assistant
-      ? h("button", { type: "button", class: "regenerate", text: "Regenerate",
-        onclick: () => actions.onRegenerate(this.message.id) })
-      : h("button", { type: "button", class: "edit", text: "Edit", onclick: () => this.startEditing() });
+    const regenerate = card || !assistant ? null : h("button", { type: "button", class: "regenerate",
+      text: "Regenerate", onclick: () => actions.onRegenerate(this.message.id) });
+    const edit = card || message.role === "tool" ? null : h("button", { type: "button", class: "edit", text: "Edit",
+      title: assistant ? "Edit the reply: saved beside it, as a branch to go on from" : "Edit and send again",
+      onclick: () => this.startEditing() });
+    this.continueButton = card || !assistant ? null : h("button", { type: "button", class: "continue",
+      text: "Continue", title: "Go on where the reply ended", onclick: () => actions.onContinue(this.message.id) });
     const pick = card ? h("button", { type: "button", class: "pick", text: "Continue with this reply",
       onclick: () => actions.onPick(this.message.id) }) : null;
     this.element = h("article", { class: `message ${message.role}${card ? " card" : ""}` },
       h("header", {}, h("span", { class: "role", text: AUTHORS[message.role] }), card ? null : this.switcher),
       documentChips(message.documents, documents), this.thinking.element, this.content,
-      h("div", { class: "message-foot" }, h("span", { class: "actions" }, copy, rewrite), this.stats.element), pick);
+      h("div", { class: "message-foot" },
+        h("span", { class: "actions" }, copy, regenerate, edit, this.continueButton), this.stats.element), pick);
     this.element.dataset.id = message.id;
     this.show(message);
   }
@@ -61,7 +66,8 @@ export class MessageView {
     const writing = isWriting(message);
     this.element.classList.toggle("streaming", writing);
     this.element.classList.toggle("stopped", Boolean(message.stopped));
-    this.element.querySelectorAll(".regenerate, .edit, .pick").forEach((b) => { b.disabled = writing; });
+    this.element.querySelectorAll(".regenerate, .edit, .continue, .pick").forEach((b) => { b.disabled = writing; });
+    if (this.continueButton) this.continueButton.hidden = !isContinuable(message);
     this.thinking.show(this.message);
     this.renderText();
     this.stats.show(message);
@@ -117,7 +123,8 @@ export class MessageView {
     });
     this.editor = h("div", { class: "editor" }, input,
       h("div", { class: "editor-buttons" },
-        h("button", { type: "button", class: "send-edit", text: "Send as a new branch", onclick: resend }),
+        h("button", { type: "button", class: "send-edit", onclick: resend,
+          text: this.message.role === "assistant" ? "Save as a new branch" : "Send as a new branch" }),
         h("button", { type: "button", class: "cancel-edit", text: "Cancel", onclick: finish })));
     this.content.replaceChildren(this.editor);
     input.focus();

@@ -10,6 +10,7 @@ function ending(message) {
   if (message.finish_reason === "interrupted") return "interrupted";  // the engine stopped meanwhile
   if (message.stopped) return "stopped";
   if (message.finish_reason === "length") return "cut at max tokens";
+  if (message.finish_reason === "edited") return "edited";
   return null;
 }
 

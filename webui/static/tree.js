@@ -3,6 +3,11 @@
 /** A reply still being written (by this page or another client): it has no finish reason yet. */
 export const isWriting = (message) => message.role === "assistant" && message.finish_reason == null;
 
+/** A reply that did not end its turn (cut at max tokens, stopped, interrupted, edited) and called no tools: a continue
+ * takes it (CONTINUABLE and continuable() in app/protocol/conversations.py). */
+export const isContinuable = (message) => message.role === "assistant" && !message.tool_calls?.length &&
+  ["length", "abort", "interrupted", "edited"].includes(message.finish_reason);
+
 /** A reply still in its thinking (a thinking model's): being written, with thinking so far and no answer yet. */
 export const isThinking = (message) => isWriting(message) && Boolean(message.reasoning_content) && !message.content;
 
