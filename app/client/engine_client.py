@@ -193,6 +193,10 @@ class EngineClient:
         return await self._call("POST", f"/api/conversations/{conversation_id}/end-thinking",
                                 StopRequest(message_id=message_id), kind=EndThinkingResult)
 
+    async def name_chat(self, conversation_id: str) -> Conversation:
+        """The chat once the model has named it after its first reply (it waits while replies are written)."""
+        return await self._call("POST", f"/api/conversations/{conversation_id}/title", kind=Conversation)
+
     async def summarize(self, conversation_id: str, leaf: str | None = None) -> Conversation:
         """A new conversation that starts from the model's summary of the branch that ends at `leaf` (None: the one
         shown), linked to this one (summary_of); answers once the summary is written (seconds)."""

@@ -12,17 +12,33 @@ class ActiveRequest:
     done: asyncio.Event = field(default_factory=asyncio.Event)  # set once its replies are saved
 
 
+def _set_event() -> asyncio.Event:
+    event = asyncio.Event()
+    event.set()
+    return event
+
+
 @dataclass
 class ActiveRequests:
+    """The requests in flight; `idle` is set while there are none and `busy` while there are some (one state, two
+    things to wait for: a chat's title waits for idle, and gives way at busy)."""
+
     requests: dict[str, ActiveRequest] = field(default_factory=dict)
+    idle: asyncio.Event = field(default_factory=_set_event)
+    busy: asyncio.Event = field(default_factory=asyncio.Event)
 
     def add(self, request_id: str, conversation_id: str | None = None, message_ids: list[str] = ()) -> None:
         self.requests[request_id] = ActiveRequest(conversation_id, list(message_ids))
+        self.idle.clear()
+        self.busy.set()
 
     def remove(self, request_id: str) -> None:
         request = self.requests.pop(request_id, None)
         if request is not None:
             request.done.set()
+        if not self.requests:
+            self.busy.clear()
+            self.idle.set()
 
     def rename(self, request_id: str, new_id: str) -> None:
         """The same request, under the id of the engine request that now writes its replies."""

@@ -39,6 +39,7 @@ from localchat.app.protocol.conversations import (
 from localchat.app.server.active_requests import ActiveRequest, ActiveRequests
 from localchat.app.server.backends import Backend, BackendRequestError, Update, failure_message
 from localchat.app.server.chat_template import ChatTemplate
+from localchat.app.server.chat_titles import DEFAULT_TITLE, TITLE_LENGTH, ChatTitles, first_words_title
 from localchat.app.server.context_budget import DEFAULT_POLICY, Cut, choose_cut, reply_room
 from localchat.app.server.documents import message_with_documents, system_with_documents
 from localchat.app.server.sampling import Sampling, reply_sampling
@@ -46,8 +47,6 @@ from localchat.app.server.store import Store, StoreError, new_id
 from localchat.app.server.tool_calls import finish_reason, template_chat, template_tools
 from localchat.engine.frontend.outputs import CompletionOutput
 
-DEFAULT_TITLE = "New chat"
-TITLE_LENGTH = 60
 SAVE_INTERVAL_S = 1.0  # a streaming reply's text is saved this often
 STOP_WAIT_S = 10.0  # how long a delete waits for its stopped replies to be saved
 # a fork's reply identical to a sibling's is sampled again (with the next seeds) at most this often, then kept
@@ -85,6 +84,7 @@ class Conversations:
         none."""
         self.store, self.backend, self.active = store, backend, active
         self.thinking_token_budget, self.context_overflow = thinking_token_budget, context_overflow
+        self.titles = ChatTitles(self)
 
     # --- the branch as a chat and as token ids (pure: run off the event loop, see to_thread) ---
 
@@ -280,9 +280,7 @@ class Conversations:
         token_ids = await asyncio.to_thread(self.message_token_ids, conversation, path, message)
         self.store.add_message(message, token_ids)
         if conversation.message_count == 0 and conversation.title == DEFAULT_TITLE:
-            words = " ".join(content.split())
-            title = (words if len(words) <= TITLE_LENGTH else words[: TITLE_LENGTH - 1].rstrip() + "…") or DEFAULT_TITLE
-            self.store.update_conversation(conversation.id, title=title)
+            self.store.update_conversation(conversation.id, title=first_words_title(content))
         return message
 
     async def add_edited_reply(self, conversation: Conversation, original: Message, content: str) -> Message:
@@ -433,7 +431,9 @@ class Conversations:
         return EndThinkingResult(ended=ended)
 
     async def stop_all(self, wait: bool = False) -> None:
-        """Abort every request, /v1 ones included (before the model is switched, or the process stops)."""
+        """Abort every request, /v1 ones and a title's included (before the model is switched, or the process
+        stops)."""
+        await self.titles.stop()
         await self._abort(dict(self.active.requests), wait)
 
     async def _abort(self, requests: dict[str, ActiveRequest], wait: bool) -> None:
@@ -568,6 +568,8 @@ class Replies:
             # abort the request so that its KV blocks are freed
             unfinished = [self._finish(r) for r in self.replies if not r.done]
             self.conversations.active.remove(self.request_id)
+            if self.parent.parent_id is None and not self.continued:  # the chat's first exchange: it can be named
+                self.conversations.titles.start(self.conversation.id)
             if unfinished:
                 await self.conversations.backend.abort(self.request_id)
         for message in unfinished:

@@ -183,6 +183,15 @@ class ConversationController(Controller):
         store.get_conversation(conversation_id)
         return await conversations.end_thinking(conversation_id, data.message_id)
 
+    @post("/{conversation_id:str}/title", status_code=200)
+    async def title(self, conversation_id: Id, store: StoreDep, conversations: ConversationsDep) -> Conversation:
+        """The chat, once the model has named it in a few words after its first reply (its title until then: its
+        first message's words). The server names a chat by itself once its first reply ends, in the background: a
+        title's request waits while replies are written and gives way to one that starts. This answers when that is
+        done; a chat without a reply, renamed, or named already is answered as it is."""
+        store.get_conversation(conversation_id)
+        return await conversations.titles.named(conversation_id)
+
     @post("/{conversation_id:str}/summarize", status_code=201)
     async def summarize(self, request: Request, conversation_id: Id, data: JSONBody[SummarizeRequest],
                         store: StoreDep, conversations: ConversationsDep) -> Conversation:

@@ -294,6 +294,12 @@ class Store:
         if cursor.rowcount == 0:
             raise StoreError(f"no conversation {quoted(conversation_id)}")
 
+    def rename_conversation(self, conversation_id: str, title: str, only_if: str) -> bool:
+        """A title the model wrote, where the chat's title is still `only_if` (not renamed meanwhile); not an
+        activity (updated_at stays). Whether it was renamed."""
+        return self.db.execute("UPDATE conversations SET title = ? WHERE id = ? AND title = ?",
+                               (title, conversation_id, only_if)).rowcount == 1
+
     def set_active_leaf(self, conversation_id: str, message_id: str) -> None:
         """The branch shown when the conversation is opened again; not an activity (updated_at stays)."""
         cursor = self.db.execute("UPDATE conversations SET active_leaf = ? WHERE id = ?", (message_id, conversation_id))

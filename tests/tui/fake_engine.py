@@ -66,6 +66,7 @@ MESSAGES = [
     message("m_a3", "m_u2", "assistant", REVERSE_CODE, 5, stats(88, 80, 18)),
 ]
 
+MODEL_TITLE = "Capitals of Europe"  # what the model names a chat after its first reply
 CONTINUED = "And that is how it ends."  # what a continued reply goes on with
 FORK_TEMPERATURE = 0.7  # what the engine forks the embedded model at
 FORKED = ["A **red** apple.", "A *green* leaf: calm and fresh.", "Blue, like the sea."]
@@ -146,6 +147,8 @@ class FakeEngine:
         self.regenerated: list[str] = []  # the message of every regenerate
         self.edited: list[tuple[str, str]] = []  # (message, new text) of every edit
         self.continued: list[str] = []  # the reply of every continue
+        self.named: list[str] = []  # the chat of every name_chat
+        self.title_hold: asyncio.Event | None = None  # when set, a chat is named once it is set (the model is slow)
         self.conversation_hold: asyncio.Event | None = None  # when set, a chat is read once it is set (a slow engine)
 
     def _check(self) -> None:
@@ -187,6 +190,13 @@ class FakeEngine:
         return ConversationTree(chat, messages, context, summaries,
                                 [self.documents[i] for i in sorted(used) if i in self.documents])
 
+    async def name_chat(self, conversation_id: str) -> Conversation:
+        """The chat named MODEL_TITLE (once title_hold is set, where there is one)."""
+        self.named.append(conversation_id)
+        if self.title_hold is not None:
+            await self.title_hold.wait()
+        return await self.update_conversation(conversation_id, title=MODEL_TITLE)
+
     async def summarize(self, conversation_id: str, leaf: str | None = None) -> Conversation:
         self._check()
         self.summarize_calls.append((conversation_id, leaf))
@@ -222,6 +232,9 @@ class FakeEngine:
         self.conversations[conversation_id] = updated
         return updated
 
+    async def rename(self, conversation_id: str, title: str) -> Conversation:
+        return await self.update_conversation(conversation_id, title=title)
+
     async def delete_conversation(self, conversation_id: str) -> None:
         self._check()
         del self.conversations[conversation_id], self.messages[conversation_id]
@@ -251,6 +264,9 @@ class FakeEngine:
         self.sent.append((conversation_id, text, list(documents)))
         if self.refuse_with is not None:
             raise self.refuse_with
+        chat = self.conversations[conversation_id]
+        if not self.messages[conversation_id] and chat.title == "New chat":  # the first message names it, for now
+            self.conversations[conversation_id] = msgspec.structs.replace(chat, title=text)
         user = message(f"m_s{len(self.messages[conversation_id])}", parent_id, "user", text, 30, None,
                        conversation_id, num_tokens=12, documents=documents)
         self.messages[conversation_id].append(user)

@@ -7,14 +7,15 @@ summary and its links). The typing surface belongs to the user: text typed anywh
 
 import asyncio
 
-from textual import events
+import httpx
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TextArea
 
-from localchat.app.client.engine_client import EngineClient
+from localchat.app.client.engine_client import EngineClient, EngineError
 from localchat.app.protocol.conversations import Conversation, SearchHit
 from localchat.app.protocol.documents import Document
 from localchat.tui.chat_session import (
@@ -286,6 +287,19 @@ class ChatScreen(Screen):
         self.run_worker(self.show_chat())
         self.query_one(ChatList).index = None
         self.composer.focus()
+
+    @work(group="titles")
+    async def name_chat(self, conversation_id: str) -> None:
+        """The chat's title once the model has written it after the first reply (in the background: the engine writes
+        it after the replies); one it could not write is no news (the first message's words stay)."""
+        try:
+            named = await self.client.name_chat(conversation_id)
+        except (httpx.HTTPError, EngineError):
+            return
+        if self.session.conversation is not None and self.session.conversation.id == conversation_id:
+            self.session.conversation = named
+            self.show_title()
+        self.load_chats()
 
     def action_rename(self) -> None:
         if self.session.conversation is not None:

@@ -102,6 +102,7 @@ class ReplyWriter(Widget):
                 await chat.chat_documents.detach(documents)
                 documents = []
             conversation = conversation or await chat.create_chat()
+            first_exchange = not any(m.role == "assistant" for m in chat.session.tree.messages.values())
             self.generating_in = conversation.id
             self.post_message(self.Writing(conversation.id))  # Stop shows, ←/→ hide
             async for event in start(conversation.id, [document.id for document in documents]):
@@ -111,6 +112,8 @@ class ReplyWriter(Widget):
                 shown = chat.session.conversation
                 if shown is not None and shown.id == conversation.id:
                     await self.show_event(event)
+            if first_exchange and streamed:  # the chat's first reply: the model names the chat now
+                chat.name_chat(conversation.id)
         except EngineError:
             if typed and not streamed and not chat.composer.text.strip():  # refused: the text is back to edit
                 chat.composer.text = typed

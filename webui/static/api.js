@@ -42,6 +42,7 @@ export const updateConversation = (id, fields) => json("PATCH", conversation(id)
 export const deleteConversation = (id) => json("DELETE", conversation(id));
 export const stopReplies = (id) => json("POST", `${conversation(id)}/stop`, {});
 export const endThinking = (id) => json("POST", `${conversation(id)}/end-thinking`, {});
+export const nameChat = (id) => json("POST", `${conversation(id)}/title`);
 export const summarize = (id, leaf) => json("POST", `${conversation(id)}/summarize`, leaf ? { leaf } : {});
 export const search = (q) => json("GET", `/api/search?q=${encodeURIComponent(q)}`);
 export const getLimits = () => json("GET", "/api/limits");

@@ -21,6 +21,7 @@ import { isContinuable } from "./tree.js";
 
 const $ = (id) => document.getElementById(id);
 const FOLLOW_INTERVAL_MS = 1000;  // a reply written by another client is saved every second
+const LAST_CHAT_KEY = "localchat.chat";  // the chat this browser showed last: the page opens it again
 
 class App {
   constructor() {
@@ -123,9 +124,11 @@ class App {
     this.useLimits(await api.getLimits());
     await this.models.load();
     $("app").hidden = false;
-    // a chat named in the URL, else a new one (written to the server with its first message)
-    const named = this.conversations.find((c) => c.id === chatInLocation());
-    if (named) await this.open(named.id);
+    // a chat named in the URL, else the one this browser showed last, else a new one (written to the server with its
+    // first message)
+    const shown = [chatInLocation(), localStorage.getItem(LAST_CHAT_KEY)];
+    const last = shown.map((id) => this.conversations.find((c) => c.id === id)).find(Boolean);
+    if (last) await this.open(last.id);
     else this.render();
     $("message").focus();
   }
@@ -208,6 +211,7 @@ class App {
     const c = this.session.conversation;
     const hash = c ? `#${encodeURIComponent(c.id)}` : "";  // a link to the chat (a new one has none yet)
     if (location.hash !== hash) history.replaceState(null, "", hash || location.pathname);
+    if (c) localStorage.setItem(LAST_CHAT_KEY, c.id);
     this.showTitle();
     this.showEmptyState();
     // a chat without messages (not yet written, or empty) has settings (saved, they write a new one) but no branches
@@ -312,8 +316,12 @@ class App {
     const { conversation, fork } = this.session;
     this.forkSize.keep(conversation.id, replies);
     const parentId = fork ? fork.ids[0] : this.session.savedLeaf();
+    const firstExchange = !parentId;  // the chat's first message: once answered, the model names the chat
     const events = api.sendMessage(conversation.id, content, parentId, replies, documents);
-    if (await this.stream(events)) return;
+    if (await this.stream(events)) {
+      if (firstExchange) this.nameChat(conversation.id);
+      return;
+    }
     if (!input.value) input.value = content;  // refused (past the context's edge): the text stays
     this.attachments.restore(documents);
   }
@@ -494,6 +502,23 @@ class App {
     } catch (error) {
       this.showError(error);
     }
+  }
+
+  /** The chat's title once the model has written it after the first reply (in the background: the engine writes it
+   * after the replies); one it could not write is no news (the first message's words stay). */
+  async nameChat(id) {
+    let named;
+    try {
+      named = await api.nameChat(id);
+    } catch {
+      return;
+    }
+    this.changeChats((chats) => chats.map((c) => (c.id === id ? named : c)));
+    if (this.session.conversation?.id === id) {
+      this.session.conversation = named;
+      this.showTitle();
+    }
+    this.renderChats();
   }
 
   async rename(id, title) {
