@@ -62,6 +62,15 @@ def parser() -> argparse.ArgumentParser:
     commands.add_parser("token", help="print the API token (Authorization: Bearer TOKEN)")
     commands.add_parser("logout", help="sign every browser out of the web UI")
     commands.add_parser("models", help="list the embedded model and the models found on this machine")
+    pull = commands.add_parser("pull", help="download a GGUF model from the Hugging Face Hub",
+                               description="Download a GGUF file from a model repo on the Hugging Face Hub into its "
+                                           "cache, where `localchat models` lists it. An interrupted pull goes on "
+                                           "where it stopped when run again; the file is checked against its "
+                                           "SHA-256. HF_ENDPOINT, HF_HUB_CACHE and the token of `hf auth login` "
+                                           "(or HF_TOKEN) are honoured.")
+    pull.add_argument("repo", help="the repo, OWNER/NAME (as bartowski/Qwen2.5-0.5B-Instruct-GGUF)")
+    pull.add_argument("file", nargs="?", default=None,
+                      help="one of its GGUF files (default: its only one, or its Q4_K_M)")
     return parser
 
 
@@ -130,6 +139,37 @@ def models(args) -> int:
     searched = ", ".join(str(p) for p in [hf_cache_dir(), *model_dirs()])
     print(f"\nsearched: {searched} (more folders: $LOCALCHAT_MODEL_DIRS); use one with --model NAME; "
           "MEMORY is its weights as the engine holds them, before the KV cache", file=sys.stderr)
+    return 0
+
+
+def pull(args) -> int:
+    from huggingface_hub.utils import tqdm
+
+    from localchat.app.model_pull import pull_model
+
+    bar = None
+
+    def show(state) -> None:
+        nonlocal bar
+        if state.state == "downloading":
+            if bar is None:
+                if state.resumed_from:
+                    print(f"going on from {state.resumed_from:,} bytes an earlier pull left", file=sys.stderr)
+                bar = tqdm(total=state.bytes_total, initial=state.bytes_done, unit="B", unit_scale=True,
+                           unit_divisor=1024, desc=state.file)
+            bar.update(state.bytes_done - bar.n)
+        elif state.state == "checking" and bar is not None:
+            bar.close()
+            print(f"checking {state.file} against its checksum", file=sys.stderr)
+
+    try:
+        path = pull_model(args.repo, args.file, show)
+    finally:
+        if bar is not None:
+            bar.close()
+    print(path)
+    print(f"`localchat models` lists it; `localchat serve --model {path}` runs it (or choose it with F4 in the "
+          "terminal, the Model list in the browser)", file=sys.stderr)
     return 0
 
 
@@ -251,7 +291,7 @@ def _show_progress(report) -> None:
 
 
 COMMANDS = {"tui": tui, "serve": serve, "web": web, "chat": chat, "stop": stop, "status": status, "token": token,
-            "logout": logout, "models": models}
+            "logout": logout, "models": models, "pull": pull}
 
 
 if __name__ == "__main__":

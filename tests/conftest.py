@@ -89,6 +89,29 @@ def small_context_server(tmp_path_factory) -> Iterator:
         yield process
 
 
+@pytest.fixture(scope="session")
+def fake_hub() -> Iterator:
+    """The fake Hugging Face Hub on 127.0.0.1 (tests/fake_hub.py): a test adds the repos it pulls."""
+    from fake_hub import FakeHub
+
+    with FakeHub() as hub:
+        yield hub
+
+
+@pytest.fixture(scope="session")
+def hub_server(tmp_path_factory, fake_hub) -> Iterator:
+    """A `localchat serve` of its own whose Hugging Face Hub is the fake one, online, with a cache of its own
+    (hub_cache): for the pulls of the UIs."""
+    from support import running_server
+
+    hub_cache = tmp_path_factory.mktemp("hub-cache")
+    env = {"HF_ENDPOINT": fake_hub.url, "HF_HUB_CACHE": str(hub_cache), "HF_HUB_OFFLINE": "0",
+           "TRANSFORMERS_OFFLINE": "0", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    with running_server(tmp_path_factory.mktemp("hub-home"), kv_blocks=128, env=env) as process:
+        process.hub_cache = hub_cache
+        yield process
+
+
 @pytest.fixture
 def api(server) -> httpx.Client:
     """An authorized HTTP client of the shared `server`."""

@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).parent.parent
 SHARED = ("localchat.app.protocol", "localchat.app.markdown", "localchat.app.paths", "localchat.app.engine_state",
           "localchat.app.sse", "localchat.app.chat_defaults", "localchat.app.sampling_defaults",
-          "localchat.app.kv_cache_words")
+          "localchat.app.kv_cache_words", "localchat.app.model_pull")
 
 
 def part(module: str) -> str | None:

@@ -36,7 +36,7 @@ from localchat.app.protocol.conversations import (
 )
 from localchat.app.protocol.documents import Document, DocumentText
 from localchat.app.protocol.limits import Limits
-from localchat.app.protocol.models import ModelCatalog, ModelChoice
+from localchat.app.protocol.models import ModelCatalog, ModelChoice, ModelPull, PullRequest
 from localchat.app.protocol.system import Health, LoginCode, SessionsRevoked
 from localchat.app.sse import async_data_lines
 
@@ -113,6 +113,14 @@ class EngineClient:
     async def switch_model(self, name: str) -> ModelCatalog:
         """Stop the running replies and load `name` (health() shows the progress)."""
         return await self._call("POST", "/api/models/current", ModelChoice(model=name), kind=ModelCatalog)
+
+    async def pull_model(self, repo: str, file: str | None = None) -> ModelPull:
+        """Start pulling a GGUF file from the Hugging Face Hub (model_pull() follows it)."""
+        return await self._call("POST", "/api/models/pull", PullRequest(repo=repo, file=file), kind=ModelPull)
+
+    async def model_pull(self) -> ModelPull:
+        """The pull last started, as far as it got."""
+        return await self._call("GET", "/api/models/pull", kind=ModelPull)
 
     async def metrics(self) -> dict[str, float]:
         """/metrics as {name without the localchat_ prefix: value}."""

@@ -39,7 +39,7 @@ from localchat.app.server.embedded_backend import EmbeddedBackend
 from localchat.app.server.error_text import error_message
 from localchat.app.server.json_body import JSONBodyRequest
 from localchat.app.server.model_turns import ModelTurns
-from localchat.app.server.models_api import ModelsController, remembered_model
+from localchat.app.server.models_api import ModelPulls, ModelsController, remembered_model
 from localchat.app.server.ollama_api import OllamaController, listener_root
 from localchat.app.server.openai_api import OpenAIController, OpenAIRelay
 from localchat.app.server.openapi import StructSchemas
@@ -275,6 +275,7 @@ class ServerParts:
     codes: LoginCodes
     sessions: BrowserSessions
     throughput: Throughput
+    pulls: ModelPulls
 
     @classmethod
     def build(cls, settings: ServerConfig, backend: Backend, store: Store) -> "ServerParts":
@@ -282,7 +283,7 @@ class ServerParts:
         conversations = Conversations(store, backend, active, settings.thinking_token_budget,
                                       settings.context_overflow)
         return cls(settings, store, backend, active, conversations, ModelTurns(backend, conversations, active),
-                   LoginCodes(), BrowserSessions(store), Throughput())
+                   LoginCodes(), BrowserSessions(store), Throughput(), ModelPulls())
 
     def dependencies(self) -> dict[str, Provide]:
         return {f.name: _provided(getattr(self, f.name)) for f in fields(self)}

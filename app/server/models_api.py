@@ -1,20 +1,55 @@
-"""The models on this machine (GET /api/models) and switching the engine to another one
-(POST /api/models/current). The choice is remembered: the next `localchat serve` without --model loads it."""
+"""The models on this machine (GET /api/models), switching the engine to another one (POST /api/models/current), and
+pulling one from the Hugging Face Hub (POST /api/models/pull, followed by GET). The choice is remembered: the next
+`localchat serve` without --model loads it."""
 
 import asyncio
+import threading
 
+import msgspec
 from litestar import Controller, get, post
 from litestar.di import NamedDependency
-from litestar.exceptions import NotFoundException
+from litestar.exceptions import HTTPException, NotFoundException
 from litestar.params import JSONBody
 
 from localchat.app import paths
-from localchat.app.protocol.models import ModelCatalog, ModelChoice, ModelInfo
+from localchat.app.model_pull import PullError, check_repo, pull_model
+from localchat.app.protocol.models import ModelCatalog, ModelChoice, ModelInfo, ModelPull, PullRequest
 from localchat.app.server.backends import Backend, BackendDep, BackendRequestError
 from localchat.app.server.config import quoted
 from localchat.app.server.conversations import Conversations
 from localchat.engine.loading.dirs import write_atomically
 from localchat.engine.loading.model_catalog import LocalModel, find_models, still_present
+
+
+class ModelPulls:
+    """The pull of a GGUF file the UIs started (one at a time), in a thread of its own that the process does not wait
+    for at its end (its partial file stays, and a pull run again goes on from it); `latest` as far as it got."""
+
+    def __init__(self):
+        self.latest: ModelPull | None = None
+        self.running = False
+
+    def start(self, request: PullRequest) -> ModelPull:
+        if self.running:
+            raise HTTPException(status_code=409, detail=f"{self.latest.repo} is being pulled: one pull at a time")
+        try:
+            check_repo(request.repo)
+        except PullError as error:
+            raise BackendRequestError(str(error)) from None
+        self.latest, self.running = ModelPull(repo=request.repo, file=request.file), True
+        threading.Thread(target=self._pull, args=(request,), name="localchat-pull", daemon=True).start()
+        return self.latest
+
+    def _pull(self, request: PullRequest) -> None:
+        def follow(state: ModelPull) -> None:
+            self.latest = state
+
+        try:
+            pull_model(request.repo, request.file, follow)
+        except PullError as error:
+            self.latest = msgspec.structs.replace(self.latest, state="failed", error=str(error))
+        finally:
+            self.running = False
 
 
 class ModelsController(Controller):
@@ -40,6 +75,25 @@ class ModelsController(Controller):
         if not (chosen.name == backend.model_choice and backend.loading.ready):
             await switch_model(backend, conversations, chosen)
         return _catalog(models, chosen.name)
+
+    @post("/pull", status_code=202)
+    async def pull(self, data: JSONBody[PullRequest], backend: BackendDep,
+                   pulls: NamedDependency[ModelPulls]) -> ModelPull:
+        """Start pulling a GGUF file from the Hugging Face Hub into its cache (as `localchat pull` does; one pull at a
+        time, 409 while one runs); GET /api/models/pull follows it, and once it is done GET /api/models lists the
+        model. A pull of a file partly pulled before goes on from there; a file that does not match its checksum is
+        deleted (failed)."""
+        if not backend.can_switch_models:
+            raise BackendRequestError("the engine relays to another server, which runs its own models")
+        return pulls.start(data)
+
+    @get("/pull")
+    async def pulled(self, pulls: NamedDependency[ModelPulls]) -> ModelPull:
+        """The last pull started, as far as it got: downloading (bytes_done of bytes_total), checking, done (model:
+        its name in GET /api/models) or failed (error: why, and what to do). 404 before any."""
+        if pulls.latest is None:
+            raise NotFoundException("no model has been pulled since the engine started")
+        return pulls.latest
 
 
 async def switch_model(backend: Backend, conversations: Conversations, chosen: LocalModel) -> None:

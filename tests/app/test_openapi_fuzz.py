@@ -22,7 +22,8 @@ EXAMPLES_PER_OPERATION = 6
 # ids); a tool_call_id must name a call of the message it answers; and the rules between fields that the schema does
 # not state (a required tool call needs tools of distinct names and excludes a JSON format; /v1: the roles of the
 # messages follow the chat template, prompts times n are at most 64; a summary's request must fit beside the
-# branch); and an upload must hold readable text (an image is 415, a document larger than the context 400). Ollama's
+# branch; a continue takes a reply cut short, not a message; a pull names a repo OWNER/NAME, one at a time); and an
+# upload must hold readable text (an image is 415, a document larger than the context 400). Ollama's
 # chat and generate refuse images and what does not fit as those do, and its routes for what this app never does
 # (pull, push, create, copy, delete, embed) always answer 400, the one answer their schema documents. These
 # operations may answer 400 (or 415) to a request the schema allows; all else is checked as everywhere.
@@ -30,6 +31,7 @@ REFUSED_FOR_MORE_THAN_THE_SCHEMA_STATES = [
     "/api/conversations", "/api/conversations/{conversation_id}", "/api/conversations/{conversation_id}/messages",
     "/api/conversations/{conversation_id}/messages/{message_id}/edit",
     "/api/conversations/{conversation_id}/messages/{message_id}/regenerate",
+    "/api/conversations/{conversation_id}/messages/{message_id}/continue", "/api/models/pull",
     "/api/conversations/{conversation_id}/summarize", "/api/documents", "/v1/chat/completions", "/v1/completions",
     "/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/pull", "/api/push", "/api/create",
     "/api/copy", "/api/delete",

@@ -31,6 +31,7 @@ from localchat.app.protocol.conversations import (
 )
 from localchat.app.protocol.documents import Document, DocumentText
 from localchat.app.protocol.limits import Limits
+from localchat.app.protocol.models import ModelCatalog, ModelInfo, ModelPull
 from localchat.app.protocol.system import Health
 from localchat.app.sampling_defaults import UNKNOWN_MODEL
 from localchat.app.server.app import engine_limits
@@ -66,6 +67,8 @@ MESSAGES = [
     message("m_a3", "m_u2", "assistant", REVERSE_CODE, 5, stats(88, 80, 18)),
 ]
 
+PULLED = "/hub/models--tiny-org--tiny-GGUF/snapshots/0123/tiny.Q4_K_M.gguf"  # where a pull puts its file
+PULL_BYTES, PULL_STEP = 3_000_000, 1_000_000  # a pull's file, and what it gets between two looks at it
 MODEL_TITLE = "Capitals of Europe"  # what the model names a chat after its first reply
 CONTINUED = "And that is how it ends."  # what a continued reply goes on with
 FORK_TEMPERATURE = 0.7  # what the engine forks the embedded model at
@@ -148,6 +151,12 @@ class FakeEngine:
         self.edited: list[tuple[str, str]] = []  # (message, new text) of every edit
         self.continued: list[str] = []  # the reply of every continue
         self.named: list[str] = []  # the chat of every name_chat
+        self.models_here = [ModelInfo(name="SmolLM2", served_name="SmolLM2", source="embedded", format="gguf",
+                                      architecture="llama", quantization="Q4_1", size_bytes=98_000_000,
+                                      memory_bytes=95_000_000, supported=True, current=True)]
+        self.pulling: ModelPull | None = None  # the last pull, which grows by PULL_STEP at each look
+        self.pull_hold: asyncio.Event | None = None  # when set, a pull stays at its first step until it is set
+        self.pull_errors: dict[str, str] = {}  # repo -> why its pull fails
         self.title_hold: asyncio.Event | None = None  # when set, a chat is named once it is set (the model is slow)
         self.conversation_hold: asyncio.Event | None = None  # when set, a chat is read once it is set (a slow engine)
 
@@ -165,6 +174,33 @@ class FakeEngine:
 
     async def limits(self) -> Limits:
         return engine_limits()
+
+    async def models(self) -> ModelCatalog:
+        return ModelCatalog(models=list(self.models_here), current="SmolLM2", switchable=True)
+
+    async def pull_model(self, repo: str, file: str | None = None) -> ModelPull:
+        self.pulling = ModelPull(repo=repo, file=file or "tiny.Q4_K_M.gguf", state="downloading",
+                                 bytes_total=PULL_BYTES)
+        return self.pulling
+
+    async def model_pull(self) -> ModelPull:
+        """The pull a step further: PULL_STEP more bytes, then checking, then done (or failed, for pull_errors)."""
+        pulled = self.pulling
+        if pulled is None:
+            raise EngineError(404, "no model has been pulled since the engine started")
+        if pulled.repo in self.pull_errors:
+            pulled.state, pulled.error = "failed", self.pull_errors[pulled.repo]
+        elif pulled.state == "downloading" and (self.pull_hold is None or self.pull_hold.is_set()
+                                                or pulled.bytes_done == 0):
+            pulled.bytes_done = min(PULL_BYTES, pulled.bytes_done + PULL_STEP)
+            pulled.state = "checking" if pulled.bytes_done == PULL_BYTES else "downloading"
+        elif pulled.state == "checking":
+            pulled.state, pulled.model = "done", PULLED
+            self.models_here.append(ModelInfo(name=PULLED, served_name="tiny.Q4_K_M", source="hf-cache",
+                                              format="gguf", architecture="llama", quantization="F32",
+                                              size_bytes=PULL_BYTES, memory_bytes=None, supported=True,
+                                              current=False))
+        return msgspec.structs.replace(pulled)
 
     async def list_conversations(self) -> list[Conversation]:
         self._check()

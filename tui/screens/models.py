@@ -1,4 +1,6 @@
-"""Switch the engine's model: the models `localchat models` finds, then the new one's loading progress."""
+"""Switch the engine's model: the models `localchat models` finds, then the new one's loading progress; or download
+one from the Hugging Face Hub first (REPO [FILE], as `localchat pull` takes them), its progress shown, after which
+the list has it."""
 
 import asyncio
 
@@ -7,11 +9,11 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.content import Content
 from textual.screen import ModalScreen
-from textual.widgets import Label, OptionList
+from textual.widgets import Input, Label, OptionList, ProgressBar
 from textual.widgets.option_list import Option
 
-from localchat.app.client.engine_client import EngineClient
-from localchat.app.protocol.models import ModelCatalog, ModelInfo
+from localchat.app.client.engine_client import EngineClient, EngineError
+from localchat.app.protocol.models import ModelCatalog, ModelInfo, ModelPull
 from localchat.app.protocol.system import Health
 from localchat.tui.engine_work import engine_work
 from localchat.tui.widgets.load_progress import LoadProgress
@@ -41,6 +43,22 @@ def model_label(model: ModelInfo) -> Content:
                             "\n    ", (about, "dim"))
 
 
+def pull_words(pull: ModelPull) -> str:
+    """"Downloading tiny.Q4_K_M.gguf: 1.2 of 3.0 MB", and where it stands after."""
+    name = pull.file or pull.repo
+    if pull.state == "failed":
+        return f"Could not pull {pull.repo}: {pull.error}"
+    if pull.state == "done":
+        return f"{name} is here: Enter on it in the list loads it"
+    if pull.state == "checking":
+        return f"Checking {name} against its checksum…"
+    if pull.state == "starting":
+        return f"Asking the Hub for {pull.repo}…"
+    of = f" of {pull.bytes_total / 1e6:,.1f}" if pull.bytes_total else ""
+    again = f" (on from {pull.resumed_from / 1e6:,.1f} MB an earlier pull left)" if pull.resumed_from else ""
+    return f"Downloading {name}: {pull.bytes_done / 1e6:,.1f}{of} MB{again}"
+
+
 class ModelsScreen(ModalScreen[Health | None]):
     """Pick a model; the engine unloads the current one and loads it. Dismissed with the engine's health once the
     new model is ready (or failed), None if nothing was switched."""
@@ -58,19 +76,26 @@ class ModelsScreen(ModalScreen[Health | None]):
             yield Label("", id="model-info")
             yield OptionList(*(Option(model_label(m), id=m.name, disabled=not m.supported)
                                for m in self.catalog.models), id="model-list")
-            yield Label("Enter loads the model: replies being written stop. Chats keep the model that wrote them; "
-                        "continuing one with another model tokenizes its messages again.", id="models-note")
+            yield Label("Enter loads one (replies being written stop); a chat goes on with it, its messages tokenized "
+                        "again.", id="models-note")
             yield LoadProgress("", id="model-progress")
+            yield Input(placeholder="get one from Hugging Face: OWNER/NAME [FILE.gguf]", id="model-pull", compact=True)
+            yield Label("", id="pull-status", markup=False)
+            yield ProgressBar(show_eta=False, id="pull-progress")
 
     def on_mount(self) -> None:
         self.query_one("#model-progress").display = False
+        self.query_one("#pull-progress").display = False
+        self.follow_pull()
         options = self.query_one(OptionList)
         options.highlighted = next((i for i, m in enumerate(self.catalog.models) if m.current), 0)
         self.show_running_model()
 
     @engine_work(group="model-info")
     async def show_running_model(self) -> None:
-        self.query_one("#model-info", Label).update(running_model_info(await self.client.health()))
+        info = running_model_info(await self.client.health())
+        self.query_one("#model-info", Label).update(info)
+        self.query_one("#model-info", Label).display = bool(info)
 
     def action_close(self) -> None:
         if not self.loading:  # a model half loaded is no state to leave in: the dialog waits for it
@@ -79,6 +104,62 @@ class ModelsScreen(ModalScreen[Health | None]):
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         if not self.loading and event.option.id != self.catalog.current:
             self.switch(event.option.id)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        """REPO [FILE]: pulled from the Hub (the text stays until the model is here)."""
+        words = event.value.split()
+        if not 1 <= len(words) <= 2:
+            self.query_one("#pull-status", Label).update("Type a repo of GGUF files, and one of its files if it has "
+                                                         "several: OWNER/NAME [FILE.gguf]")
+            return
+        self.pull(*words)
+
+    @engine_work(group="pull", exclusive=True)
+    async def pull(self, repo: str, file: str | None = None) -> None:
+        status = self.query_one("#pull-status", Label)
+        status.set_class(False, "-error")
+        try:
+            pulled = await self.client.pull_model(repo, file)
+        except EngineError as error:
+            status.set_class(True, "-error")
+            status.update(f"Could not pull {repo}: {error}")
+            return
+        await self.show_pull(pulled)
+
+    @engine_work(group="pull", exclusive=True)
+    async def follow_pull(self) -> None:
+        """A pull under way when the dialog opens (started before it closed, or by another client), followed."""
+        try:
+            pulled = await self.client.model_pull()
+        except EngineError:  # none since the engine started
+            return
+        if pulled.state not in ("done", "failed"):
+            await self.show_pull(pulled)
+
+    async def show_pull(self, pulled: ModelPull) -> None:
+        """The pull's progress until it ends; then the list with the model it brought, highlighted."""
+        status, bar = self.query_one("#pull-status", Label), self.query_one("#pull-progress", ProgressBar)
+        bar.display = True
+        while pulled.state not in ("done", "failed"):
+            status.update(pull_words(pulled))
+            bar.update(total=pulled.bytes_total, progress=pulled.bytes_done)
+            await asyncio.sleep(POLL_S)
+            pulled = await self.client.model_pull()
+        bar.display = False
+        status.set_class(pulled.state == "failed", "-error")
+        status.update(pull_words(pulled))
+        if pulled.state == "done":
+            self.query_one("#model-pull", Input).clear()
+            await self.show_models(pulled.model)
+
+    async def show_models(self, highlighted: str | None) -> None:
+        """The models again (a pulled one among them), the one named highlighted."""
+        self.catalog = await self.client.models()
+        options = self.query_one(OptionList)
+        options.clear_options()
+        options.add_options([Option(model_label(m), id=m.name, disabled=not m.supported) for m in self.catalog.models])
+        options.highlighted = next((i for i, m in enumerate(self.catalog.models) if m.name == highlighted), 0)
+        options.focus()
 
     @engine_work(exclusive=True)
     async def switch(self, name: str) -> None:

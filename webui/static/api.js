@@ -49,6 +49,8 @@ export const getLimits = () => json("GET", "/api/limits");
 export const getConversationDefaults = () => json("GET", "/api/conversation-defaults");
 export const listModels = () => json("GET", "/api/models");
 export const switchModel = (model) => json("POST", "/api/models/current", { model });
+export const pullModel = (repo, file) => json("POST", "/api/models/pull", { repo, ...(file && { file }) });
+export const modelPull = () => json("GET", "/api/models/pull");
 export const health = () => json("GET", "/health");
 export const deleteDocument = (id) => json("DELETE", `/api/documents/${encodeURIComponent(id)}`);
 

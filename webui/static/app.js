@@ -12,6 +12,7 @@ import { ForkSize } from "./fork_size.js";
 import { fillHelp, installShortcuts } from "./keys.js";
 import { ModelInfo, modelInfoLines } from "./model_info.js";
 import { ModelPicker } from "./models.js";
+import { PullForm } from "./pull.js";
 import { Panels } from "./panels.js";
 import { SettingsDialog } from "./settings.js";
 import { Sidebar } from "./sidebar.js";
@@ -71,6 +72,8 @@ class App {
     this.models = new ModelPicker($("model"), $("model-status"), $("model-note"), (e) => this.showError(e),
       () => this.modelRunning());
     this.modelInfo = new ModelInfo($("model-info"));
+    this.pulls = new PullForm({ details: $("model-pull"), form: $("pull-form"), input: $("pull-repo"),
+      progress: $("pull-progress"), status: $("pull-status") }, () => this.models.load());
     this.summary = new ChatSummary($("chat-summary"), {
       onModel: () => {
         this.panels.revealSidebar();
@@ -123,6 +126,7 @@ class App {
     }
     this.useLimits(await api.getLimits());
     await this.models.load();
+    this.pulls.resume().catch((e) => this.showError(e));
     $("app").hidden = false;
     // a chat named in the URL, else the one this browser showed last, else a new one (written to the server with its
     // first message)
