@@ -16,6 +16,7 @@ from tui_pilot import SIZES, assert_footer_readable, branched_chat, footer_shows
 from localchat.tui.app import LocalChatApp
 from localchat.tui.commands import ChatCommands
 from localchat.tui.screens.edit_message import EditMessageScreen
+from localchat.tui.screens.fork_picker import ForkPicker
 from localchat.tui.screens.help import HelpScreen
 
 PLACEHOLDER = "Message (enter sends, f1: keys)"
@@ -120,3 +121,26 @@ async def test_the_help_gives_its_rows_the_room_at_80x24(tmp_path):
         table = help_screen.query_one(DataTable)
         assert table.region.height >= 14  # a header and 13 keys at once (it showed 6 in a smaller frame)
         assert all(label.region.right <= SIZES[0][0] and label.region.height for label in help_screen.query(Label))
+
+
+@pytest.mark.asyncio
+async def test_at_60x20_the_footers_leave_out_whole_keys_never_cut_one(tmp_path):
+    """Issue 56: with a message selected the footer ended "^g Fork ^b Ch", the fork panel's "esc Stop /"."""
+    engine = FakeEngine()
+    engine.hold = asyncio.Event()
+    async with app_with(engine, tmp_path).run_test(size=(60, 20)) as pilot:
+        screen = await branched_chat(pilot)
+        for view in screen.view.views:
+            view.focus()
+            await wait_until(pilot, lambda: screen_lines(pilot)[-1].startswith(("^r", " ←")), what="its keys")
+            await pilot.pause()
+            assert_footer_readable(screen, 60)
+            line = screen_lines(pilot)[-1]
+            assert "f1 Help" in line and not line.rstrip().endswith(("Ch", "^", "Se")), line
+        screen.composer.focus()
+        await pilot.press(*"Colours?", "ctrl+g")  # N replies, side by side: the picker's footer
+        picker = await screen_of(pilot, ForkPicker, what="the fork picker")
+        line = await footer_shows(pilot, picker, "esc Stop")
+        assert_footer_readable(picker, 60)
+        assert "Stop /" not in line  # "Stop / close" whole, or not at all
+        engine.hold.set()

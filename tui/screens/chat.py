@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static, TextArea
+from textual.widgets import Input, Static, TextArea
 
 from localchat.app.client.engine_client import EngineClient, EngineError
 from localchat.app.protocol.conversations import Conversation, SearchHit
@@ -42,6 +42,7 @@ from localchat.tui.widgets.context_gauge import ChatHeader, ContextGauge
 from localchat.tui.widgets.conversation_view import ConversationView
 from localchat.tui.widgets.document_chips import AttachedChip, AttachedDocuments, DocumentChips
 from localchat.tui.widgets.empty_chat import EmptyChat
+from localchat.tui.widgets.key_footer import KeyFooter
 from localchat.tui.widgets.message_view import ChatMessage
 from localchat.tui.widgets.sidebar import Sidebar
 from localchat.tui.widgets.thinking_block import END_THINKING_KEY, ThinkingBlock
@@ -101,7 +102,7 @@ class ChatScreen(Screen):
                 yield AttachedDocuments(id="attached")
                 # short enough for 80 columns beside the chat list; the keys for a new line are in the help (F1)
                 yield Composer(placeholder="Message (enter sends, f1: keys)", id="composer")
-        yield Footer(compact=True, show_command_palette=False)  # Ctrl+P is in the help (F1)
+        yield KeyFooter(compact=True, show_command_palette=False)  # Ctrl+P is in the help (F1)
         yield ModelControl(self.client)
         yield ReplyWriter(self.client)
         yield ChatDocuments(self.client)
@@ -470,7 +471,7 @@ class ChatScreen(Screen):
         self.reply_writer.end_thinking()
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
-        """Keys shown and working only while they do something (which also keeps the footer within 80 columns):
+        """Keys shown and working only while they do something (the footer leaves out the keys it has no room for):
         Stop and Answer now while replies are written; a message's keys as message_actions says (Continue on a reply
         cut short; ←/→ where it has siblings; none of those while a reply is written); Back while a search hit is on
         another branch; Branches and Export once the chat has messages."""

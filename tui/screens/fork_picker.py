@@ -9,9 +9,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Label
+from textual.widgets import Label
 
 from localchat.app.protocol.conversations import Message
+from localchat.tui.widgets.key_footer import KeyFooter
 from localchat.tui.widgets.message_view import MessageView
 from localchat.tui.widgets.thinking_block import END_THINKING_KEY, ThinkingBlock
 
@@ -60,7 +61,7 @@ class ForkPicker(ModalScreen[str | None]):
             with ReplyRow(id="fork-replies"):
                 for i, reply in enumerate(self.replies, 1):
                     yield ReplyCard(reply, title=f"Reply {i}")
-            yield Footer()
+            yield KeyFooter()
 
     @property
     def cards(self) -> list[ReplyCard]:
