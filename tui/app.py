@@ -13,6 +13,7 @@ from localchat.tui.screens.chat import ChatScreen
 from localchat.tui.screens.engine_error import EngineErrorScreen
 from localchat.tui.screens.fork_picker import ForkPicker, ReplyCard
 from localchat.tui.screens.loading import LoadingScreen
+from localchat.tui.widgets.composer import Composer
 from localchat.tui.widgets.document_chips import AttachedChip
 from localchat.tui.widgets.message_view import ChatMessage
 
@@ -84,7 +85,7 @@ class LocalChatApp(App):
             self.show_engine_error(f"Lost the connection to the engine: {error or type(error).__name__}")
 
     def help_groups(self) -> list[tuple[str, list[Binding]]]:
-        return [("Chat", ChatScreen.BINDINGS), ("Message", ChatMessage.BINDINGS),
+        return [("Chat", ChatScreen.BINDINGS), ("Message box", Composer.BINDINGS), ("Message", ChatMessage.BINDINGS),
                 ("N replies", [*ForkPicker.BINDINGS, *ReplyCard.BINDINGS]),
                 ("Document chip", AttachedChip.BINDINGS),
                 ("App", [Binding(self.COMMAND_PALETTE_BINDING, "command_palette", "Command palette, themes"),

@@ -6,7 +6,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -66,6 +66,23 @@ class PathInput(Input):
     the text before the last key."""
 
     BINDINGS = [Binding("tab", "complete", "Complete the path", show=False)]
+
+    def __init__(self, value: str, **kwargs):
+        super().__init__(value, **kwargs)
+        self.prefilled = True  # the path the dialog started with, not yet edited
+
+    async def _on_key(self, event: events.Key) -> None:
+        """A "/" typed first, at the end of the path the dialog started with, starts a path from the root in its
+        place (not "~//tmp")."""
+        if self.prefilled and event.character == "/" and self.cursor_at_end:
+            event.stop()
+            event.prevent_default()
+            self.value, self.prefilled = "/", False
+            self.cursor_position = 1
+            return
+        if event.is_printable or event.key in ("backspace", "delete"):
+            self.prefilled = False
+        await super()._on_key(event)
 
     def action_complete(self) -> None:
         if self.cursor_at_end and (completions := path_completions(self.value)):

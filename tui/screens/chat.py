@@ -358,8 +358,13 @@ class ChatScreen(Screen):
     def action_focus_message(self, delta: int) -> None:
         self.message_actions.focus_message(delta)
 
-    def on_composer_up_from_top(self, event: Composer.UpFromTop) -> None:
-        self.message_actions.focus_message(-1)
+    def on_composer_to_messages(self, event: Composer.ToMessages) -> None:
+        """↑ or Tab from the message box: the last message, the nearest (in an empty chat Tab goes on to the next
+        part of the screen)."""
+        if self.view.views:
+            self.message_actions.focus_message(-1)
+        else:
+            self.focus_next()
 
     def on_branch_switcher_switched(self, event: BranchSwitcher.Switched) -> None:
         view = next(view for view in event.switcher.ancestors if isinstance(view, ChatMessage))

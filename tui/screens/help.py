@@ -1,10 +1,15 @@
-"""The keys, with the binding ids that `[keymap]` in tui.toml remaps."""
+"""The keys, with the binding ids that `[keymap]` in tui.toml remaps: every column whole at 80 columns, the description
+wrapping in what the others leave."""
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
+
+HEADER = ("Where", "Keys", "Does", "Binding id")
+MIN_DOES = 16  # columns for a key's description, below which the table scrolls sideways instead
+MAX_WIDTH, FRAME = 100, 6  # the dialog's widest (localchat.tcss #help), and its border, padding and scroll bar
 
 
 class KeyTable(DataTable):
@@ -38,8 +43,14 @@ class HelpScreen(ModalScreen[None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns("Where", "Keys", "Does", "Binding id")
-        for where, bindings in self.groups:
-            for binding in bindings:
-                table.add_row(where, self.keymap.get(binding.id, binding.key), binding.tooltip or binding.description,
-                              binding.id)
+        rows = [(where, self.keymap.get(binding.id, binding.key), binding.tooltip or binding.description,
+                 binding.id or "") for where, bindings in self.groups for binding in bindings]
+        widths = [max(len(row[i]) for row in [HEADER, *rows]) for i in range(len(HEADER))]
+        # the description takes what the others leave of the dialog (its frame, the scroll bar, a column of padding
+        # each side of a cell), at least MIN_DOES
+        room = min(self.app.size.width, MAX_WIDTH) - FRAME - 2 * len(HEADER)
+        widths[2] = max(MIN_DOES, room - sum(widths) + widths[2])
+        for label, width in zip(HEADER, widths, strict=True):
+            table.add_column(label, width=width)
+        for row in rows:
+            table.add_row(*row, height=None)  # a long description wraps

@@ -1,10 +1,12 @@
 """The message box: several lines, Enter sends, Shift+Enter or Ctrl+J starts a new line, a paste keeps its
-newlines; ↑ on the first line asks for the last message (UpFromTop). It is the chat's typing surface: a key typed
-while something else is focused comes here (take_typing)."""
+newlines, Ctrl+U clears it (Ctrl+Z brings the text back); ↑ on the first line or Tab asks for the last message
+(ToMessages). It is the chat's typing surface: a key typed while something else is focused comes here
+(take_typing)."""
 
 from dataclasses import dataclass
 
 from textual import events
+from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import TextArea
 
@@ -44,16 +46,30 @@ class MessageBox(TextArea):
 class Composer(MessageBox):
     """The chat's message box."""
 
-    class UpFromTop(Message):
-        """↑ on the first line: the user moves up to the messages."""
+    # shown in the footer while the box has text (as shells have it; the text area's own Ctrl+U clears a line's start)
+    BINDINGS = [Binding("ctrl+u", "clear_box", "Clear", id="clear_message", tooltip="Clear the message box")]
+
+    class ToMessages(Message):
+        """↑ on the first line, or Tab: the user moves up to the messages (the last one)."""
 
     async def _on_key(self, event: events.Key) -> None:
-        if event.key == "up" and self.cursor_location[0] == 0:  # above the first line: the last message
+        if event.key == "tab" or (event.key == "up" and self.cursor_location[0] == 0):
             event.stop()
             event.prevent_default()
-            self.post_message(self.UpFromTop())
+            self.post_message(self.ToMessages())
         else:
             await super()._on_key(event)
+
+    def action_clear_box(self) -> None:
+        """Empty the box as an edit, which Ctrl+Z takes back: nothing typed is lost."""
+        self.select_all()
+        self.delete(*self.selection, maintain_selection_offset=False)
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        return bool(self.text) if action == "clear_box" else True
+
+    def on_text_area_changed(self) -> None:
+        self.refresh_bindings()  # Clear shows while there is text
 
     def take_typing(self, event: events.Key) -> None:
         """A key typed while another widget had the focus: the box takes the focus and the key, as if it had had
