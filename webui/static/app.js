@@ -388,9 +388,13 @@ class App {
     $("answer-now").hidden = !this.thinkingHere();
   }
 
-  /** Escape: closes the menu or a drawer, else stops the replies being written. */
+  /** Escape: closes the menu or a drawer; else stops the replies being written (closes the branch tree first where
+   * the focus is in it); else closes the branch tree's side panel (a wide screen). */
   escape() {
-    if (!this.panels.closeTop()) this.stop();
+    if (this.panels.closeTop()) return;
+    const inTree = $("branches").contains(document.activeElement);
+    if (this.streaming && !inTree) this.stop();
+    else if (this.panels.closeBranches()) $("message").focus();
   }
 
   /** Show the events of a send, edit, regenerate or continue as they come; whether any came (false: the request was refused). */

@@ -9,6 +9,15 @@ export class ChatSummary {
   constructor(container, actions) {
     this.container = container;
     this.actions = actions;
+    // on a phone the row scrolls sideways: a fade at an edge says that more chips are past it
+    container.addEventListener("scroll", () => this.showMore(), { passive: true });
+    new ResizeObserver(() => this.showMore()).observe(container);
+  }
+
+  showMore() {
+    const { scrollLeft, scrollWidth, clientWidth } = this.container;
+    this.container.classList.toggle("more-right", scrollLeft + clientWidth < scrollWidth - 1);
+    this.container.classList.toggle("more-left", scrollLeft > 1);
   }
 
   /** `chat`: {system_prompt, settings} of the open chat, or the defaults of one not yet written (null: not known
@@ -31,5 +40,6 @@ export class ChatSummary {
         title: [`${model} answers: choose another model in the Model list`,
           ...modelInfo.map(([label, text]) => `${label}: ${text}`)].join("\n"), onclick: () => this.actions.onModel() }),
       ...chips.filter(Boolean));
+    this.showMore();
   }
 }

@@ -5,7 +5,7 @@ import { h } from "./dom.js";
 const SHORTCUTS = [
   ["Enter", "Send the message", null, null],
   ["Shift+Enter", "New line", null, null],
-  ["Esc", "Close the menu, or stop the reply being written", (e) => e.key === "Escape", "escape"],
+  ["Esc", "Close the menu or a panel, or stop the reply being written", (e) => e.key === "Escape", "escape"],
   ["Alt+A", "Answer now: end the thinking of the reply being written", (e) => e.altKey && e.code === "KeyA",
     "answerNow"],
   ["Alt+N", "New chat", (e) => e.altKey && e.code === "KeyN", "newChat"],

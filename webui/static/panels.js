@@ -1,9 +1,11 @@
 // The parts of the page around the chat: the chat list, the branch tree and the header's menu. On a narrow screen
 // (style.css decides where that starts) the chat list and the branch tree are drawers over the chat, with a scrim
 // behind them that closes them when tapped, and the header's buttons fold into a menu. The branch tree's open or
-// closed state is kept across reloads.
+// closed state is kept across reloads where it is a side panel; where it is a drawer over the chat (a phone), it opens
+// only when asked for on this page, never by itself from a wide screen's choice.
 
 const BRANCHES_KEY = "localchat.branches";  // "open" or "closed"
+const DRAWERS = "(max-width: 860px)";  // where the chat list and the branch tree are drawers (style.css)
 
 export class Panels {
   /**
@@ -15,6 +17,7 @@ export class Panels {
     this.elements = elements;
     this.onBranchesShown = onBranchesShown;
     this.branchesWanted = localStorage.getItem(BRANCHES_KEY) === "open";
+    this.branchesAsked = false;  // opened on this page: as a drawer, only then
     this.hasChat = false;
     elements.sidebarButton.addEventListener("click", () => this.openSidebar(!this.sidebarOpen));
     elements.menuButton.addEventListener("click", () => this.openMenu(!this.menuOpen));
@@ -72,14 +75,16 @@ export class Panels {
   }
 
   toggleBranches() {
-    this.branchesWanted = !this.branchesWanted;
+    this.branchesWanted = !this.branchesOpen;
+    this.branchesAsked = this.branchesWanted;
     localStorage.setItem(BRANCHES_KEY, this.branchesWanted ? "open" : "closed");
     if (this.branchesWanted) this.openSidebar(false);
     this.showBranches();
   }
 
   showBranches() {
-    const open = this.branchesWanted && this.hasChat;
+    const drawer = matchMedia(DRAWERS).matches;
+    const open = this.branchesWanted && this.hasChat && (this.branchesAsked || !drawer);
     const changed = open !== this.branchesOpen;
     this.elements.branches.hidden = !open;
     this.elements.branchesButton.setAttribute("aria-pressed", String(open));
@@ -97,6 +102,13 @@ export class Panels {
     if (this.menuOpen) this.openMenu(false);
     else if (this.drawerOpen) this.closeDrawers();
     else return false;
+    return true;
+  }
+
+  /** Escape on a wide screen: closes the branch tree's side panel; false where it was not open. */
+  closeBranches() {
+    if (!this.branchesOpen) return false;
+    this.toggleBranches();
     return true;
   }
 }
