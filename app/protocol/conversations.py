@@ -132,9 +132,12 @@ class ReplyStats(Struct, kw_only=True):
     dropped_tokens: int = 0
     first_kept_id: str | None = None
     # how it was sampled: the temperature (a fork's replies sample at the model's fork temperature at least), and how
-    # often it was sampled again for being the same as a sibling of its fork
+    # often it was sampled again for being the same as a sibling of its fork; sampled again, it samples wider each
+    # time (hotter, top_p and min_p toward taking every token): the temperature, top_p and min_p it had at last
     temperature: float | None = None
     resampled: int = 0
+    top_p: float | None = None  # only where it was sampled again
+    min_p: float | None = None
 
 
 CONTINUABLE = ("length", "abort", "interrupted", "edited")  # the finish reasons of a reply that did not end its turn

@@ -46,11 +46,15 @@ from localchat.app.server.sampling import Sampling, reply_sampling
 from localchat.app.server.store import Store, StoreError, new_id
 from localchat.app.server.tool_calls import finish_reason, template_chat, template_tools
 from localchat.engine.frontend.outputs import CompletionOutput
+from localchat.engine.sampling_limits import LIMITS
+from localchat.engine.sampling_params import SamplingParams
 
 SAVE_INTERVAL_S = 1.0  # a streaming reply's text is saved this often
 STOP_WAIT_S = 10.0  # how long a delete waits for its stopped replies to be saved
-# a fork's reply identical to a sibling's is sampled again (with the next seeds) at most this often, then kept
+# a fork's reply identical to a sibling's is sampled again (with the next seeds, and wider each time: widened()) at
+# most this often, then kept
 MAX_RESAMPLES = 3
+WIDEN_TEMPERATURE = 0.3  # what each time it is sampled again adds to its temperature (up to the engine's limit)
 MAX_DRAFT_SOURCES = 8  # earlier replies to the same message (regenerate, edit) that a new reply may draft from
 # a fresh start from a summary (summarize): what the model is asked, at most how long it writes, and how the new
 # conversation's system prompt and title say where it comes from
@@ -454,6 +458,17 @@ def fork_settings(settings: SamplingSettings, override: SamplingSettings | None,
     return settings
 
 
+def widened(params: SamplingParams, step: int) -> SamplingParams:
+    """What a reply sampled again for the `step`th time samples from: hotter by WIDEN_TEMPERATURE a step (to the
+    engine's limit), its top_p and min_p moved toward taking every token (1 and 0) by a share of MAX_RESAMPLES a
+    step; its top_k, a cut the user set, stays."""
+    share = min(1.0, step / MAX_RESAMPLES)
+    hotter = min(LIMITS["temperature"][1], params.temperature + WIDEN_TEMPERATURE * step)
+    return dataclasses.replace(params, temperature=round(hotter, 3),
+                               top_p=round(params.top_p + (1.0 - params.top_p) * share, 3),
+                               min_p=round(params.min_p * (1.0 - share), 3))
+
+
 @dataclass(frozen=True)
 class Fit:
     """How a reply's prompt fits the model's context: its length (`limit`), and what a cut left out of the branch
@@ -484,6 +499,7 @@ class PartialReply:
     thinking_ended_at: float | None = None  # when its answer (or its end) followed its thinking
     saved_reasoning: int = 0
     resampled: int = 0  # times it was sampled again for being the same as a sibling
+    params: SamplingParams | None = None  # what it was sampled with at last, where not its request's (sampled again)
 
     def add(self, out: CompletionOutput) -> None:
         now = time.monotonic()
@@ -605,17 +621,20 @@ class Replies:
 
     async def _sampled_again(self, reply: PartialReply) -> Message:
         """A reply that repeats a sibling, sampled again with the seeds after its siblings' (a new random one where
-        the request named none) until it differs, at most MAX_RESAMPLES times; stored and returned. Its request
+        the request named none) and wider each time (widened) until it differs, at most MAX_RESAMPLES times; stored
+        and returned, its stats saying how it was sampled at last. Its request
         takes the place of the first in the active requests: a stop or a departed client aborts it."""
         params, index = self.sampling.params, self.replies.index(reply)
         self.repeats.remove(reply)
         while reply.resampled < MAX_RESAMPLES and self._repeats_a_sibling(reply):
-            again = dataclasses.replace(params, n=1, seed=params.seed_for(params.n * (reply.resampled + 1) + index))
+            again = dataclasses.replace(widened(params, reply.resampled + 1), n=1,
+                                        seed=params.seed_for(params.n * (reply.resampled + 1) + index))
             request_id = uuid.uuid4().hex
             self.conversations.active.rename(self.request_id, request_id)
             self.request_id = request_id
             stream = await self.conversations.backend.open(self.prompt, again, request_id)
-            fresh = PartialReply(reply.message_id, first_token_at=reply.first_token_at, resampled=reply.resampled + 1)
+            fresh = PartialReply(reply.message_id, first_token_at=reply.first_token_at, resampled=reply.resampled + 1,
+                                 params=again)
             async for update in stream:
                 for out in update.outputs:
                     fresh.add(out)
@@ -655,7 +674,9 @@ class Replies:
             thinking_s=round((reply.thinking_ended_at or now) - reply.first_token_at, 2)
             if reply.reasoning_tokens and reply.first_token_at else None,
             context_tokens=(self.prompt_tokens or 0) + num_tokens, context_limit=self.fit.limit if self.fit else None,
-            temperature=self.sampling.params.temperature, resampled=reply.resampled)
+            temperature=(reply.params or self.sampling.params).temperature, resampled=reply.resampled)
+        if reply.params is not None:  # sampled again, wider: how
+            message.stats.top_p, message.stats.min_p = reply.params.top_p, reply.params.min_p
         if self.fit is not None and self.fit.dropped_messages:
             message.stats.dropped_messages, message.stats.dropped_tokens = (self.fit.dropped_messages,
                                                                             self.fit.dropped_tokens)

@@ -17,7 +17,7 @@ from localchat.app.server.chat_titles import TITLE_CHARS, TITLE_REQUEST, clean_t
 from localchat.app.server.conversations import Conversations
 from localchat.app.server.store import Store
 from localchat.app.server.tool_calls import IN_SYSTEM_PROMPT
-from localchat.engine.outputs import CompletionOutput
+from localchat.engine.frontend.outputs import CompletionOutput
 from support import stream_api
 
 QUESTION = "What is the capital of France?"

@@ -10,7 +10,7 @@ import pytest
 from localchat.app.chat_defaults import SMALL_MODEL_SYSTEM_PROMPT
 from localchat.app.protocol.conversations import SAMPLING_FIELDS, SamplingSettings
 from localchat.app.sampling_defaults import LOCALCHAT_DEFAULTS
-from localchat.app.server.conversations import MAX_RESAMPLES
+from localchat.app.server.conversations import MAX_RESAMPLES, WIDEN_TEMPERATURE
 from support import stream_api, stream_in_background
 
 pytestmark = pytest.mark.slow  # a real `localchat serve`: left out of `./dev test --fast`
@@ -209,7 +209,8 @@ def test_the_kv_cache_is_said_in_tokens_and_chats(server):
 
 def test_a_fork_gives_different_replies_and_says_how_it_sampled(api):
     """A fork samples at the fork temperature (0.7 for the embedded model, whose chats sample at 0.2), and a reply
-    the same as a sibling's is sampled again with the next seeds, at most MAX_RESAMPLES times."""
+    the same as a sibling's is sampled again with the next seeds and wider each time (issue 56: hotter by
+    WIDEN_TEMPERATURE, top_p and min_p toward every token), at most MAX_RESAMPLES times, its stats saying how."""
     fork_temperature = api.get("/api/conversation-defaults").json()["sampling"]["fork_temperature"]
     cid = api.post("/api/conversations", json={}).json()["id"]
     events = stream_api(api, f"/api/conversations/{cid}/messages", {"content": "Name a color.", "n": 3})
@@ -217,11 +218,23 @@ def test_a_fork_gives_different_replies_and_says_how_it_sampled(api):
     forked = replies(events)
     assert start["temperature"] == fork_temperature == 0.7
     assert len({m["content"] for m in forked}) == 3 and {m["stats"]["temperature"] for m in forked} == {0.7}
-    # seeded: the third comes out the same as a sibling, is sampled again once and differs
+    # seeded: a reply comes out the same as a sibling, is sampled again, wider, and differs
     seeded = replies(stream_api(api, f"/api/conversations/{cid}/messages", {
         "content": "Say the word red.", "n": 3, "settings": {"temperature": 0.3, "seed": 5, "max_tokens": 16}}))
     assert len({m["content"] for m in seeded}) == 3, [m["content"] for m in seeded]
-    assert [m["stats"]["resampled"] for m in seeded] == [0, 0, 1]
+    assert sum(m["stats"]["resampled"] for m in seeded) > 0
+    for reply in seeded:
+        stats, times = reply["stats"], reply["stats"]["resampled"]
+        assert stats["temperature"] == round(0.3 + WIDEN_TEMPERATURE * times, 3)
+        assert (stats.get("top_p"), stats.get("min_p")) == ((None, None) if not times else (
+            round(0.9 + 0.1 * times / MAX_RESAMPLES, 3), round(0.05 * (1 - times / MAX_RESAMPLES), 3)))
+    # sampling so narrow that new seeds alone give the same reply: the repeats widen until they differ
+    narrow = replies(stream_api(api, f"/api/conversations/{cid}/messages", {
+        "content": "Say the word red.", "n": 3,
+        "settings": {"temperature": 0.1, "top_p": 0.3, "min_p": 0.5, "max_tokens": 8, "seed": 1}}))
+    assert len({m["content"] for m in narrow}) == 3, [m["content"] for m in narrow]
+    widened = [m["stats"] for m in narrow if m["stats"]["resampled"]]
+    assert widened and all(s["temperature"] > 0.1 and s["top_p"] > 0.3 and s["min_p"] < 0.5 for s in widened)
     # a model that cannot write another reply (top_k 1): sampled again at most MAX_RESAMPLES times, then kept
     same = replies(stream_api(api, f"/api/conversations/{cid}/messages", {
         "content": "Say the word red.", "n": 3, "settings": {"temperature": 0.3, "top_k": 1, "max_tokens": 8}}))

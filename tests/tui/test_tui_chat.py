@@ -70,7 +70,7 @@ async def test_a_reply_streams_as_markdown_and_is_stored(client, tmp_path, monke
         assert stats_text(reply) == f"{stored.stats.tokens_per_s:.1f} tok/s · {stored.stats.cached_tokens} cached"
         reply.details = True  # enter on it: all its stats
         assert f"prompt {stored.stats.prompt_tokens}" in stats_text(reply)
-        assert not reply.has_class("-streaming") and note_text(reply) in ("", "cut at max tokens")
+        assert not reply.has_class("-streaming") and note_text(reply) in ("", "cut at max tokens · ^d continues")
         chats = screen.query_one(ChatList)
         await wait_until(pilot, lambda: chats.children and chats.children[0].conversation.id == conversation.id
                          and chats.children[0].conversation.title == "Tell me about cats."
@@ -93,7 +93,7 @@ async def test_escape_stops_a_reply_and_keeps_it_marked_stopped(client, tmp_path
         stored = (await client.conversation(conversation.id)).messages[-1]
         assert stored.stopped and stored.finish_reason == "abort"
         assert 0 < stored.stats.completion_tokens < 3000
-        assert note_text(reply) == "stopped" and reply.body.source == shown_markdown(stored)
+        assert note_text(reply) == "stopped · ^d continues" and reply.body.source == shown_markdown(stored)
 
 
 @pytest.mark.asyncio

@@ -55,8 +55,8 @@ class ForkPicker(ModalScreen[str | None]):
             yield Label(f"Pick the reply to go on from: 1-{len(self.replies)} or enter. The others stay as branches.",
                         classes="dialog-title", id="fork-title")
             if self.temperature is not None:  # a reply the same as another's is sampled again by the engine
-                yield Label(f"{len(self.replies)} replies sampled at temperature {self.temperature:g}, a repeat "
-                            "sampled again", id="fork-sampling")
+                yield Label(f"{len(self.replies)} replies sampled at temperature {self.temperature:g}; a repeat "
+                            "sampled again, wider until it differs", id="fork-sampling")
             yield Label(id="fork-position")  # shown one reply at a time: which one, of how many
             with ReplyRow(id="fork-replies"):
                 for i, reply in enumerate(self.replies, 1):

@@ -20,9 +20,17 @@ from localchat.tui.widgets.thinking_block import ThinkingBlock
 
 
 def short_stats(stats: ReplyStats) -> str:
-    """One short line: how fast, and how much of the prompt the cache held ("42.5 tok/s · 32 cached")."""
+    """One short line: how fast, how much of the prompt the cache held ("42.5 tok/s · 32 cached"), and how a reply
+    sampled again for being the same as another was sampled at last."""
     speed = f"{stats.tokens_per_s:.1f} tok/s" if stats.tokens_per_s is not None else f"{stats.completion_tokens} tokens"
-    return f"{speed} · {stats.cached_tokens} cached"
+    return f"{speed} · {stats.cached_tokens} cached" + (f" · {resampled_words(stats)}" if stats.resampled else "")
+
+
+def resampled_words(stats: ReplyStats) -> str:
+    """"sampled again ×2, wider: temperature 1.0, top-p 1, min-p 0" (it was the same as another reply)."""
+    wider = (f", wider: temperature {stats.temperature:g}, top-p {stats.top_p:g}, min-p {stats.min_p:g}"
+             if stats.top_p is not None else "")
+    return f"sampled again ×{stats.resampled}{wider}"
 
 
 def describe_stats(stats: ReplyStats) -> str:
@@ -37,6 +45,8 @@ def describe_stats(stats: ReplyStats) -> str:
     thinking = f" ({stats.reasoning_tokens} thinking)" if stats.reasoning_tokens else ""
     parts.append(f"{stats.completion_tokens} tokens{thinking}")
     parts.append(f"prompt {stats.prompt_tokens} ({stats.cached_tokens} cached)")
+    if stats.resampled:
+        parts.append(f"{resampled_words(stats)} (the same as another reply)")
     return " · ".join(parts)
 
 

@@ -14,12 +14,15 @@ function ending(message) {
   return null;
 }
 
-/** "sampled again: same as another reply" where the reply was sampled again for being the same as a sibling of its
- * fork (`resampled` times); null where it was not. */
+/** "sampled again 2 times, wider (temperature 1.0, top-p 1, min-p 0): same as another reply" where the reply was
+ * sampled again for being the same as a sibling of its fork (`resampled` times, wider each time); null where it was
+ * not. */
 export function resampledNote(stats) {
   const times = stats?.resampled ?? 0;
   if (!times) return null;
-  return `sampled again${times > 1 ? ` ${times} times` : ""}: same as another reply`;
+  const wider = stats.top_p != null ? `, wider (temperature ${stats.temperature}, top-p ${stats.top_p}, ` +
+    `min-p ${stats.min_p})` : "";
+  return `sampled again${times > 1 ? ` ${times} times` : ""}${wider}: same as another reply`;
 }
 
 /** "48 tokens · 180 tok/s · stopped": the short line under a reply. */

@@ -18,7 +18,8 @@ export function forkSampling(count, temperature) {
 function forkTemperatureNote(sampling) {
   if (!sampling) return null;
   return `A fork's replies sample at temperature ${sampling.fork_temperature} at least (or the chat's, where higher), ` +
-    "so that they differ; a reply that came out the same as another is sampled again.";
+    "so that they differ; a reply that came out the same as another is sampled again, wider each time (hotter, " +
+    "top-p and min-p toward every token) until it differs.";
 }
 
 export class ThreadView {
@@ -56,8 +57,9 @@ export class ThreadView {
     });
     if (fork) {
       const cards = fork.ids.map((id) => this.viewOf(this.cards, tree.get(id), { card: true }).element);
-      const temperature = fork.ids.map((id) => tree.get(id).stats?.temperature).find((t) => t != null)
-        ?? this.startTemperature;
+      // what the fork sampled at: a reply sampled again (wider, hotter) says its own
+      const temperature = fork.ids.map((id) => tree.get(id).stats).find((s) => s?.temperature != null && !s.resampled)
+        ?.temperature ?? this.startTemperature;
       nodes.push(h("section", { class: "fork", "aria-label": `${fork.ids.length} replies: pick one to continue` },
         h("p", { class: "fork-hint" },
           h("span", { class: "fork-sampling", text: forkSampling(fork.ids.length, temperature),
