@@ -10,8 +10,17 @@ import asyncio
 
 import pytest
 from fake_engine import FakeEngine
-from textual.widgets import DataTable, Label
-from tui_pilot import SIZES, assert_footer_readable, branched_chat, footer_shows, screen_lines, screen_of, wait_until
+from textual.widgets import DataTable, Footer, Label
+from tui_pilot import (
+    SIZES,
+    assert_footer_readable,
+    branched_chat,
+    footer_readable,
+    footer_shows,
+    screen_lines,
+    screen_of,
+    wait_until,
+)
 
 from localchat.tui.app import LocalChatApp
 from localchat.tui.commands import ChatCommands
@@ -133,14 +142,14 @@ async def test_at_60x20_the_footers_leave_out_whole_keys_never_cut_one(tmp_path)
         for view in screen.view.views:
             view.focus()
             await wait_until(pilot, lambda: screen_lines(pilot)[-1].startswith(("^r", " ←")), what="its keys")
-            await pilot.pause()
-            assert_footer_readable(screen, 60)
+            await wait_until(pilot, lambda: footer_readable(screen, 60), what="the keys fitted")
             line = screen_lines(pilot)[-1]
             assert "f1 Help" in line and not line.rstrip().endswith(("Ch", "^", "Se")), line
         screen.composer.focus()
         await pilot.press(*"Colours?", "ctrl+g")  # N replies, side by side: the picker's footer
         picker = await screen_of(pilot, ForkPicker, what="the fork picker")
-        line = await footer_shows(pilot, picker, "esc Stop")
-        assert_footer_readable(picker, 60)
-        assert "Stop /" not in line  # "Stop / close" whole, or not at all
+        footer = picker.query_one(Footer)
+        await wait_until(pilot, lambda: footer.children and footer_readable(picker, 60), what="the picker's keys")
+        line = screen_lines(pilot)[footer.region.y]  # the picker's own footer, under its replies
+        assert "Other reply" in line and ("esc Stop / close" in line or "Stop" not in line), line
         engine.hold.set()

@@ -135,6 +135,15 @@ def assert_footer_readable(screen, width: int) -> None:
         assert before.region.right < after.region.x, f"{before} runs into {after}"
 
 
+def footer_readable(screen, width: int) -> bool:
+    """assert_footer_readable, as a condition to wait for (the footer fits its keys a frame after it shows them)."""
+    try:
+        assert_footer_readable(screen, width)
+    except AssertionError:
+        return False
+    return True
+
+
 async def footer_shows(pilot, screen, *keys: str) -> str:
     """The footer's line, once it shows every one of `keys` ("^r Regenerate") and each of its entries is laid out."""
     def shown():

@@ -19,6 +19,7 @@ from localchat.tui.engine_work import engine_work
 from localchat.tui.widgets.load_progress import LoadProgress
 
 POLL_S = 0.25  # how often the switcher asks the engine how its loading goes
+MIN_ROWS_FOR_INFO = 22  # a terminal with fewer rows shows the list and the pull without the running model's info
 
 
 def running_model_info(health: Health) -> str:
@@ -93,9 +94,17 @@ class ModelsScreen(ModalScreen[Health | None]):
 
     @engine_work(group="model-info")
     async def show_running_model(self) -> None:
-        info = running_model_info(await self.client.health())
-        self.query_one("#model-info", Label).update(info)
-        self.query_one("#model-info", Label).display = bool(info)
+        self.query_one("#model-info", Label).update(running_model_info(await self.client.health()))
+        self.fit_info()
+
+    def on_resize(self) -> None:
+        self.fit_info()
+
+    def fit_info(self) -> None:
+        """The running model's info, where the terminal has the rows for it beside the list and the pull (at 20
+        rows it would push the pull's status out of sight)."""
+        info = self.query_one("#model-info", Label)
+        info.display = bool(str(info.render())) and self.app.size.height > MIN_ROWS_FOR_INFO
 
     def action_close(self) -> None:
         if not self.loading:  # a model half loaded is no state to leave in: the dialog waits for it
