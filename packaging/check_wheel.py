@@ -87,7 +87,8 @@ def check_wheel_contents(wheel: Path) -> list[str]:
     check(not stray, f"no tests, benchmarks or caches in the wheel ({stray[:5]})")
     for package in ("engine", "app", "tui", "webui"):
         check(f"localchat/{package}/__init__.py" in names, f"localchat.{package} is in the wheel")
-    sources = {f"localchat/engine/worker/native/{c.name}" for c in (ROOT / "engine" / "native").glob("*.c")}
+    native = ROOT / "engine" / "worker" / "native"
+    sources = {f"localchat/engine/worker/native/{c.name}" for c in native.glob("*.[ch]")}
     check(sources and sources <= set(names), f"the native kernels' sources are in the wheel ({len(sources)})")
     data = [n for n in names if n.endswith((".tcss", ".js", ".css", ".html", ".c"))]
     print(f"     data files: {', '.join(sorted(data)) or 'none'}")
