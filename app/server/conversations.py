@@ -32,6 +32,7 @@ from localchat.app.protocol.conversations import (
     SamplingSettings,
     StartEvent,
     StreamEvent,
+    Variation,
     branch_tokens,
     continuable,
     filled,
@@ -40,11 +41,19 @@ from localchat.app.server.active_requests import ActiveRequest, ActiveRequests
 from localchat.app.server.backends import Backend, BackendRequestError, Update, failure_message
 from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.chat_titles import DEFAULT_TITLE, TITLE_LENGTH, ChatTitles, first_words_title
+from localchat.app.server.chat_warmth import ChatWarmth
 from localchat.app.server.context_budget import DEFAULT_POLICY, Cut, choose_cut, reply_room
 from localchat.app.server.documents import message_with_documents, system_with_documents
 from localchat.app.server.sampling import Sampling, reply_sampling
 from localchat.app.server.store import Store, StoreError, new_id
 from localchat.app.server.tool_calls import finish_reason, template_chat, template_tools
+from localchat.app.server.variations import (
+    VariationRequest,
+    instruction_message,
+    shared_history,
+    variation_settings,
+    variation_updates,
+)
 from localchat.engine.frontend.outputs import CompletionOutput
 from localchat.engine.sampling_limits import LIMITS
 from localchat.engine.sampling_params import SamplingParams
@@ -89,6 +98,7 @@ class Conversations:
         self.store, self.backend, self.active = store, backend, active
         self.thinking_token_budget, self.context_overflow = thinking_token_budget, context_overflow
         self.titles = ChatTitles(self)
+        self.warmth = ChatWarmth(self)  # where each chat's history is, and the pins that keep chats warm
 
     # --- the branch as a chat and as token ids (pure: run off the event loop, see to_thread) ---
 
@@ -97,11 +107,18 @@ class Conversations:
         calls and results are written (tool_calls.template_chat)."""
         system_text = system_with_documents(conversation.system_prompt, self.document_texts(conversation.documents))
         system = [{"role": "system", "content": system_text}] if system_text else []
-        messages = system + [{"role": m.role, "tool_calls": m.tool_calls, "tool_call_id": m.tool_call_id,
-                              "reasoning_content": m.reasoning_content,
-                              "content": message_with_documents(m.content, self.document_texts(m.documents))
-                              if m.documents else m.content} for m in path]
+        messages = system + [turn for m in path for turn in self._turns(m)]
         return template_chat(messages, conversation.settings.tools, self.backend.tool_syntax)[0]
+
+    def _turns(self, message: Message) -> list[dict]:
+        """A message as the chat template takes it: one turn, or for a fork's reply whose instruction was kept, that
+        instruction as a user turn before it."""
+        turn = {"role": message.role, "tool_calls": message.tool_calls, "tool_call_id": message.tool_call_id,
+                "reasoning_content": message.reasoning_content,
+                "content": message_with_documents(message.content, self.document_texts(message.documents))
+                if message.documents else message.content}
+        instruction = kept_instruction(message)
+        return [{"role": "user", "content": instruction}, turn] if instruction else [turn]
 
     def document_texts(self, ids: list[str]) -> list[tuple[str, str]]:
         """(name, text) of each of these documents."""
@@ -142,31 +159,55 @@ class Conversations:
         """The conversation's template, and the ids of the chat's system message (its documents with it), rendered
         once for every cut tried (a thinking template renders the whole chat instead: none)."""
         template = self.template(conversation)
-        has_system = len(chat) > len(path)
+        has_system = len(chat) > sum(1 + bool(kept_instruction(m)) for m in path)
         return template, template.segment([], chat[0]) if has_system and not template.thinks else []
 
     def _rendered(self, path: list[Message], chat: list[dict], template: ChatTemplate, system_ids: list[int],
-                  cut: Cut | None) -> tuple[list[int], list[tuple[str, list[int]]]]:
-        """prompt()'s work, from the branch as the template takes it (chat) and its system message's ids."""
-        system = len(chat) - len(path)
+                  cut: Cut | None, header: bool = True) -> tuple[list[int], list[tuple[str, list[int]]]]:
+        """prompt()'s work, from the branch as the template takes it (chat) and its system message's ids; without the
+        generation prompt (header False): the branch's history as the next turn starts with it."""
+        turns, at = [], len(chat) - sum(1 + bool(kept_instruction(m)) for m in path)
+        system = chat[:at]
+        for message in path:
+            width = 1 + bool(kept_instruction(message))
+            turns.append(chat[at : at + width])
+            at += width
         kept = [i for i in range(len(path)) if cut is None or not cut.start <= i < cut.first_kept]
         if template.thinks:
-            return template.prompt(chat[:system] + [chat[system + i] for i in kept]), []
-        ids, history, repaired = list(system_ids), chat[:system], []
+            branch = system + [turn for i in kept for turn in turns[i]]
+            return template.prompt(branch) if header else template.history(branch), []
+        ids, history, repaired = list(system_ids), list(system), []
         for i in kept:
             message = path[i]
             segment = message.token_ids
             after_cut = cut is not None and cut.num_messages > 0 and i == cut.first_kept
             if after_cut or not segment or message.model != self.backend.model_name:  # or another model's
-                if message.role == "assistant" and not message.tool_calls:
-                    segment = template.assistant_segment(history, message.content, template.encode(message.content))
-                else:
-                    segment = template.segment(history, chat[system + i])
+                segment = self._segment(template, history, message, turns[i])
                 if not after_cut and message.model in (None, self.backend.model_name):
                     repaired.append((message.id, segment))
-            history.append(chat[system + i])
+            history += turns[i]
             ids += segment
-        return ids + template.generation_prompt(history), repaired
+        return ids + (template.generation_prompt(history) if header else []), repaired
+
+    @staticmethod
+    def _segment(template: ChatTemplate, history: list[dict], message: Message, turns: list[dict]) -> list[int]:
+        """The ids a message adds after `history`, rendered (a kept instruction's turn first)."""
+        ids = template.segment(history, turns[0]) if len(turns) > 1 else []
+        history = history + turns[:-1]
+        if message.role == "assistant" and not message.tool_calls:
+            return ids + template.assistant_segment(history, message.content, template.encode(message.content))
+        return ids + template.segment(history, turns[-1])
+
+    def history_tokens(self, conversation: Conversation, path: list[Message]) -> list[int]:
+        """The branch's tokens as the next turn after it starts with them (its prompt without the generation prompt):
+        what the prefix cache can serve of the chat, for its warmth and its pin. Empty where prompts are chat
+        messages (a remote engine's), or where there is nothing yet."""
+        if not self.renders_now:
+            return []
+        chat = self.chat(conversation, path)
+        if not chat:
+            return []
+        return self._rendered(path, chat, *self._start(conversation, path, chat), None, header=False)[0]
 
     def fitted_prompt(self, conversation: Conversation, path: list[Message], settings: SamplingSettings
                       ) -> tuple[list[int] | list[dict[str, str]], list[tuple[str, list[int]]], "Fit | None"]:
@@ -311,11 +352,13 @@ class Conversations:
         return template.assistant_segment(self.chat(conversation, path), content, template.encode(content))
 
     async def start_replies(self, conversation: Conversation, parent: Message, n: int,
-                            override: SamplingSettings | None = None) -> "Replies":
+                            override: SamplingSettings | None = None,
+                            variations: list[Variation] | None = None) -> "Replies":
         """Validate and start n replies to `parent` with the conversation's settings (`override`: this request's,
-        each sampling value it leaves out the conversation's); raises ValueError, BackendRequestError or
-        BackendNotReady before anything streams. The replies are stored at once (empty, unfinished) and saved as
-        they grow."""
+        each sampling value it leaves out the conversation's), or one reply per variation, each varying on purpose
+        (variations.py); raises ValueError, BackendRequestError or BackendNotReady before anything streams. The
+        replies are stored at once (empty, unfinished) and saved as they grow."""
+        n = len(variations) if variations else n
         settings = fork_settings(conversation.settings, override, n, self.backend.sampling.fork_temperature)
         sampling = reply_sampling(settings, n, self.backend.tool_syntax, self.thinking_token_budget,
                                   self.backend.sampling)
@@ -324,15 +367,18 @@ class Conversations:
         prompt, repaired, fit = await asyncio.to_thread(self.fitted_prompt, conversation, path, settings)
         if repaired:
             self.store.set_token_ids(repaired)
-        replies = Replies(self, conversation, path, parent, sampling, uuid.uuid4().hex, fit, prompt)
-        beside = self.store.replies_beside(conversation.id, parent, MAX_DRAFT_SOURCES)
-        replies.stream = await self.backend.open(prompt, sampling.params, replies.request_id, beside)
-        self.active.add(replies.request_id, conversation.id, replies.message_ids)
+        replies = Replies(self, conversation, path, parent, sampling, uuid.uuid4().hex, fit, prompt, variations)
+        if variations:
+            await self._open_variations(replies, settings)
+        else:
+            beside = self.store.replies_beside(conversation.id, parent, MAX_DRAFT_SOURCES)
+            replies.stream = await self.backend.open(prompt, sampling.params, replies.request_id, beside)
+        for request_id, message_ids in replies.engine_requests.items():
+            self.active.add(request_id, conversation.id, message_ids)
         try:
             replies.store_started()
         except StoreError:  # the conversation was deleted meanwhile: its 404, and nothing left running
-            self.active.remove(replies.request_id)
-            await self.backend.abort(replies.request_id)
+            await replies.end_requests()
             raise
         self.store.set_active_leaf(conversation.id, replies.message_ids[0])  # the newest branch is shown
         return replies
@@ -383,6 +429,31 @@ class Conversations:
         if fit is not None and len(ids) + len(generated) >= fit.limit:
             raise ValueError(f"the reply fills the model's context of {fit.limit:,} tokens: it cannot go on")
         return ids + generated, repaired, fit, generated
+
+    async def _open_variations(self, replies: "Replies", settings: SamplingSettings) -> None:
+        """Each variation's prompt (the history, then its instruction) and sampling, checked; the stream of their
+        replies, the history computed first for all of them (variations.variation_updates)."""
+        conversation, path, parent = replies.conversation, replies.path, replies.parent
+
+        def plan() -> tuple[list[VariationRequest], list[int]]:
+            requests = []
+            for i, variation in enumerate(replies.variations):
+                own = variation_settings(settings, variation, i)
+                sampling = reply_sampling(own, 1, self.backend.tool_syntax, self.thinking_token_budget,
+                                          self.backend.sampling)
+                branch = path + ([instruction_message(conversation, parent, variation.instruction)]
+                                 if variation.instruction else [])
+                prompt, _, fit = self.fitted_prompt(conversation, branch, own)
+                requests.append(VariationRequest(prompt, sampling, fit))
+            history = self.history_tokens(conversation, path)
+            return requests, history and shared_history(history, [r.prompt for r in requests])
+
+        requests, history = await asyncio.to_thread(plan)
+        for request in requests:
+            await self.backend.check_request(request.prompt, request.sampling.params)
+        replies.requests = requests
+        replies.stream = variation_updates(self.backend, history, requests, replies.variation_ids,
+                                           replies.history_id)
 
     async def summarize(self, conversation: Conversation, leaf_id: str | None) -> Conversation:
         """A new conversation that starts from the model's summary of a branch (default: the one shown): the summary
@@ -447,6 +518,12 @@ class Conversations:
             await asyncio.wait([asyncio.create_task(r.done.wait()) for r in requests.values()], timeout=STOP_WAIT_S)
 
 
+def kept_instruction(message: Message) -> str | None:
+    """The instruction of a fork's reply that the chat keeps as a turn before it (Variation.keep), if any."""
+    variation = message.variation
+    return variation.instruction if variation is not None and variation.keep else None
+
+
 def fork_settings(settings: SamplingSettings, override: SamplingSettings | None, n: int,
                   fork_temperature: float) -> SamplingSettings:
     """The settings n replies sample with: the conversation's, overridden by the request's; a fork (n > 1) samples at
@@ -500,6 +577,8 @@ class PartialReply:
     saved_reasoning: int = 0
     resampled: int = 0  # times it was sampled again for being the same as a sibling
     params: SamplingParams | None = None  # what it was sampled with at last, where not its request's (sampled again)
+    prompt_tokens: int | None = None  # of its prompt (a varying fork's replies each have their own), once known
+    cached_tokens: int = 0
 
     def add(self, out: CompletionOutput) -> None:
         now = time.monotonic()
@@ -523,11 +602,14 @@ class Replies:
     def __init__(self, conversations: Conversations, conversation: Conversation, path: list[Message],
                  parent: Message, sampling: Sampling, request_id: str, fit: Fit | None = None,
                  prompt: list[int] | list[dict] | None = None,
-                 continued: tuple[Message, list[int]] | None = None):
-        """continued: the stored reply that goes on (one, in place of new ones), and the ids it wrote so far."""
+                 continued: tuple[Message, list[int]] | None = None, variations: list[Variation] | None = None):
+        """continued: the stored reply that goes on (one, in place of new ones), and the ids it wrote so far;
+        variations: one per reply, of a fork that varies on purpose (variations.py)."""
         self.conversations, self.conversation, self.path, self.parent = conversations, conversation, path, parent
         self.store = conversations.store
         self.sampling, self.request_id, self.fit, self.prompt = sampling, request_id, fit, prompt
+        self.variations = variations or []  # a fork that varies on purpose: one per reply
+        self.requests: list[VariationRequest] = []  # then each reply's own prompt and sampling
         self.repeats: list[PartialReply] = []  # finished the same as a sibling: sampled again once the others end
         self.continued = continued is not None
         if continued is None:
@@ -542,12 +624,33 @@ class Replies:
         # siblings are listed by created_at: replies in the order they were asked for (a continued one keeps its place)
         self.created_at = continued[0].created_at if continued else time.time()
         self.saved_at = self.started
-        self.prompt_tokens: int | None = None
-        self.cached_tokens = 0
 
     @property
     def message_ids(self) -> list[str]:
         return [r.message_id for r in self.replies]
+
+    @property
+    def variation_ids(self) -> list[str]:
+        """The engine requests of a fork that varies, one per reply."""
+        return [f"{self.request_id}.{i}" for i in range(len(self.variations))]
+
+    @property
+    def history_id(self) -> str:
+        """The engine request that computes a varying fork's history first."""
+        return f"{self.request_id}.history"
+
+    @property
+    def engine_requests(self) -> dict[str, list[str]]:
+        """The engine requests that write the replies, each with the replies it writes."""
+        if not self.variations:
+            return {self.request_id: self.message_ids}
+        return {self.history_id: [], **{rid: [mid] for rid, mid in zip(self.variation_ids, self.message_ids)}}
+
+    async def end_requests(self) -> None:
+        """Take the engine requests out of the active ones and abort them (their KV blocks are freed)."""
+        for request_id in self.engine_requests:
+            self.conversations.active.remove(request_id)
+            await self.conversations.backend.abort(request_id)
 
     @functools.cached_property
     def template(self) -> ChatTemplate:
@@ -558,6 +661,9 @@ class Replies:
         """The branch replied to, as the template takes it (the same for each of the n replies)."""
         return self.conversations.chat(self.conversation, self.path)
 
+    def variation(self, reply: PartialReply) -> Variation | None:
+        return self.variations[self.message_ids.index(reply.message_id)] if self.variations else None
+
     def store_started(self) -> None:
         """Every reply as an empty, unfinished message: a crash from now on leaves it marked interrupted."""
         for reply in self.replies:
@@ -567,7 +673,8 @@ class Replies:
         model = self.conversations.backend.model_name
         others = sorted({m.model for m in self.path if m.model and m.model != model})
         yield StartEvent(parent_id=self.parent.id, message_ids=self.message_ids, model=model, retokenized_from=others,
-                         temperature=self.sampling.params.temperature, continued=self.continued)
+                         temperature=self.sampling.params.temperature, continued=self.continued,
+                         variations=self.variations)
         try:
             async for update in self.stream:
                 for event in self._take(update):
@@ -583,11 +690,13 @@ class Replies:
             # a client that went away (or an engine failure): keep each unfinished reply's partial text, then
             # abort the request so that its KV blocks are freed
             unfinished = [self._finish(r) for r in self.replies if not r.done]
-            self.conversations.active.remove(self.request_id)
             if self.parent.parent_id is None and not self.continued:  # the chat's first exchange: it can be named
                 self.conversations.titles.start(self.conversation.id)
             if unfinished:
-                await self.conversations.backend.abort(self.request_id)
+                await self.end_requests()
+            for request_id in self.engine_requests:
+                self.conversations.active.remove(request_id)
+            await self.conversations.warmth.refresh(self.conversation.id)  # a pinned chat's pin follows its branch
         for message in unfinished:
             yield DoneEvent(message=message)
 
@@ -595,7 +704,8 @@ class Replies:
         """The update's text into its replies, as a delta event each; then a done event for each reply that has
         finished, once the prompt's size is known (a remote server reports it only at the end)."""
         if update.prompt_tokens is not None:
-            self.prompt_tokens, self.cached_tokens = update.prompt_tokens, update.cached_tokens or 0
+            for reply in self.replies if update.reply is None else [self.replies[update.reply]]:
+                reply.prompt_tokens, reply.cached_tokens = update.prompt_tokens, update.cached_tokens or 0
         for out in update.outputs:
             reply = self.replies[out.index]
             thought = reply.reasoning_tokens
@@ -603,18 +713,18 @@ class Replies:
             if out.text or out.reasoning or reply.reasoning_tokens != thought:  # a token of thinking, space or not
                 yield DeltaEvent(message_id=reply.message_id, index=out.index, text=out.text, reasoning=out.reasoning,
                                  reasoning_tokens=reply.reasoning_tokens)
-        if self.prompt_tokens is not None:
-            for reply in self.replies:
-                if reply.finish_reason and not reply.done and reply not in self.repeats:
-                    if self._repeats_a_sibling(reply):
-                        self.repeats.append(reply)
-                    else:
-                        yield DoneEvent(message=self._finish(reply))
+        for reply in self.replies:
+            if reply.prompt_tokens is not None and reply.finish_reason and not reply.done and reply not in self.repeats:
+                if self._repeats_a_sibling(reply):
+                    self.repeats.append(reply)
+                else:
+                    yield DoneEvent(message=self._finish(reply))
 
     def _repeats_a_sibling(self, reply: PartialReply) -> bool:
         """Whether a fork's sampled reply, just finished, is the same as a sibling that finished before it."""
         params = self.sampling.params
-        if params.n == 1 or params.greedy or self.prompt is None or reply.finish_reason not in ("stop", "length"):
+        if params.n == 1 or params.greedy or self.prompt is None or reply.finish_reason not in ("stop", "length") \
+                or self.variations:  # replies that differ on purpose are not sampled again
             return False
         return any(other is not reply and (other.done or other in self.repeats) and other.text == reply.text
                    and other.reasoning == reply.reasoning for other in self.replies)
@@ -634,7 +744,7 @@ class Replies:
             self.request_id = request_id
             stream = await self.conversations.backend.open(self.prompt, again, request_id)
             fresh = PartialReply(reply.message_id, first_token_at=reply.first_token_at, resampled=reply.resampled + 1,
-                                 params=again)
+                                 params=again, prompt_tokens=reply.prompt_tokens, cached_tokens=reply.cached_tokens)
             async for update in stream:
                 for out in update.outputs:
                     fresh.add(out)
@@ -656,7 +766,7 @@ class Replies:
                        role="assistant", content=reply.text, reasoning_content=reply.reasoning.strip() or None,
                        created_at=self.created_at + self.message_ids.index(reply.message_id) * 1e-6,
                        finish_reason=reply.finish_reason, stopped=reply.finish_reason == "abort",
-                       model=self.conversations.backend.model_name)
+                       model=self.conversations.backend.model_name, variation=self.variation(reply))
 
     def _finish(self, reply: PartialReply) -> Message:
         """Store the reply whole: its text, finish reason, stats and token ids."""
@@ -665,26 +775,32 @@ class Replies:
         num_tokens = reply.num_tokens
         decode_time = now - reply.first_token_at if reply.first_token_at else 0.0
         message = self._message(reply)
+        own = self.requests[self.message_ids.index(reply.message_id)] if self.requests else None
+        sampling, fit = (own.sampling, own.fit) if own else (self.sampling, self.fit)
+        prompt_tokens = reply.prompt_tokens or 0
         message.stats = ReplyStats(
-            prompt_tokens=self.prompt_tokens or 0, cached_tokens=self.cached_tokens, completion_tokens=num_tokens,
+            prompt_tokens=prompt_tokens, cached_tokens=reply.cached_tokens, completion_tokens=num_tokens,
             time_to_first_token_s=round(reply.first_token_at - self.started, 4) if reply.first_token_at else None,
             tokens_per_s=round((num_tokens - 1) / decode_time, 2) if num_tokens > 1 and decode_time > 0 else None,
             duration_s=round(now - self.started, 4), draft_tokens=reply.draft_tokens,
             accepted_draft_tokens=reply.accepted_draft_tokens, reasoning_tokens=reply.reasoning_tokens,
             thinking_s=round((reply.thinking_ended_at or now) - reply.first_token_at, 2)
             if reply.reasoning_tokens and reply.first_token_at else None,
-            context_tokens=(self.prompt_tokens or 0) + num_tokens, context_limit=self.fit.limit if self.fit else None,
-            temperature=(reply.params or self.sampling.params).temperature, resampled=reply.resampled)
+            context_tokens=prompt_tokens + num_tokens, context_limit=fit.limit if fit else None,
+            temperature=(reply.params or sampling.params).temperature, resampled=reply.resampled)
         if reply.params is not None:  # sampled again, wider: how
             message.stats.top_p, message.stats.min_p = reply.params.top_p, reply.params.min_p
-        if self.fit is not None and self.fit.dropped_messages:
-            message.stats.dropped_messages, message.stats.dropped_tokens = (self.fit.dropped_messages,
-                                                                            self.fit.dropped_tokens)
-            message.stats.first_kept_id = self.fit.first_kept
+        if fit is not None and fit.dropped_messages:
+            message.stats.dropped_messages, message.stats.dropped_tokens = fit.dropped_messages, fit.dropped_tokens
+            message.stats.first_kept_id = fit.first_kept
         token_ids = []
         if self.conversations.renders_now:  # the tokens as generated, tool calls included
-            token_ids = self.template.assistant_segment(self.history, reply.text, reply.token_ids)
-        reader = self.sampling.calls
+            history, kept = self.history, kept_instruction(message)
+            if kept:  # the instruction is a turn of the history from now on, before the reply
+                turn = {"role": "user", "content": kept}
+                token_ids, history = self.template.segment(history, turn), [*history, turn]
+            token_ids += self.template.assistant_segment(history, reply.text, reply.token_ids)
+        reader = sampling.calls
         content, calls = reader.read(reply.text) if reader else (reply.text, [])
         message.content = content or ""
         if calls:
