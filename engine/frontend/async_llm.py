@@ -223,15 +223,24 @@ class AsyncLLM:
     def _fail(self, request_id: str, error: BaseException) -> None:
         stream = self._streams.pop(request_id, None)
         if stream is not None:
-            loop, deltas = stream
-            loop.call_soon_threadsafe(deltas.put_nowait, error)
+            _post(*stream, error)
 
     def _deliver(self, deltas: list[RequestOutput]) -> None:
         for delta in deltas:
             stream = self._streams.get(delta.request_id)
             if stream is None:
                 continue
-            loop, deltas_queue = stream
             if delta.finished:
                 del self._streams[delta.request_id]
-            loop.call_soon_threadsafe(deltas_queue.put_nowait, delta)
+            if not _post(*stream, delta) and not delta.finished:  # its caller's event loop is gone: nobody reads it
+                del self._streams[delta.request_id]
+                self._send(("abort", delta.request_id))
+
+
+def _post(loop: asyncio.AbstractEventLoop, deltas: asyncio.Queue, item) -> bool:
+    """Hand a stream's next item to its caller's event loop; False if that loop is closed."""
+    try:
+        loop.call_soon_threadsafe(deltas.put_nowait, item)
+    except RuntimeError:  # the loop is closed
+        return False
+    return True
