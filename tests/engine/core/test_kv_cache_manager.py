@@ -2,9 +2,9 @@
 
 A hypothesis state machine drives the real Scheduler over a KVCacheManager (admission with prefix hits,
 chunked prefills within a token budget, decodes with drafts kept in part and rolled back, preemptions when blocks
-run out, forks, frees, pins that move on and go) while it simulates the KV memory itself: every slot holds the whole token prefix its key
-and value were computed from, so a prefix hit or a copy-on-write that hands a sequence the wrong memory, or a
-rejected draft token's K and V found by hash, shows up as an unreadable token.
+run out, forks, frees, pins that move on and go) while it simulates the KV memory itself: every slot holds the whole
+token prefix its key and value were computed from, so a prefix hit or a copy-on-write that hands a sequence the wrong
+memory, or a rejected draft token's K and V found by hash, shows up as an unreadable token.
 """
 
 import torch
