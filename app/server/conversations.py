@@ -367,7 +367,8 @@ class Conversations:
         prompt, repaired, fit = await asyncio.to_thread(self.fitted_prompt, conversation, path, settings)
         if repaired:
             self.store.set_token_ids(repaired)
-        replies = Replies(self, conversation, path, parent, sampling, uuid.uuid4().hex, fit, prompt, variations)
+        replies = Replies(self, conversation, path, parent, sampling, uuid.uuid4().hex, fit, prompt,
+                          variations=variations)
         if variations:
             await self._open_variations(replies, settings)
         else:
