@@ -64,7 +64,9 @@ async def variation_updates(backend: Backend, history: list[int] | None, request
     if history:
         async for _ in await backend.open(history, HISTORY_PARAMS, history_id):
             pass
-    streams = [await backend.open(r.prompt, r.sampling.params, rid) for r, rid in zip(requests, request_ids)]
+    # opened together, so that the engine takes them in the same step
+    streams = await asyncio.gather(*(backend.open(r.prompt, r.sampling.params, rid)
+                                     for r, rid in zip(requests, request_ids)))
     async for index, update in _merged(streams):
         outputs = [dataclasses.replace(out, index=index) for out in update.outputs]
         yield Update(outputs, update.prompt_tokens, update.cached_tokens, update.finished, reply=index)
