@@ -91,8 +91,8 @@ def separate(http: httpx.Client, system: str, reply_tokens: int) -> dict:
         return answer.json()["usage"]
 
     started = time.perf_counter()
-    with ThreadPoolExecutor(4) as pool:
-        usage = list(pool.map(ask, range(4)))
+    with ThreadPoolExecutor(4) as requests:
+        usage = list(requests.map(ask, range(4)))
     return {"seconds": round(time.perf_counter() - started, 3),
             "prompt_tokens": [u["prompt_tokens"] for u in usage],
             "cached_tokens": [u["prompt_tokens_details"]["cached_tokens"] for u in usage]}
