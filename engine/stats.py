@@ -47,7 +47,7 @@ class Warmth:
     """Where a chat's history is (LLMEngine.warmth): how many of its tokens the next request that continues it finds
     in memory, then reads from the disk tier; the rest it computes. `state` says which costs most: "resident" (at most
     a block's worth of tokens to compute, nothing to read), "on_disk" (blocks to read, at most a block to compute) or
-    "cold"; predicted_s is what the history adds to the next first token's wait, from the engine's measured prefill
+    "cold" (more to compute, or none of it held); predicted_s is what the history adds to the next first token's wait, from the engine's measured prefill
     time per token and disk read time per block (None: not measured yet)."""
 
     tokens: int

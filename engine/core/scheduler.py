@@ -176,7 +176,8 @@ class Scheduler:
         bs = self.kv.block_size
         resident, on_disk = self.kv.held(self.chains.get(key, token_ids), token_ids)
         cold = len(token_ids) - resident - on_disk
-        state = "cold" if cold > bs else "on_disk" if on_disk else "resident"
+        held = resident + on_disk
+        state = "cold" if cold > bs or (cold and not held) else "on_disk" if on_disk else "resident"
         return Warmth(len(token_ids), resident, on_disk, state, self._wait_s(cold, on_disk // bs),
                       key in self.kv.pins)
 
