@@ -15,7 +15,7 @@ def test_help_lists_every_command_on_one_line(tmp_path):
     usage = Server(make_home(tmp_path)).run_cli("--help").stdout
     commands = usage.split("  COMMAND\n", 1)[1].split("\n\n")[0].splitlines()
     assert [line.split()[0] for line in commands] == ["tui", "serve", "web", "chat", "stop", "status", "token",
-                                                      "logout", "models"]  # one line each: no wrapped help text
+                                                      "logout", "models", "pull"]  # one line each: no wrapped help
     assert "the terminal UI (the default command)" in usage
 
 

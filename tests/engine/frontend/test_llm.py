@@ -77,7 +77,9 @@ def test_greedy_mixed_batch_matches_transformers(llm, prompts, reference):
     llm.engine.reset_prefix_cache()
     outs = llm.generate(prompts, GREEDY)
     assert [o.outputs[0].token_ids for o in outs] == reference
-    assert all(o.num_cached_tokens == 0 for o in outs)
+    # cold: the first prompt finds nothing (the others may find the system prompt the first one computed, in the
+    # steps of bounded size that admit them)
+    assert outs[0].num_cached_tokens == 0
 
 
 def test_greedy_with_warm_prefix_cache_matches_transformers(llm, prompts, reference):
@@ -111,7 +113,8 @@ def test_n_replies_allocate_the_prompt_blocks_once(llm, prompts):
     ids = prompts[2]  # 52 tokens: three full blocks and a partial one
     assert len(ids) % 16 != 0
     engine.add_request(ids, SamplingParams(n=4, seed=3, temperature=1.0, max_tokens=8, ignore_eos=True))
-    engine.step()  # prefill once, fork, sample four first tokens
+    while len(engine.scheduler.running) < 4:
+        engine.step()  # prefill once (in chunks the pace allows), fork, sample four first tokens
     prompt_blocks = -(-len(ids) // 16)
     assert len(engine.scheduler.running) == 4
     assert engine.scheduler.kv.pool.num_used == prompt_blocks
