@@ -51,6 +51,7 @@ from localchat.app.server.config import ServerConfig, quoted
 from localchat.app.server.disconnect import while_connected
 from localchat.app.server.engine_job import EngineJob
 from localchat.app.server.error_text import error_message
+from localchat.app.server.json_body import FORM_JSON
 from localchat.app.server.model_turns import ModelTurns
 from localchat.app.server.ollama_models import find_model, keep_alive_seconds, listed, running, shown
 from localchat.app.server.openapi import JSONOrNDJSON
@@ -103,6 +104,7 @@ class OllamaController(Controller):
     path = "/api"
     exception_handlers = OLLAMA_EXCEPTION_HANDLERS
     tags = ["ollama"]
+    opt = {FORM_JSON: True}  # `curl -d` with no -H, as Ollama's documentation writes its examples (json_body.py)
 
     @get("/version")
     async def ollama_version(self) -> Version:
