@@ -149,6 +149,8 @@ class LLMEngine:
         regenerate or an edit), for drafts (speculator.py)."""
         prompt_token_ids = self.tokenize(prompt)
         max_tokens = self.check_request(prompt_token_ids, params)
+        if params.top_k >= self.runner.model.config.vocab_size:  # the whole vocabulary, or more (no upper limit: one
+            params = dataclasses.replace(params, top_k=0)  # past 64 bits overflowed the sampler's tensor): none
         request_id = request_id if request_id is not None else f"req-{next(self._request_ids)}"
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already running")

@@ -196,6 +196,16 @@ def test_reply_seeds_wrap_around_the_generator_range():
     assert SamplingParams(seed=-1).seed_for(0) == 2**64 - 1
 
 
+def test_a_top_k_beyond_the_vocabulary_is_no_top_k_and_fails_no_step(llm, prompts):
+    """top_k has no upper limit (any count of the best tokens): one past 64 bits overflowed the sampler's tensor and
+    failed the step of every request in it (Schemathesis found it, issue 53). At least the vocabulary, it is none."""
+    seeded = dict(temperature=1.0, seed=5, max_tokens=8, ignore_eos=True)
+    huge, beside = llm.generate(prompts[:2], [SamplingParams(top_k=2**70, **seeded), SamplingParams(**seeded)])
+    (unlimited,) = llm.generate(prompts[:1], SamplingParams(top_k=0, **seeded))
+    assert huge.error is None and beside.error is None
+    assert huge.outputs[0].token_ids == unlimited.outputs[0].token_ids and len(beside.outputs[0].token_ids) == 8
+
+
 def test_prompt_longer_than_max_model_len_is_rejected_and_nothing_runs():
     llm = LLM(dtype="float32", quantization="none", max_model_len=64)
     with pytest.raises(ValueError, match="max_model_len"):
