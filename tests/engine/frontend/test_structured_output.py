@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from localchat.engine import LLM, SamplingParams, StructuredOutput
-from localchat.engine.structured_output import GrammarFailed
+from localchat.engine.frontend.structured_output import GrammarFailed
 
 pytestmark = pytest.mark.slow  # the embedded model: left out of `./dev test --fast`
 
