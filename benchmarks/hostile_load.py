@@ -9,7 +9,8 @@ status class ("gave up": the client's timeout came first; "cut": the client clos
 chunk); errors (5xx answers, broken streams: 0); the normal stream's largest gap between two token deltas in the
 quiet second before the load and while it runs (bar: under 0.5 s); the KV blocks still held once every request
 has ended (polled for a few seconds: 0) and whether the engine still answers; the stream's largest gap while the
-search and the tool grammar run against its quiet second (bar: within 0.5 s of it); the prefills' failed replies
+searches run (bar: within 0.5 s of its quiet second) and while the tool request is answered (bar: the engine's step
+limit and 0.5 s); the prefills' failed replies
 (bar: 0: a /metrics wait that gave up used to end every running reply) and the pollers' answers; after the kill and
 a new start on the same home, the interrupted reply as far as the store had saved it and the earlier messages as they
 were.
@@ -40,6 +41,7 @@ from soak import data_events
 from common import WORDS, Server, report
 from localchat.app.protocol.conversations import Message, SamplingSettings
 from localchat.app.server.store import Store, new_id
+from localchat.engine.config import EngineConfig
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 LONG = 3000  # tokens a long reply asks for (ignore_eos keeps it going)
@@ -306,9 +308,12 @@ def many_tools(count: int) -> list[dict]:
 
 
 def search_and_grammar(server: Server, tally: Tally) -> dict:
-    """A stream's largest gap between two tokens while three searches over 2 MB of chats run and a grammar of 25
-    tools compiles (both off the event loop and the engine's thread: tests/app/test_isolation.py), against its
-    largest gap in the quiet second before."""
+    """A stream's largest gap between two tokens while three searches over 2 MB of chats run, and while a request
+    with 25 tools is answered (its grammar compiled, then its ~2,500-token prompt prefilled beside the stream), against
+    its largest gap in the quiet second before. The search and the compile run off the event loop and the engine's
+    thread (tests/app/test_isolation.py): the searches' bar is the quiet gap and GAP_BAR_S; the tool request's, the
+    step limit and GAP_BAR_S (beside decodes a prompt waiting for its first token stretches a step up to the limit,
+    by design: the engine's StepPace)."""
     store_long_messages(server.home / "data" / "localchat.db", 8, 250_000)
     normal = NormalStream(server)
     normal.start()
@@ -331,10 +336,14 @@ def search_and_grammar(server: Server, tally: Tally) -> dict:
     normal.join()
     if normal.broken:
         tally.error(f"the stream beside the search and the grammar: {normal.broken}")
-    quiet, during = normal.largest_gap(started - QUIET_S, started), normal.largest_gap(started, ended)
-    return {"searches_s": round(searched - started, 2), "tool_grammar_request_s": round(ended - searched, 2),
-            "largest_gap_quiet_s": round(quiet, 3), "largest_gap_during_s": round(during, 3),
-            "gap_bar_s": round(quiet + GAP_BAR_S, 3)}
+    quiet = normal.largest_gap(started - QUIET_S, started)
+    return {"searches_s": round(searched - started, 2), "tool_request_s": round(ended - searched, 2),
+            "tool_prompt_tokens": tools.json()["usage"]["prompt_tokens"] if tools.status_code == 200 else None,
+            "largest_gap_quiet_s": round(quiet, 3),
+            "largest_gap_searching_s": round(normal.largest_gap(started, searched), 3),
+            "searching_bar_s": round(quiet + GAP_BAR_S, 3),
+            "largest_gap_tool_request_s": round(normal.largest_gap(searched, ended), 3),
+            "tool_request_bar_s": EngineConfig().step_limit_s + GAP_BAR_S}
 
 
 class Poller(threading.Thread):
@@ -447,7 +456,8 @@ def main() -> None:
     }
     report("hostile_load", rows, summary)
     failed = (tally.errors or normal.broken or gap_under_load >= GAP_BAR_S or blocks_held or not still_answers
-              or beside_search["largest_gap_during_s"] >= beside_search["gap_bar_s"]
+              or beside_search["largest_gap_searching_s"] >= beside_search["searching_bar_s"]
+              or beside_search["largest_gap_tool_request_s"] >= beside_search["tool_request_bar_s"]
               or beside_pollers["failed_replies"] or blocks_held_after_all
               or kill["restored_finish_reason"] != "interrupted" or not kill["restored_as_saved"]
               or not kill["earlier_messages_intact"])
