@@ -8,8 +8,7 @@
    with a float16 scale s and zero z per row and group: w = s q + z. A panel-group is one run of bytes:
    codes (256 bytes for 4 bits, 512 for 8), then 16 s, then 16 z. Codes are laid out for vpdpbusd: 64 bytes are
    16 lanes (rows) of 4 consecutive features; 4-bit codes hold features 8c..8c+3 in the low nibbles of chunk c
-   and 8c+4..8c+7 in the high ones. AVX2 takes the 16 lanes as two halves of 8: the first and the last 32 bytes
-   of every 64, and the first and the last 8 of every 16 scales.
+   and 8c+4..8c+7 in the high ones.
 
    6-bit codes (Q6_K as stored: w = s (q - 32), a scale per row and 16 features) are the 4-bit layout's 256 bytes
    of low nibbles, then 128 bytes of the top two bits (bits 2k..2k+1 of byte j of the h-th 64 bytes belong to
@@ -21,7 +20,15 @@
    operand cannot hold 255 without saturating its pairs), so there y += (s * t) * dot(q - 128, a) +
    (z + 128 s) * (t * sum(a)); 4 and 6 bits give the same bits under both. Every output is computed by one thread
    in this fixed order, whatever M, the tile it falls in or the thread count: a row's bits never depend on the
-   rows beside it. */
+   rows beside it.
+
+   The work: the rows of x a chunk at a time (M_CHUNK: their codes stay in cache), the panels split among the
+   threads, each panel's rows a tile at a time (MR rows by the panel's 16 lanes, every float sum in a register).
+   AVX-512 holds a panel's lanes in one zmm register and tiles of 8 rows. AVX2 holds them as two halves of 8 (the
+   first and the last 32 bytes of every 64, the first and the last 8 of every 16 scales) and tiles of 4 rows, each
+   broadcast of 4 activation codes meeting both halves; vpmaddubsw's pair sums of 4- and 6-bit products are added
+   in int16 as far as they cannot overflow, then widened by vpmaddwd. Where a chunk holds more than one tile, AVX2
+   first unpacks a 4- or 6-bit panel's codes into bytes laid out as 8-bit codes are, once for all its tiles. */
 
 #include <math.h>
 #include <stdint.h>
@@ -89,11 +96,19 @@ typedef void (*tile_fn)(TILE_PARAMS);
     }
 #define TILES_UP_TO_4(NAME, ...) TILE(NAME, 1, __VA_ARGS__) TILE(NAME, 2, __VA_ARGS__) TILE(NAME, 3, __VA_ARGS__) \
     TILE(NAME, 4, __VA_ARGS__)
+#define M_CHUNK 64  /* rows of x whose codes stay in cache while all panels pass over them */
+
+/* rows [m0, m1) of y for one panel, tile by tile (tiles: by row count, up to mr) */
+static void tile_rows(const tile_fn *tiles, int mr, const int8_t *a, const float *t, const float *t_sum,
+                      const float *t_halves, int64_t K, int64_t m0, int64_t m1, const uint8_t *panel, float *y,
+                      int64_t N, int64_t n0, int passes) {
+    for (int64_t m = m0; m < m1; m += mr)
+        tiles[m1 - m < mr ? m1 - m : mr](a, t, t_sum, t_halves, K, m, panel, y, N, n0, passes);
+}
 
 #if defined(__AVX512VNNI__)
 
-#define MR 8        /* rows of x per tile */
-#define M_CHUNK 64  /* rows of x whose codes stay in cache while all panels pass over them */
+#define MR 8  /* rows of x per tile */
 
 static inline void load_codes(const uint8_t *block, int bits, __m512i w[8]) {
     if (bits == 4 || bits == 6) {
@@ -172,20 +187,18 @@ TILES(8, 8)
 
 static inline int64_t scratch_bytes(int bits, int64_t K, int64_t rows) { (void)bits, (void)K, (void)rows; return 0; }
 
-/* rows [m0, m1) of y for one panel, tile by tile */
+/* rows [m0, m1) of y for one panel */
 static void panel_rows(const int8_t *a, const float *t, const float *t_sum, const float *t_halves, int64_t K,
                        int64_t m0, int64_t m1, const uint8_t *panel, int bits, float *y, int64_t N, int64_t n0,
                        int passes, uint8_t *scratch) {
     (void)scratch;
-    const tile_fn *tiles = bits == 4 ? TILES_4 : bits == 6 ? TILES_6 : TILES_8;
-    for (int64_t m = m0; m < m1; m += MR)
-        tiles[m1 - m < MR ? m1 - m : MR](a, t, t_sum, t_halves, K, m, panel, y, N, n0, passes);
+    tile_rows(bits == 4 ? TILES_4 : bits == 6 ? TILES_6 : TILES_8, MR, a, t, t_sum, t_halves, K, m0, m1, panel, y,
+              N, n0, passes);
 }
 
 #else  /* AVX2: a panel's 16 lanes as two halves of 8 */
 
-#define MR 4        /* rows of x per tile: 8 int sums, 4 vectors of codes and a broadcast in 16 ymm registers */
-#define M_CHUNK 64  /* rows of x whose codes stay in cache while all panels pass over them */
+#define MR 4  /* rows of x per tile: 8 int sums, 4 vectors of codes and a broadcast in 16 ymm registers */
 
 /* one row's 4 activation codes from feature 4i of group g, in every 32-bit lane */
 #define CODES(r, i) _mm256_set1_epi32(((const int32_t *)(a + (m0 + (r)) * K + g * GROUP))[i])
@@ -371,8 +384,7 @@ static void panel_rows(const int8_t *a, const float *t, const float *t_sum, cons
         tiles = bits == 4 ? TILES_4_unpacked : TILES_6_unpacked;
         panel = scratch;
     }
-    for (int64_t m = m0; m < m1; m += MR)
-        tiles[m1 - m < MR ? m1 - m : MR](a, t, t_sum, t_halves, K, m, panel, y, N, n0, passes);
+    tile_rows(tiles, MR, a, t, t_sum, t_halves, K, m0, m1, panel, y, N, n0, passes);
 }
 
 #endif

@@ -20,8 +20,27 @@
 
 #define LANES 16
 #define MAX_DIM 256
+#define KEY_BLOCK 16 /* keys a pass reads for every head of a group before the next ones: they stay in L1 */
+#define VALUE_STEP (VEC16_REGISTERS / 4)  /* vectors of a head's output summed at once, even and odd keys */
 
 static inline vec16 load_lanes(const void *p, int bf16) { return bf16 ? vec16_load_bf16(p) : vec16_load(p); }
+
+/* Rows [i0, i1) of a cache's at byte offsets at[i] as float32 rows of dim = 16 nd: where they lie (float32), or
+   widened into `widened` [KEY_BLOCK, dim] (bfloat16), once for every head of the group */
+static inline __attribute__((always_inline)) void float_rows(const char *cache, const int64_t *at, int64_t i0,
+                                                             int64_t i1, int64_t last, const int nd, const int bf16,
+                                                             float *widened, const float *row[]) {
+    for (int64_t i = i0; i < i1; i++) {
+        const char *from = cache + at[i < last ? i : last];  /* past the last: a row whose result is not kept */
+        if (!bf16) {
+            row[i - i0] = (const float *)from;
+            continue;
+        }
+        float *to = widened + (i - i0) * LANES * nd;
+        for (int d = 0; d < nd; d++) vec16_store(to + LANES * d, vec16_load_bf16(from + 2 * LANES * d));
+        row[i - i0] = to;
+    }
+}
 
 /* e^x in 16 lanes for x <= 0 (Cephes' expf: x = n ln2 + r, |r| <= ln2/2, a degree-6 polynomial in r, times 2^n) */
 static inline vec16 exp_lanes(vec16 x) {
@@ -39,26 +58,27 @@ static inline vec16 exp_lanes(vec16 x) {
     return vec16_scale2(p, n);
 }
 
-#define KEY_BLOCK 16 /* keys a pass reads for every head of a group before the next ones: they stay in L1 */
 
 /* The `group` query heads q [group, dim] of one KV head over the keys at byte offsets key_at[0..n) of the K and V
    caches: each head's scores into its row of s [group, stride], then exp(s - max) in place, and its output o
    [group, dim = 16 nd]. The heads take turns over each KEY_BLOCK keys, so the keys and values are read from memory
-   once for the group; each head's arithmetic is the same, in the same order, as it would be alone. */
+   (and widened: `widened` [KEY_BLOCK, dim]) once for the group; each head's arithmetic is the same, in the same
+   order, as it would be alone. */
 static inline __attribute__((always_inline)) void attend_group(const float *q, const char *k, const char *v,
                                                                const int64_t *key_at, int64_t n, float scale,
                                                                float *s, int64_t stride, float *o, float *acc_at,
-                                                               int64_t group, const int nd, const int bf16) {
+                                                               float *widened, int64_t group, const int nd,
+                                                               const int bf16) {
     const int element = bf16 ? 2 : 4;
+    const float *row[KEY_BLOCK];
     for (int64_t j0 = 0; j0 < n; j0 += LANES) {  /* 16 keys at a time, their sums in one tree */
+        float_rows(k, key_at, j0, j0 + LANES, n - 1, nd, bf16, widened, row);
         for (int64_t h = 0; h < group; h++) {
             vec16 query[nd], dots[LANES];
             for (int d = 0; d < nd; d++) query[d] = vec16_load(q + h * LANES * nd + LANES * d);
             for (int i = 0; i < LANES; i++) {
-                int64_t j = j0 + i < n ? j0 + i : n - 1;  /* past the end: a score not kept */
                 vec16 dot = vec16_zero();
-                for (int d = 0; d < nd; d++)
-                    dot = vec16_fmadd(query[d], load_lanes(k + key_at[j] + LANES * d * element, bf16), dot);
+                for (int d = 0; d < nd; d++) dot = vec16_fmadd(query[d], vec16_load(row[i] + LANES * d), dot);
                 dots[i] = dot;
             }
             vec16_store_first(s + h * stride + j0, vec16_mul(vec16_sum16(dots), vec16_set1(scale)), n - j0);
@@ -84,24 +104,28 @@ static inline __attribute__((always_inline)) void attend_group(const float *q, c
     int64_t pairs_end = n - n % 2;
     for (int64_t j0 = 0; j0 < pairs_end; j0 += KEY_BLOCK) {
         int64_t j1 = j0 + KEY_BLOCK < pairs_end ? j0 + KEY_BLOCK : pairs_end;
+        float_rows(v, key_at, j0, j1, n - 1, nd, bf16, widened, row);
         for (int64_t h = 0; h < group; h++) {
             const float *sh = s + h * stride;
             float *at = acc_at + h * 2 * LANES * nd;
-            vec16 acc[nd], odd[nd];
-            for (int d = 0; d < nd; d++) {
-                acc[d] = vec16_load(at + LANES * d);
-                odd[d] = vec16_load(at + LANES * (nd + d));
-            }
-            for (int64_t j = j0; j < j1; j += 2) {
-                vec16 w = vec16_set1(sh[j]), x = vec16_set1(sh[j + 1]);
-                for (int d = 0; d < nd; d++) {
-                    acc[d] = vec16_fmadd(w, load_lanes(v + key_at[j] + LANES * d * element, bf16), acc[d]);
-                    odd[d] = vec16_fmadd(x, load_lanes(v + key_at[j + 1] + LANES * d * element, bf16), odd[d]);
+            for (int d0 = 0; d0 < nd; d0 += VALUE_STEP) {  /* as many of the head's dims as keep their sums in registers */
+                const int dn = nd - d0 < VALUE_STEP ? nd - d0 : VALUE_STEP;
+                vec16 acc[VALUE_STEP], odd[VALUE_STEP];
+                for (int d = 0; d < dn; d++) {
+                    acc[d] = vec16_load(at + LANES * (d0 + d));
+                    odd[d] = vec16_load(at + LANES * (nd + d0 + d));
                 }
-            }
-            for (int d = 0; d < nd; d++) {
-                vec16_store(at + LANES * d, acc[d]);
-                vec16_store(at + LANES * (nd + d), odd[d]);
+                for (int64_t j = j0; j < j1; j += 2) {
+                    vec16 w = vec16_set1(sh[j]), x = vec16_set1(sh[j + 1]);
+                    for (int d = 0; d < dn; d++) {
+                        acc[d] = vec16_fmadd(w, vec16_load(row[j - j0] + LANES * (d0 + d)), acc[d]);
+                        odd[d] = vec16_fmadd(x, vec16_load(row[j + 1 - j0] + LANES * (d0 + d)), odd[d]);
+                    }
+                }
+                for (int d = 0; d < dn; d++) {
+                    vec16_store(at + LANES * (d0 + d), acc[d]);
+                    vec16_store(at + LANES * (nd + d0 + d), odd[d]);
+                }
             }
         }
     }
@@ -119,11 +143,12 @@ static inline __attribute__((always_inline)) void attend_group(const float *q, c
 }
 
 typedef void (*group_fn)(const float *, const char *, const char *, const int64_t *, int64_t, float, float *, int64_t,
-                         float *, float *, int64_t);
+                         float *, float *, float *, int64_t);
 #define GROUP(nd, bf16)                                                                                           \
     static void group_##nd##_##bf16(const float *q, const char *k, const char *v, const int64_t *key_at, int64_t n, \
-                                    float scale, float *s, int64_t stride, float *o, float *acc_at, int64_t group) { \
-        attend_group(q, k, v, key_at, n, scale, s, stride, o, acc_at, group, nd, bf16);                            \
+                                    float scale, float *s, int64_t stride, float *o, float *acc_at, float *widened, \
+                                    int64_t group) {                                                              \
+        attend_group(q, k, v, key_at, n, scale, s, stride, o, acc_at, widened, group, nd, bf16);                   \
     }
 #define GROUPS(nd) GROUP(nd, 0) GROUP(nd, 1)
 GROUPS(1) GROUPS(2) GROUPS(3) GROUPS(4) GROUPS(5) GROUPS(6) GROUPS(7) GROUPS(8)
@@ -146,10 +171,11 @@ void paged_attention(const float *q, int64_t tokens, int64_t heads, int64_t kv_h
 #pragma omp parallel num_threads(threads) if (tokens * kv_heads > 1)
     {
         float *s = malloc(sizeof(float) * stride * group), *acc_at = malloc(sizeof(float) * group * 2 * dim);
+        float *widened = malloc(sizeof(float) * KEY_BLOCK * dim);
         int64_t *key_at = malloc(sizeof(int64_t) * longest);
 #pragma omp for schedule(dynamic, 1) collapse(2)
-        for (int64_t t = 0; t < tokens; t++) {
-            for (int64_t g = 0; g < kv_heads; g++) {
+        for (int64_t g = 0; g < kv_heads; g++) {  /* a KV head's tokens one after another: its keys stay in cache */
+            for (int64_t t = 0; t < tokens; t++) {
                 int64_t p = positions[t], lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0, n = p - lo + 1;
                 const int64_t *table = block_tables + token_seqs[t] * table_width;
                 for (int64_t j = 0, block = lo / block_size, offset = lo % block_size; j < n; j++) {
@@ -158,11 +184,12 @@ void paged_attention(const float *q, int64_t tokens, int64_t heads, int64_t kv_h
                 }
                 int64_t h = g * group;
                 attend(q + (t * heads + h) * dim, k_cache, v_cache, key_at, n, scale, s, stride,
-                       out + (t * heads + h) * dim, acc_at, group);
+                       out + (t * heads + h) * dim, acc_at, widened, group);
             }
         }
         free(s);
         free(acc_at);
+        free(widened);
         free(key_at);
     }
 }

@@ -15,6 +15,7 @@
 #if defined(__AVX512F__)
 
 typedef __m512 vec16;
+#define VEC16_REGISTERS 32  /* vectors the registers hold */
 
 static inline vec16 vec16_set1(float x) { return _mm512_set1_ps(x); }
 static inline vec16 vec16_zero(void) { return _mm512_setzero_ps(); }
@@ -60,6 +61,7 @@ static inline float vec16_reduce_max(vec16 a) { return _mm512_reduce_max_ps(a); 
 typedef struct {
     __m256 lo, hi;  /* lanes 0-7, lanes 8-15 */
 } vec16;
+#define VEC16_REGISTERS 8  /* vectors the registers hold */
 
 static inline vec16 vec16_of(__m256 lo, __m256 hi) { vec16 v = {lo, hi}; return v; }
 static inline vec16 vec16_set1(float x) { return vec16_of(_mm256_set1_ps(x), _mm256_set1_ps(x)); }
