@@ -1,5 +1,5 @@
-/* Paged attention on the CPU (AVX-512 or AVX2, through simd16.h): softmax(scale q k^T) v for every new token of a step, its keys and values
-   read in place from the KV cache's blocks through its sequence's block table.
+/* Paged attention on the CPU (AVX-512 or AVX2, through simd16.h): softmax(scale q k^T) v for every new token of a
+   step, its keys and values read in place from the KV cache's blocks through its sequence's block table.
 
    The cache of a layer is [num_blocks, block_size, kv_heads, dim], float32 or bfloat16 (widened exactly). A token
    at position p sees the keys at positions lo..p, lo = 0 or, with a sliding window w, max(0, p - w + 1).
@@ -20,13 +20,13 @@
 
 #define LANES 16
 #define MAX_DIM 256
-#define KEY_BLOCK 16 /* keys a pass reads for every head of a group before the next ones: they stay in L1 */
+#define VALUE_BLOCK 32 /* values a pass reads for every head of a group before the next ones: they stay in L1 */
 #define VALUE_STEP (VEC16_REGISTERS / 4)  /* vectors of a head's output summed at once, even and odd keys */
 
 static inline vec16 load_lanes(const void *p, int bf16) { return bf16 ? vec16_load_bf16(p) : vec16_load(p); }
 
 /* Rows [i0, i1) of a cache's at byte offsets at[i] as float32 rows of dim = 16 nd: where they lie (float32), or
-   widened into `widened` [KEY_BLOCK, dim] (bfloat16), once for every head of the group */
+   widened into `widened` [VALUE_BLOCK, dim] (bfloat16), once for every head of the group */
 static inline __attribute__((always_inline)) void float_rows(const char *cache, const int64_t *at, int64_t i0,
                                                              int64_t i1, int64_t last, const int nd, const int bf16,
                                                              float *widened, const float *row[]) {
@@ -61,16 +61,16 @@ static inline vec16 exp_lanes(vec16 x) {
 
 /* The `group` query heads q [group, dim] of one KV head over the keys at byte offsets key_at[0..n) of the K and V
    caches: each head's scores into its row of s [group, stride], then exp(s - max) in place, and its output o
-   [group, dim = 16 nd]. The heads take turns over each KEY_BLOCK keys, so the keys and values are read from memory
-   (and widened: `widened` [KEY_BLOCK, dim]) once for the group; each head's arithmetic is the same, in the same
-   order, as it would be alone. */
+   [group, dim = 16 nd]. The heads take turns over each 16 keys and each VALUE_BLOCK values, so the keys and values
+   are read from memory (and widened: `widened` [VALUE_BLOCK, dim]) once for the group; each head's arithmetic is
+   the same, in the same order, as it would be alone. */
 static inline __attribute__((always_inline)) void attend_group(const float *q, const char *k, const char *v,
                                                                const int64_t *key_at, int64_t n, float scale,
                                                                float *s, int64_t stride, float *o, float *acc_at,
                                                                float *widened, int64_t group, const int nd,
                                                                const int bf16) {
     const int element = bf16 ? 2 : 4;
-    const float *row[KEY_BLOCK];
+    const float *row[VALUE_BLOCK];
     for (int64_t j0 = 0; j0 < n; j0 += LANES) {  /* 16 keys at a time, their sums in one tree */
         float_rows(k, key_at, j0, j0 + LANES, n - 1, nd, bf16, widened, row);
         for (int64_t h = 0; h < group; h++) {
@@ -102,13 +102,13 @@ static inline __attribute__((always_inline)) void attend_group(const float *q, c
        added at the end */
     for (int64_t i = 0; i < group * 2 * LANES * nd; i++) acc_at[i] = 0.0f;
     int64_t pairs_end = n - n % 2;
-    for (int64_t j0 = 0; j0 < pairs_end; j0 += KEY_BLOCK) {
-        int64_t j1 = j0 + KEY_BLOCK < pairs_end ? j0 + KEY_BLOCK : pairs_end;
+    for (int64_t j0 = 0; j0 < pairs_end; j0 += VALUE_BLOCK) {
+        int64_t j1 = j0 + VALUE_BLOCK < pairs_end ? j0 + VALUE_BLOCK : pairs_end;
         float_rows(v, key_at, j0, j1, n - 1, nd, bf16, widened, row);
         for (int64_t h = 0; h < group; h++) {
             const float *sh = s + h * stride;
             float *at = acc_at + h * 2 * LANES * nd;
-            for (int d0 = 0; d0 < nd; d0 += VALUE_STEP) {  /* as many of the head's dims as keep their sums in registers */
+            for (int d0 = 0; d0 < nd; d0 += VALUE_STEP) {  /* the dims whose sums fit the registers */
                 const int dn = nd - d0 < VALUE_STEP ? nd - d0 : VALUE_STEP;
                 vec16 acc[VALUE_STEP], odd[VALUE_STEP];
                 for (int d = 0; d < dn; d++) {
@@ -137,7 +137,8 @@ static inline __attribute__((always_inline)) void attend_group(const float *q, c
             if (n % 2)
                 acc = vec16_fmadd(vec16_set1(s[h * stride + n - 1]),
                                   load_lanes(v + key_at[n - 1] + LANES * d * element, bf16), acc);
-            vec16_store(o + h * LANES * nd + LANES * d, vec16_div(vec16_add(acc, vec16_load(at + LANES * (nd + d))), sum));
+            vec16 both = vec16_add(acc, vec16_load(at + LANES * (nd + d)));
+            vec16_store(o + h * LANES * nd + LANES * d, vec16_div(both, sum));
         }
     }
 }
@@ -171,7 +172,7 @@ void paged_attention(const float *q, int64_t tokens, int64_t heads, int64_t kv_h
 #pragma omp parallel num_threads(threads) if (tokens * kv_heads > 1)
     {
         float *s = malloc(sizeof(float) * stride * group), *acc_at = malloc(sizeof(float) * group * 2 * dim);
-        float *widened = malloc(sizeof(float) * KEY_BLOCK * dim);
+        float *widened = malloc(sizeof(float) * VALUE_BLOCK * dim);
         int64_t *key_at = malloc(sizeof(int64_t) * longest);
 #pragma omp for schedule(dynamic, 1) collapse(2)
         for (int64_t g = 0; g < kv_heads; g++) {  /* a KV head's tokens one after another: its keys stay in cache */

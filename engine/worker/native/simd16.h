@@ -70,7 +70,7 @@ static inline vec16 vec16_load(const float *p) { return vec16_of(_mm256_loadu_ps
 static inline void vec16_store(float *p, vec16 v) { _mm256_storeu_ps(p, v.lo); _mm256_storeu_ps(p + 8, v.hi); }
 /* all ones in the lanes 8 h + i < n */
 static inline __m256i first_lanes(int64_t n, int h) {
-    __m256i index = _mm256_setr_epi32(8 * h, 8 * h + 1, 8 * h + 2, 8 * h + 3, 8 * h + 4, 8 * h + 5, 8 * h + 6, 8 * h + 7);
+    __m256i index = _mm256_add_epi32(_mm256_set1_epi32(8 * h), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n >= 16 ? 16 : (int)n), index);
 }
 static inline vec16 vec16_load_first(const float *p, int64_t n) {
@@ -160,7 +160,8 @@ static inline vec16 vec16_sum16(const vec16 d[16]) {
         x[i] = _mm256_add_ps(_mm256_shuffle_ps(w[2 * i], w[2 * i + 1], 0x88),
                              _mm256_shuffle_ps(w[2 * i], w[2 * i + 1], 0xDD));
 #if defined(__AVX512F__)
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(x[0])), _mm256_castps_pd(x[1]), 1));
+    __m512d low = _mm512_castps_pd(_mm512_castps256_ps512(x[0]));
+    return _mm512_castpd_ps(_mm512_insertf64x4(low, _mm256_castps_pd(x[1]), 1));
 #else
     return vec16_of(x[0], x[1]);
 #endif
