@@ -200,6 +200,15 @@ static void panel_rows(const int8_t *a, const float *t, const float *t_sum, cons
 
 #define MR 4  /* rows of x per tile: 8 int sums, 4 vectors of codes and a broadcast in 16 ymm registers */
 
+/* Codes read straight from the panels (a decode's few rows) are asked for this many groups ahead: on the 2-core
+   EPYC (Zen 3) a thread's stream of 4-, 6- and 8-bit panels went from 12-16 GB/s with the hardware's prefetchers
+   alone to 14-20 */
+#define PREFETCH_GROUPS 8
+
+static inline void prefetch(const uint8_t *from, int64_t bytes) {
+    for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch((const char *)from + at, _MM_HINT_T0);
+}
+
 /* one row's 4 activation codes from feature 4i of group g, in every 32-bit lane */
 #define CODES(r, i) _mm256_set1_epi32(((const int32_t *)(a + (m0 + (r)) * K + g * GROUP))[i])
 /* loops GCC would otherwise keep, with their sums in memory */
@@ -334,8 +343,10 @@ static inline __attribute__((always_inline)) void panel_tile(TILE_PARAMS, int ro
     __m256 acc[2][MR];
     for (int h = 0; h < 2; h++)
         for (int r = 0; r < MR; r++) acc[h][r] = _mm256_setzero_ps();
-    for (int64_t g = 0; g < G; g++)
+    for (int64_t g = 0; g < G; g++) {
+        if (!unpacked) prefetch(panel + (g + PREFETCH_GROUPS) * stride, stride);
         panel_group(a, t, t_sum, t_halves, K, m0, rows, panel + g * stride, bits, unpacked, g, acc);
+    }
     for (int h = 0; h < 2; h++) {
         float *out = y + n0 + 8 * h;
         if (passes == 1) {
@@ -366,6 +377,7 @@ static void unpack_panel(const uint8_t *panel, int bits, int64_t G, uint8_t *out
     for (int64_t g = 0; g < G; g++) {
         const uint8_t *block = panel + g * group_bytes(bits);
         uint8_t *bytes = out + g * group_bytes(8);
+        prefetch(block + PREFETCH_GROUPS * group_bytes(bits), group_bytes(bits));
         for (int i = 0; i < 8; i++)
             for (int h = 0; h < 2; h++)
                 _mm256_storeu_si256((__m256i *)(bytes + 64 * i + 32 * h),
