@@ -4,7 +4,8 @@
 
 For each GGUF type the loader packs into the kernels' panels (4-bit: Q4_0, Q4_1, Q4_K; 6-bit: Q6_K; 8-bit: Q8_0 as
 stored, Q5_0, Q5_1, Q5_K requantized), at Llama 3.2 1B's shapes (q/o 2048x2048, k/v 512x2048, gate/up 8192x2048,
-down 2048x8192) and SmolLM2-135M's (576x576, 192x576, 1536x576, 576x1536), [out_features x in_features]:
+down 2048x8192) and SmolLM2-135M's (576x576, 192x576, 1536x576, 576x1536), [out_features x in_features] (the K
+types only where in_features is a multiple of their 256-weight blocks):
 
 - **M = 1** (a decode row): GB/s of the panels' bytes (codes and scales as held) per call, against the machine's
   read bandwidth measured in the same run (a 512 MB float32 tensor summed by torch on the same threads). Each call
@@ -160,6 +161,8 @@ def main() -> None:
                 weight = (rng.standard_normal(shape) * 0.02).astype(np.float32)
                 measured = [{"model": model, **row} for row in peer_rows(weight, args.repeats)]
                 for name in args.types.split(","):
+                    if shape[1] % gguf.GGML_QUANT_SIZES[Q[name]][0]:
+                        continue  # a K type's 256-weight blocks do not tile 576 features (SmolLM2 holds no K types)
                     measured.append({"model": model, **kernel_row(kernels, Q[name], weight, rng, args.repeats,
                                                                   bandwidth, cache)})
                     print(measured[-1], flush=True)
