@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from common import report, set_threads, synthetic_chats
+from common import cpu_description, report, set_threads, synthetic_chats
 
 PROMPT_TOKENS = 1000
 DECODE_TOKENS = 128
@@ -96,7 +96,8 @@ def main() -> None:
         row["trials"] = trials
         rows.append(row)
     report(args.name, [{k: v for k, v in row.items() if k != "trials"} for row in rows],
-           {"trials": {row["kernels"]: row["trials"] for row in rows}, "prompt_tokens": PROMPT_TOKENS,
+           {"cpu": cpu_description(), "trials": {row["kernels"]: row["trials"] for row in rows},
+            "prompt_tokens": PROMPT_TOKENS,
             "decode_tokens": DECODE_TOKENS, "speculative": False})
 
 

@@ -33,7 +33,7 @@ import torch
 from packed_kernels import gguf_data
 from torch.nn.functional import linear
 
-from common import report
+from common import cpu_description, report
 
 Q = gguf.GGMLQuantizationType
 TYPES = (Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q6_K, Q.Q8_0, Q.Q5_0, Q.Q5_1, Q.Q5_K)
@@ -167,9 +167,10 @@ def main() -> None:
                                                                   bandwidth, cache)})
                     print(measured[-1], flush=True)
                 rows += [{column: row.get(column) for column in COLUMNS} for row in measured]
-    summary = {"isa": kernels.isa, "threads": torch.get_num_threads(), "repeats": args.repeats,
-               "read bandwidth GB/s (start)": bandwidth, "read bandwidth GB/s (end)": read_bandwidth(args.repeats),
-               "last-level cache MB": cache / 2**20, "load average at the end": os.getloadavg()[0]}
+    summary = {"cpu": cpu_description(), "isa": kernels.isa, "threads": torch.get_num_threads(),
+               "repeats": args.repeats, "read bandwidth GB/s (start)": bandwidth,
+               "read bandwidth GB/s (end)": read_bandwidth(args.repeats), "last-level cache MB": cache / 2**20,
+               "load average at the end": os.getloadavg()[0]}
     report(args.name, rows, summary)
 
 
