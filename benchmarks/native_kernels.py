@@ -1,6 +1,6 @@
 """The native integer matmul (engine/worker/native/int8_matmul.c) per packed type and shape, against the machine.
 
-    python benchmarks/native_kernels.py [--isa avx2] [--repeats 5] [--threads 2] [--name NAME]
+    python benchmarks/native_kernels.py [--isa avx2] [--repeats 5] [--threads 2] [--clock wall|cpu] [--name NAME]
 
 For each GGUF type the loader packs into the kernels' panels (4-bit: Q4_0, Q4_1, Q4_K; 6-bit: Q6_K; 8-bit: Q8_0 as
 stored, Q5_0, Q5_1, Q5_K requantized), at Llama 3.2 1B's shapes (q/o 2048x2048, k/v 512x2048, gate/up 8192x2048,
@@ -18,6 +18,10 @@ types only where in_features is a multiple of their 256-weight blocks):
 The kernel is timed as a step calls it: `Kernels.matmul` on activations quantized once (a step quantizes a layer's
 input once for all the matrices that read it); `quantize M=1 us` is that quantization's own time. Each figure is the
 minimum over the repeats; `noise` is the worst median/minimum ratio of a row. Writes results/<name>.json.
+
+On a machine shared with other work, two threads wait for each other whenever one loses its core, and wall-clock
+figures scatter by 10x; `--threads 1 --clock cpu` times the calling thread's CPU time instead (every call here runs
+on it: the kernels, fbgemm and F.linear on one thread), which leaves out the time other processes held the core.
 """
 
 import argparse
@@ -45,14 +49,18 @@ COLUMNS = ("model", "type", "bits", "shape", "MB", "M=1 us", "M=1 GB/s", "of rea
 BANDWIDTH_BYTES = 512 * 2**20
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+clock = CLOCKS["wall"]
+
+
 def timed(fn, repeats: int) -> tuple[float, float]:
     """(minimum seconds, median/minimum) over `repeats` calls after a warm-up."""
     fn()
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return min(times), statistics.median(times) / min(times)
 
 
@@ -139,6 +147,8 @@ def main() -> None:
                         "best the CPU has)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--clock", choices=tuple(CLOCKS), default="wall", help="cpu: this thread's CPU time "
+                        "(with --threads 1)")
     parser.add_argument("--types", default=",".join(t.name for t in TYPES))
     parser.add_argument("--models", default="1B,135M")
     parser.add_argument("--name", default="native_kernels")
@@ -147,6 +157,10 @@ def main() -> None:
         os.environ["LOCALCHAT_NATIVE_ISA"] = args.isa
     from localchat.engine.worker import native_kernels
 
+    if args.clock == "cpu" and args.threads != 1:
+        raise SystemExit("--clock cpu times the calling thread alone: use it with --threads 1")
+    global clock
+    clock = CLOCKS[args.clock]
     torch.set_num_threads(args.threads)
     kernels = native_kernels.load()
     if kernels is None:
@@ -167,7 +181,7 @@ def main() -> None:
                                                                   bandwidth, cache)})
                     print(measured[-1], flush=True)
                 rows += [{column: row.get(column) for column in COLUMNS} for row in measured]
-    summary = {"cpu": cpu_description(), "isa": kernels.isa, "threads": torch.get_num_threads(),
+    summary = {"cpu": cpu_description(), "isa": kernels.isa, "threads": torch.get_num_threads(), "clock": args.clock,
                "repeats": args.repeats, "read bandwidth GB/s (start)": bandwidth,
                "read bandwidth GB/s (end)": read_bandwidth(args.repeats), "last-level cache MB": cache / 2**20,
                "load average at the end": os.getloadavg()[0]}
