@@ -1,4 +1,4 @@
-/* Paged attention on the CPU (AVX-512): softmax(scale q k^T) v for every new token of a step, its keys and values
+/* Paged attention on the CPU (AVX-512 or AVX2, through simd16.h): softmax(scale q k^T) v for every new token of a step, its keys and values
    read in place from the KV cache's blocks through its sequence's block table.
 
    The cache of a layer is [num_blocks, block_size, kv_heads, dim], float32 or bfloat16 (widened exactly). A token
@@ -6,57 +6,37 @@
 
    One work item is one token and one KV head: its query heads share the keys' addresses, found once, and take turns
    over each block of keys, which is read from memory once for them all. Every head is computed in one fixed order:
-   the scores 16 keys at a time from lo (each a dot product in 16 lanes, its lanes summed in one fixed tree), their
+   the scores 16 keys at a time from lo (each a dot product in 16 lanes, its lanes summed in simd16.h's tree), their
    maximum, exp and sum in runs of 16 from lo, then the values weighted, even and odd keys in two sums added at the
    end. Nothing in that order depends on the other tokens of the step, on whether the token is decoded or
-   prefilled, or on the thread count: a token's bits are a function of its query and the keys and values it sees. */
+   prefilled, or on the thread count: a token's bits are a function of its query and the keys and values it sees
+   (and the same under AVX-512 and AVX2). */
 
-#include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "simd16.h"
+
 #define LANES 16
 #define MAX_DIM 256
 
-static inline __m512 load_lanes(const void *p, int bf16) {
-    if (bf16)
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
-    return _mm512_loadu_ps(p);
-}
+static inline vec16 load_lanes(const void *p, int bf16) { return bf16 ? vec16_load_bf16(p) : vec16_load(p); }
 
 /* e^x in 16 lanes for x <= 0 (Cephes' expf: x = n ln2 + r, |r| <= ln2/2, a degree-6 polynomial in r, times 2^n) */
-static inline __m512 exp_lanes(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
-}
-
-/* The lane sums of 16 vectors d[SUM_ORDER[i]] in lane i: every vector's 16 lanes are summed in the same tree
-   (lanes l and l + 8, then l and l + 4, l and l + 2, l and l + 1), whichever slot it is in. */
-static const int SUM_ORDER[LANES] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
-
-static inline __m512 sum_lanes(const __m512 d[LANES]) {
-    __m512 r[8], u[4], w[2];
-    for (int i = 0; i < 8; i++)
-        r[i] = _mm512_add_ps(_mm512_shuffle_f32x4(d[2 * i], d[2 * i + 1], 0x44),
-                             _mm512_shuffle_f32x4(d[2 * i], d[2 * i + 1], 0xEE));
-    for (int i = 0; i < 4; i++)
-        u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], 0x88),
-                             _mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], 0xDD));
-    for (int i = 0; i < 2; i++)
-        w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0x44), _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0xEE));
-    return _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+static inline vec16 exp_lanes(vec16 x) {
+    x = vec16_max(x, vec16_set1(-87.0f));
+    vec16 n = vec16_round(vec16_mul(x, vec16_set1(1.44269504088896341f)));
+    vec16 r = vec16_fnmadd(n, vec16_set1(0.693359375f), x);
+    r = vec16_fnmadd(n, vec16_set1(-2.12194440e-4f), r);
+    vec16 p = vec16_set1(1.9875691500e-4f);
+    p = vec16_fmadd(p, r, vec16_set1(1.3981999507e-3f));
+    p = vec16_fmadd(p, r, vec16_set1(8.3334519073e-3f));
+    p = vec16_fmadd(p, r, vec16_set1(4.1665795894e-2f));
+    p = vec16_fmadd(p, r, vec16_set1(1.6666665459e-1f));
+    p = vec16_fmadd(p, r, vec16_set1(5.0000001201e-1f));
+    p = vec16_fmadd(p, vec16_mul(r, r), vec16_add(r, vec16_set1(1.0f)));
+    return vec16_scale2(p, n);
 }
 
 #define KEY_BLOCK 16 /* keys a pass reads for every head of a group before the next ones: they stay in L1 */
@@ -71,36 +51,32 @@ static inline __attribute__((always_inline)) void attend_group(const float *q, c
                                                                int64_t group, const int nd, const int bf16) {
     const int element = bf16 ? 2 : 4;
     for (int64_t j0 = 0; j0 < n; j0 += LANES) {  /* 16 keys at a time, their sums in one tree */
-        __mmask16 valid = n - j0 >= LANES ? 0xFFFF : (__mmask16)((1u << (n - j0)) - 1);
         for (int64_t h = 0; h < group; h++) {
-            __m512 query[nd], dots[LANES];
-            for (int d = 0; d < nd; d++) query[d] = _mm512_loadu_ps(q + h * LANES * nd + LANES * d);
+            vec16 query[nd], dots[LANES];
+            for (int d = 0; d < nd; d++) query[d] = vec16_load(q + h * LANES * nd + LANES * d);
             for (int i = 0; i < LANES; i++) {
-                int64_t j = j0 + SUM_ORDER[i] < n ? j0 + SUM_ORDER[i] : n - 1;  /* past the end: a score not kept */
-                __m512 dot = _mm512_setzero_ps();
+                int64_t j = j0 + i < n ? j0 + i : n - 1;  /* past the end: a score not kept */
+                vec16 dot = vec16_zero();
                 for (int d = 0; d < nd; d++)
-                    dot = _mm512_fmadd_ps(query[d], load_lanes(k + key_at[j] + LANES * d * element, bf16), dot);
+                    dot = vec16_fmadd(query[d], load_lanes(k + key_at[j] + LANES * d * element, bf16), dot);
                 dots[i] = dot;
             }
-            _mm512_mask_storeu_ps(s + h * stride + j0, valid, _mm512_mul_ps(sum_lanes(dots), _mm512_set1_ps(scale)));
+            vec16_store_first(s + h * stride + j0, vec16_mul(vec16_sum16(dots), vec16_set1(scale)), n - j0);
         }
     }
     float sums[group];
     for (int64_t h = 0; h < group; h++) {
         float *sh = s + h * stride;
-        __m512 most = _mm512_set1_ps(-INFINITY);
+        vec16 most = vec16_set1(-INFINITY);
+        for (int64_t j = 0; j < n; j += LANES)
+            most = vec16_first_else(n - j, vec16_max(most, vec16_load_first(sh + j, n - j)), most);
+        vec16 top = vec16_set1(vec16_reduce_max(most)), total = vec16_zero();
         for (int64_t j = 0; j < n; j += LANES) {
-            __mmask16 valid = n - j >= LANES ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
-            most = _mm512_mask_max_ps(most, valid, most, _mm512_maskz_loadu_ps(valid, sh + j));
+            vec16 e = exp_lanes(vec16_sub(vec16_load_first(sh + j, n - j), top));
+            vec16_store_first(sh + j, e, n - j);
+            total = vec16_add(total, vec16_first_else(n - j, e, vec16_zero()));
         }
-        __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(most)), total = _mm512_setzero_ps();
-        for (int64_t j = 0; j < n; j += LANES) {
-            __mmask16 valid = n - j >= LANES ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
-            __m512 e = exp_lanes(_mm512_sub_ps(_mm512_maskz_loadu_ps(valid, sh + j), top));
-            _mm512_mask_storeu_ps(sh + j, valid, e);
-            total = _mm512_add_ps(total, _mm512_maskz_mov_ps(valid, e));
-        }
-        sums[h] = _mm512_reduce_add_ps(total);
+        sums[h] = vec16_reduce_add(total);
     }
     /* the values weighted: even keys into acc, odd ones into odd (kept between blocks in acc_at [group, 2, dim]),
        added at the end */
@@ -111,34 +87,33 @@ static inline __attribute__((always_inline)) void attend_group(const float *q, c
         for (int64_t h = 0; h < group; h++) {
             const float *sh = s + h * stride;
             float *at = acc_at + h * 2 * LANES * nd;
-            __m512 acc[nd], odd[nd];
+            vec16 acc[nd], odd[nd];
             for (int d = 0; d < nd; d++) {
-                acc[d] = _mm512_loadu_ps(at + LANES * d);
-                odd[d] = _mm512_loadu_ps(at + LANES * (nd + d));
+                acc[d] = vec16_load(at + LANES * d);
+                odd[d] = vec16_load(at + LANES * (nd + d));
             }
             for (int64_t j = j0; j < j1; j += 2) {
-                __m512 w = _mm512_set1_ps(sh[j]), x = _mm512_set1_ps(sh[j + 1]);
+                vec16 w = vec16_set1(sh[j]), x = vec16_set1(sh[j + 1]);
                 for (int d = 0; d < nd; d++) {
-                    acc[d] = _mm512_fmadd_ps(w, load_lanes(v + key_at[j] + LANES * d * element, bf16), acc[d]);
-                    odd[d] = _mm512_fmadd_ps(x, load_lanes(v + key_at[j + 1] + LANES * d * element, bf16), odd[d]);
+                    acc[d] = vec16_fmadd(w, load_lanes(v + key_at[j] + LANES * d * element, bf16), acc[d]);
+                    odd[d] = vec16_fmadd(x, load_lanes(v + key_at[j + 1] + LANES * d * element, bf16), odd[d]);
                 }
             }
             for (int d = 0; d < nd; d++) {
-                _mm512_storeu_ps(at + LANES * d, acc[d]);
-                _mm512_storeu_ps(at + LANES * (nd + d), odd[d]);
+                vec16_store(at + LANES * d, acc[d]);
+                vec16_store(at + LANES * (nd + d), odd[d]);
             }
         }
     }
     for (int64_t h = 0; h < group; h++) {
         const float *at = acc_at + h * 2 * LANES * nd;
-        __m512 sum = _mm512_set1_ps(sums[h]);
+        vec16 sum = vec16_set1(sums[h]);
         for (int d = 0; d < nd; d++) {
-            __m512 acc = _mm512_loadu_ps(at + LANES * d);
+            vec16 acc = vec16_load(at + LANES * d);
             if (n % 2)
-                acc = _mm512_fmadd_ps(_mm512_set1_ps(s[h * stride + n - 1]),
-                                      load_lanes(v + key_at[n - 1] + LANES * d * element, bf16), acc);
-            _mm512_storeu_ps(o + h * LANES * nd + LANES * d,
-                             _mm512_div_ps(_mm512_add_ps(acc, _mm512_loadu_ps(at + LANES * (nd + d))), sum));
+                acc = vec16_fmadd(vec16_set1(s[h * stride + n - 1]),
+                                  load_lanes(v + key_at[n - 1] + LANES * d * element, bf16), acc);
+            vec16_store(o + h * LANES * nd + LANES * d, vec16_div(vec16_add(acc, vec16_load(at + LANES * (nd + d))), sum));
         }
     }
 }
