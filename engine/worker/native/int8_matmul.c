@@ -25,6 +25,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "simd16.h"
 
@@ -77,6 +78,18 @@ void quantize_rows(const float *x, int64_t M, int64_t K, int8_t *a, float *t, fl
     }
 }
 
+/* A tile: rows [m0, m0 + rows) of y for one panel. Each ISA's panel_tile is inlined into a function per row count
+   and form of codes (its constants after ROWS), and those into a table by row count. */
+#define TILE_PARAMS const int8_t *a, const float *t, const float *t_sum, const float *t_halves, int64_t K, \
+                    int64_t m0, const uint8_t *panel, float *y, int64_t N, int64_t n0, int passes
+typedef void (*tile_fn)(TILE_PARAMS);
+#define TILE(NAME, ROWS, ...) \
+    static void tile_##NAME##_##ROWS(TILE_PARAMS) { \
+        panel_tile(a, t, t_sum, t_halves, K, m0, panel, y, N, n0, passes, ROWS, __VA_ARGS__); \
+    }
+#define TILES_UP_TO_4(NAME, ...) TILE(NAME, 1, __VA_ARGS__) TILE(NAME, 2, __VA_ARGS__) TILE(NAME, 3, __VA_ARGS__) \
+    TILE(NAME, 4, __VA_ARGS__)
+
 #if defined(__AVX512VNNI__)
 
 #define MR 8        /* rows of x per tile */
@@ -106,10 +119,7 @@ static inline void load_codes(const uint8_t *block, int bits, __m512i w[8]) {
 }
 
 /* rows [m0, m0 + rows) of y (rows <= MR) for one panel; inlined with `rows` and `bits` constants */
-static inline __attribute__((always_inline)) void panel_tile(const int8_t *a, const float *t, const float *t_sum,
-                                                             const float *t_halves, int64_t K, int64_t m0, int rows,
-                                                             const uint8_t *panel, int bits, float *y, int64_t N,
-                                                             int64_t n0, int passes) {
+static inline __attribute__((always_inline)) void panel_tile(TILE_PARAMS, int rows, int bits) {
     int64_t G = K / GROUP, stride = group_bytes(bits);
     int halves = bits == 6 ? 2 : 1, per_half = 8 / halves;  /* a scale per half of the group (6 bits) or per group */
     __m512 acc[MR];
@@ -152,6 +162,26 @@ static inline __attribute__((always_inline)) void panel_tile(const int8_t *a, co
     }
 }
 
+#define TILES(NAME, ...) TILES_UP_TO_4(NAME, __VA_ARGS__) TILE(NAME, 5, __VA_ARGS__) TILE(NAME, 6, __VA_ARGS__) \
+    TILE(NAME, 7, __VA_ARGS__) TILE(NAME, 8, __VA_ARGS__) \
+    static const tile_fn TILES_##NAME[MR + 1] = {0, tile_##NAME##_1, tile_##NAME##_2, tile_##NAME##_3, \
+        tile_##NAME##_4, tile_##NAME##_5, tile_##NAME##_6, tile_##NAME##_7, tile_##NAME##_8};
+TILES(4, 4)
+TILES(6, 6)
+TILES(8, 8)
+
+static inline int64_t scratch_bytes(int bits, int64_t K, int64_t rows) { (void)bits, (void)K, (void)rows; return 0; }
+
+/* rows [m0, m1) of y for one panel, tile by tile */
+static void panel_rows(const int8_t *a, const float *t, const float *t_sum, const float *t_halves, int64_t K,
+                       int64_t m0, int64_t m1, const uint8_t *panel, int bits, float *y, int64_t N, int64_t n0,
+                       int passes, uint8_t *scratch) {
+    (void)scratch;
+    const tile_fn *tiles = bits == 4 ? TILES_4 : bits == 6 ? TILES_6 : TILES_8;
+    for (int64_t m = m0; m < m1; m += MR)
+        tiles[m1 - m < MR ? m1 - m : MR](a, t, t_sum, t_halves, K, m, panel, y, N, n0, passes);
+}
+
 #else  /* AVX2: a panel's 16 lanes as two halves of 8 */
 
 #define MR 4        /* rows of x per tile: 8 int sums, 4 vectors of codes and a broadcast in 16 ymm registers */
@@ -159,14 +189,32 @@ static inline __attribute__((always_inline)) void panel_tile(const int8_t *a, co
 
 /* one row's 4 activation codes from feature 4i of group g, in every 32-bit lane */
 #define CODES(r, i) _mm256_set1_epi32(((const int32_t *)(a + (m0 + (r)) * K + g * GROUP))[i])
-/* an integer sum held in its register here: without it, GCC regroups the sums of a group's products, computes
-   all the products first and spills them */
 /* loops GCC would otherwise keep, with their sums in memory */
 #define UNROLLED _Pragma("GCC unroll 8")
+/* an integer sum held in its register here: without it, GCC regroups the sums of a group's products, computes
+   all the products first and spills them */
 #define PIN(v) __asm__("" : "+x"(v))
 
-/* one row's dot products of 4 and 6 bits: the unsigned codes lo and hi (features 4i.. and 4i + 4..) times the
-   activations b0 and b1, pairs summed in int16 (exact: see panel_group) */
+/* The codes of features 4i..4i+3 in lanes 8h..8h+7 of a panel-group, as unsigned bytes: from 4-, 6- or 8-bit codes
+   as stored, or (unpacked) from bytes laid out as 8-bit codes are (unpack_panel) */
+static inline __attribute__((always_inline)) __m256i code_chunk(const uint8_t *block, int bits, int unpacked, int i,
+                                                                int h) {
+    if (unpacked || bits == 8) return _mm256_loadu_si256((const __m256i *)(block + 64 * i + 32 * h));
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    __m256i v = _mm256_loadu_si256((const __m256i *)(block + 64 * (i / 2) + 32 * h));
+    __m256i q = i % 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), low) : _mm256_and_si256(v, low);
+    if (bits == 6) {  /* the top bits of chunk 4f + k sit at bits 2k..2k+1 of top bytes f: moved to bits 4..5 */
+        __m256i top = _mm256_loadu_si256((const __m256i *)(block + 256 + 64 * (i / 4) + 32 * h));
+        int k = i % 4;
+        top = k == 0 ? _mm256_slli_epi16(top, 4) : k == 1 ? _mm256_slli_epi16(top, 2)
+                                                   : k == 2 ? top : _mm256_srli_epi16(top, 2);
+        q = _mm256_or_si256(q, _mm256_and_si256(top, _mm256_set1_epi8(0x30)));
+    }
+    return q;
+}
+
+/* one row's products of 4- or 6-bit codes lo and hi (features 4i.. and 4i + 4..) and activations b0 and b1, their
+   pairs summed in int16 (exact: see panel_group) */
 static inline __m256i pairs(__m256i lo, __m256i b0, __m256i hi, __m256i b1) {
     return _mm256_add_epi16(_mm256_maddubs_epi16(lo, b0), _mm256_maddubs_epi16(hi, b1));
 }
@@ -177,19 +225,18 @@ static inline __m256i pairs(__m256i lo, __m256i b0, __m256i hi, __m256i b1) {
    8-bit pair |q - 128| * (+-a) at most 2 * 128 * 127, widened at once. */
 static inline __attribute__((always_inline)) void panel_group(const int8_t *a, const float *t, const float *t_sum,
                                                               const float *t_halves, int64_t K, int64_t m0, int rows,
-                                                              const uint8_t *block, int bits, int64_t g,
+                                                              const uint8_t *block, int bits, int unpacked, int64_t g,
                                                               __m256 acc[2][MR]) {
     int64_t G = K / GROUP;
-    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    const uint8_t *scales = block + code_bytes(bits);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const uint8_t *scales = block + (unpacked ? code_bytes(8) : code_bytes(bits));
     __m256i sum[2][MR];  /* int16 pairs (4 bits) or int32 dots (6 and 8 bits) */
     if (bits == 4) {
         UNROLLED for (int c = 0; c < 4; c++) {
             __m256i lo[2], hi[2];
             UNROLLED for (int h = 0; h < 2; h++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(block + 64 * c + 32 * h));
-                lo[h] = _mm256_and_si256(v, low);
-                hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                lo[h] = code_chunk(block, 4, unpacked, 2 * c, h);
+                hi[h] = code_chunk(block, 4, unpacked, 2 * c + 1, h);
             }
             UNROLLED for (int r = 0; r < rows; r++) {
                 __m256i b0 = CODES(r, 2 * c), b1 = CODES(r, 2 * c + 1);
@@ -211,19 +258,12 @@ static inline __attribute__((always_inline)) void panel_group(const int8_t *a, c
             }
         }
     } else if (bits == 6) {
-        const __m256i top_bits = _mm256_set1_epi8(0x30);
-        UNROLLED for (int f = 0; f < 2; f++) {  /* features 16f..16f+15: chunks 2f and 2f + 1 of low nibbles */
+        UNROLLED for (int f = 0; f < 2; f++) {  /* features 16f..16f+15, codes chunks 4f..4f+3, scales s_f */
             UNROLLED for (int c = 0; c < 2; c++) {
                 __m256i lo[2], hi[2];
                 UNROLLED for (int h = 0; h < 2; h++) {
-                    __m256i v = _mm256_loadu_si256((const __m256i *)(block + 64 * (2 * f + c) + 32 * h));
-                    __m256i top = _mm256_loadu_si256((const __m256i *)(block + 256 + 64 * f + 32 * h));
-                    /* the top bits of codes chunk 4f + k sit at bits 2k..2k+1: moved to bits 4..5 */
-                    __m256i top_lo = c == 0 ? _mm256_slli_epi16(top, 4) : top;
-                    __m256i top_hi = c == 0 ? _mm256_slli_epi16(top, 2) : _mm256_srli_epi16(top, 2);
-                    lo[h] = _mm256_or_si256(_mm256_and_si256(v, low), _mm256_and_si256(top_lo, top_bits));
-                    hi[h] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low),
-                                            _mm256_and_si256(top_hi, top_bits));
+                    lo[h] = code_chunk(block, 6, unpacked, 4 * f + 2 * c, h);
+                    hi[h] = code_chunk(block, 6, unpacked, 4 * f + 2 * c + 1, h);
                 }
                 UNROLLED for (int r = 0; r < rows; r++) {
                     __m256i b0 = CODES(r, 4 * f + 2 * c), b1 = CODES(r, 4 * f + 2 * c + 1);
@@ -248,9 +288,8 @@ static inline __attribute__((always_inline)) void panel_group(const int8_t *a, c
         UNROLLED for (int i = 0; i < 8; i++) {
             __m256i w[2], magnitude[2];
             UNROLLED for (int h = 0; h < 2; h++) {
-                w[h] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(block + 64 * i + 32 * h)),
-                                        _mm256_set1_epi8((char)0x80));  /* q - 128 as int8 */
-                magnitude[h] = _mm256_abs_epi8(w[h]);                   /* |q - 128| <= 128: unsigned */
+                w[h] = _mm256_xor_si256(code_chunk(block, 8, 0, i, h), _mm256_set1_epi8((char)0x80));  /* q - 128 */
+                magnitude[h] = _mm256_abs_epi8(w[h]);  /* |q - 128| <= 128: unsigned */
             }
             UNROLLED for (int r = 0; r < rows; r++) {
                 __m256i b = CODES(r, i);
@@ -275,17 +314,15 @@ static inline __attribute__((always_inline)) void panel_group(const int8_t *a, c
     }
 }
 
-/* rows [m0, m0 + rows) of y (rows <= MR) for one panel; inlined with `rows` and `bits` constants */
-static inline __attribute__((always_inline)) void panel_tile(const int8_t *a, const float *t, const float *t_sum,
-                                                             const float *t_halves, int64_t K, int64_t m0, int rows,
-                                                             const uint8_t *panel, int bits, float *y, int64_t N,
-                                                             int64_t n0, int passes) {
-    int64_t G = K / GROUP, stride = group_bytes(bits);
+/* rows [m0, m0 + rows) of y (rows <= MR) for one panel, its codes as stored or unpacked to bytes; inlined with
+   `rows`, `bits` and `unpacked` constants */
+static inline __attribute__((always_inline)) void panel_tile(TILE_PARAMS, int rows, int bits, int unpacked) {
+    int64_t G = K / GROUP, stride = group_bytes(unpacked ? 8 : bits);
     __m256 acc[2][MR];
     for (int h = 0; h < 2; h++)
         for (int r = 0; r < MR; r++) acc[h][r] = _mm256_setzero_ps();
     for (int64_t g = 0; g < G; g++)
-        panel_group(a, t, t_sum, t_halves, K, m0, rows, panel + g * stride, bits, g, acc);
+        panel_group(a, t, t_sum, t_halves, K, m0, rows, panel + g * stride, bits, unpacked, g, acc);
     for (int h = 0; h < 2; h++) {
         float *out = y + n0 + 8 * h;
         if (passes == 1) {
@@ -297,44 +334,65 @@ static inline __attribute__((always_inline)) void panel_tile(const int8_t *a, co
     }
 }
 
+#define TILES(NAME, ...) TILES_UP_TO_4(NAME, __VA_ARGS__) \
+    static const tile_fn TILES_##NAME[MR + 1] = {0, tile_##NAME##_1, tile_##NAME##_2, tile_##NAME##_3, \
+                                                 tile_##NAME##_4};
+TILES(4, 4, 0)
+TILES(6, 6, 0)
+TILES(8, 8, 0)
+TILES(4_unpacked, 4, 1)
+TILES(6_unpacked, 6, 1)
+
+/* 4- and 6-bit panels are unpacked once for all the tiles of more than one tile's rows: bytes for their codes */
+static inline int64_t scratch_bytes(int bits, int64_t K, int64_t rows) {
+    return bits != 8 && rows > MR ? (K / GROUP) * group_bytes(8) : 0;
+}
+
+/* A panel's codes as bytes in the 8-bit layout, each group's scales after them as they were */
+static void unpack_panel(const uint8_t *panel, int bits, int64_t G, uint8_t *out) {
+    for (int64_t g = 0; g < G; g++) {
+        const uint8_t *block = panel + g * group_bytes(bits);
+        uint8_t *bytes = out + g * group_bytes(8);
+        for (int i = 0; i < 8; i++)
+            for (int h = 0; h < 2; h++)
+                _mm256_storeu_si256((__m256i *)(bytes + 64 * i + 32 * h),
+                                    bits == 4 ? code_chunk(block, 4, 0, i, h) : code_chunk(block, 6, 0, i, h));
+        for (int j = 0; j < 4 * PANEL; j++) bytes[code_bytes(8) + j] = block[code_bytes(bits) + j];
+    }
+}
+
+/* rows [m0, m1) of y for one panel, tile by tile; scratch: scratch_bytes(bits, K, m1 - m0) of them */
+static void panel_rows(const int8_t *a, const float *t, const float *t_sum, const float *t_halves, int64_t K,
+                       int64_t m0, int64_t m1, const uint8_t *panel, int bits, float *y, int64_t N, int64_t n0,
+                       int passes, uint8_t *scratch) {
+    const tile_fn *tiles = bits == 4 ? TILES_4 : bits == 6 ? TILES_6 : TILES_8;
+    if (scratch != 0) {
+        unpack_panel(panel, bits, K / GROUP, scratch);
+        tiles = bits == 4 ? TILES_4_unpacked : TILES_6_unpacked;
+        panel = scratch;
+    }
+    for (int64_t m = m0; m < m1; m += MR)
+        tiles[m1 - m < MR ? m1 - m : MR](a, t, t_sum, t_halves, K, m, panel, y, N, n0, passes);
+}
+
 #endif
 
 /* y [M / passes, N] float32 from the M quantized rows of quantize_rows and the weight panels [N/16, K/32, group
-   bytes] */
-#define TILE(ROWS, BITS) \
-    static void tile_##ROWS##_##BITS(const int8_t *a, const float *t, const float *t_sum, const float *t_halves, \
-                                     int64_t K, int64_t m0, const uint8_t *panel, float *y, int64_t N, int64_t n0, \
-                                     int passes) { \
-        panel_tile(a, t, t_sum, t_halves, K, m0, ROWS, panel, BITS, y, N, n0, passes); \
-    }
-#define TILES_UP_TO_4(BITS) TILE(1, BITS) TILE(2, BITS) TILE(3, BITS) TILE(4, BITS)
-#if MR == 8
-#define TILES(BITS) TILES_UP_TO_4(BITS) TILE(5, BITS) TILE(6, BITS) TILE(7, BITS) TILE(8, BITS) \
-    static const tile_fn TILES_##BITS[MR + 1] = {0, tile_1_##BITS, tile_2_##BITS, tile_3_##BITS, tile_4_##BITS, \
-                                                 tile_5_##BITS, tile_6_##BITS, tile_7_##BITS, tile_8_##BITS};
-#else
-#define TILES(BITS) TILES_UP_TO_4(BITS) \
-    static const tile_fn TILES_##BITS[MR + 1] = {0, tile_1_##BITS, tile_2_##BITS, tile_3_##BITS, tile_4_##BITS};
-#endif
-
-typedef void (*tile_fn)(const int8_t *, const float *, const float *, const float *, int64_t, int64_t,
-                        const uint8_t *, float *, int64_t, int64_t, int);
-TILES(4)
-TILES(6)
-TILES(8)
-
+   bytes]: a chunk of rows at a time, the panels split among the threads */
 void matmul(const int8_t *a, const float *t, const float *t_sum, const float *t_halves, int64_t M, int64_t K,
             const uint8_t *weights, int bits, int64_t N, float *y, int passes, int threads) {
-    const tile_fn *tiles = bits == 4 ? TILES_4 : bits == 6 ? TILES_6 : TILES_8;
     int64_t panels = N / PANEL, panel_bytes = (K / GROUP) * group_bytes(bits);
     for (int64_t chunk = 0; chunk < M; chunk += M_CHUNK) {
         int64_t chunk_end = chunk + M_CHUNK < M ? chunk + M_CHUNK : M;
-#pragma omp parallel for schedule(static) num_threads(threads)
-        for (int64_t p = 0; p < panels; p++) {
-            for (int64_t m0 = chunk; m0 < chunk_end; m0 += MR) {
-                int rows = chunk_end - m0 < MR ? (int)(chunk_end - m0) : MR;
-                tiles[rows](a, t, t_sum, t_halves, K, m0, weights + p * panel_bytes, y, N, p * PANEL, passes);
-            }
+#pragma omp parallel num_threads(threads)
+        {
+            int64_t bytes = scratch_bytes(bits, K, chunk_end - chunk);
+            uint8_t *scratch = bytes ? malloc(bytes) : 0;
+#pragma omp for schedule(static)
+            for (int64_t p = 0; p < panels; p++)
+                panel_rows(a, t, t_sum, t_halves, K, chunk, chunk_end, weights + p * panel_bytes, bits, y, N,
+                           p * PANEL, passes, scratch);
+            free(scratch);
         }
     }
 }
