@@ -84,16 +84,16 @@ def engine_runs() -> dict:
     prompts = [llm.engine.apply_chat_template([{"role": "user", "content": f"{q} (take {i})"}])
                for i, q in enumerate(questions)]
     params = [SamplingParams(temperature=0.9, top_p=0.95, seed=100 + i, max_tokens=24) for i in range(len(prompts))]
-    llm.engine.kv.forget_cached()
+    llm.engine.reset_prefix_cache()
     cold = [llm.generate(p, s)[0].outputs[0].token_ids for p, s in zip(prompts, params)]
     cached = [llm.generate(p, s)[0].outputs[0].token_ids for p, s in zip(prompts, params)]
-    llm.engine.kv.forget_cached()
+    llm.engine.reset_prefix_cache()
     batched = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
 
     long_prompt = list(range(1000, 2000))
     one = SamplingParams(temperature=0, max_tokens=1)
     llm.generate([long_prompt[:100]], one)  # warm-up
-    llm.engine.kv.forget_cached()
+    llm.engine.reset_prefix_cache()
     started = time.perf_counter()
     llm.generate([long_prompt], one)
     prefill = time.perf_counter() - started

@@ -15,7 +15,7 @@ PROMPT, N, NEW = 500, 8, 128
 
 def run(llm: LLM, requests: list[tuple[list[int], SamplingParams]], one_after_another: bool) -> dict:
     engine = llm.engine
-    engine.kv.forget_cached()
+    engine.reset_prefix_cache()
     peak = 0
     start = time.perf_counter()
     pending = list(requests)
@@ -25,7 +25,7 @@ def run(llm: LLM, requests: list[tuple[list[int], SamplingParams]], one_after_an
                 engine.add_request(prompt, params)
             pending = [] if not one_after_another else pending[1:]
         engine.step()
-        peak = max(peak, engine.kv.usage().used)
+        peak = max(peak, engine.scheduler.kv_usage.used)
     return {"seconds": time.perf_counter() - start, "peak_blocks": peak}
 
 
@@ -45,7 +45,7 @@ def main() -> None:
     separate = [(prompt, SamplingParams(seed=k, **common)) for k in range(N)]
     together = run(llm, separate, False)
     in_turn = run(llm, separate, True)
-    bs = llm.engine.kv.block_size
+    bs = llm.engine.config.block_size
     prompt_blocks = -(-PROMPT // bs)
     bound = prompt_blocks + N * (-(-(PROMPT + NEW) // bs) - prompt_blocks) + N
     rows = [{"system": f"n={N} in one request", **forked},

@@ -146,7 +146,7 @@ def time_engine(args) -> list[dict]:
         prompts = [torch.randint(0, vocab, (int(n),), generator=generator).tolist()
                    for n in torch.randint(32, 512, (args.requests,), generator=generator)]
         llm.generate(prompts, params)  # compiles every kernel variant the run needs
-        llm.engine.kv.forget_cached()  # no prefix hits from the warmup
+        llm.engine.reset_prefix_cache()  # no prefix hits from the warmup
         torch.cuda.synchronize()
         start = time.perf_counter()
         results = llm.generate(prompts, params)

@@ -17,7 +17,7 @@ DECODE_TOKENS = 256
 
 def engine_latency(llm: LLM, prompt: list[int]) -> dict:
     engine = llm.engine
-    engine.kv.forget_cached()  # a cold prompt: no prefix hit
+    engine.reset_prefix_cache()  # a cold prompt: no prefix hit
     engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=DECODE_TOKENS, ignore_eos=True))
     start = time.perf_counter()
     first = None

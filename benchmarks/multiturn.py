@@ -34,7 +34,7 @@ def conversation_turns(tokenizer, seed: int) -> list[list[int]]:
 def run_engine(llm: LLM, turns: list[list[list[int]]]) -> list[dict]:
     """Round-robin over the conversations; each turn's prompt is the history's exact tokens plus the new turn."""
     engine = llm.engine
-    engine.kv.forget_cached()
+    engine.reset_prefix_cache()
     histories = [[] for _ in turns]
     per_turn = [[] for _ in range(TURNS)]
     prompts = [[] for _ in range(TURNS)]

@@ -102,7 +102,7 @@ def prefill(llm: LLM, steps: int) -> tuple[float, list, int]:
 
     def run(count: int) -> None:
         for _ in range(count):
-            engine.kv.forget_cached()
+            engine.reset_prefix_cache()
             engine.add_request(next(prompts), SamplingParams(temperature=0, max_tokens=1))
             engine.step()
             assert not engine.requests, "the prompt took more than one step"
@@ -113,7 +113,7 @@ def prefill(llm: LLM, steps: int) -> tuple[float, list, int]:
 
 def decode(llm: LLM, streams: int, context: int, steps: int) -> tuple[float, list, int]:
     engine = llm.engine
-    engine.kv.forget_cached()
+    engine.reset_prefix_cache()
     for prompt in synthetic_chats(engine.tokenizer, streams, context, context, seed=streams):
         engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=2 * steps + 16, ignore_eos=True))
     while any(seq.num_output_tokens == 0 for seq in engine.scheduler.running + list(engine.scheduler.waiting)):

@@ -30,7 +30,7 @@ def step_ms(llm: LLM, prompts: list[list[int]], structured: StructuredOutput | N
     """The mean time of `steps` decode steps of these prompts' replies, after their prefills and 4 steps more, and of
     their sampling and updating (the grammar's step) within."""
     engine = llm.engine
-    engine.kv.forget_cached()
+    engine.reset_prefix_cache()
     for k, prompt in enumerate(prompts):
         engine.add_request(prompt, SamplingParams(temperature=1.0, seed=k, max_tokens=steps + 64, ignore_eos=True,
                                                   structured=structured))

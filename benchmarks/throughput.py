@@ -39,7 +39,7 @@ def kv_waste(engine) -> tuple[float, float]:
 
 def run_engine(llm: LLM, prompts, lengths) -> dict:
     engine = llm.engine
-    engine.kv.forget_cached()
+    engine.reset_prefix_cache()
     for ids, n in zip(prompts, lengths):
         engine.add_request(ids, SamplingParams(temperature=0.8, seed=len(ids), max_tokens=n, ignore_eos=True))
     waste, generated, steps = [], 0, 0

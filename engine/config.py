@@ -25,8 +25,12 @@ class EngineConfig:
     max_num_seqs: int = 128  # sequences in one batch
     max_num_batched_tokens: int = 2048  # tokens in one step (prefill chunks included)
     # while replies are being written, a prompt's prefill goes in chunks cut to keep each step about this long, so
-    # that their next tokens never wait much longer (see scheduler.StepPace); None: whole max_num_batched_tokens
+    # that their next tokens never wait much longer, the longer as more prompts wait for their first token (see
+    # scheduler.StepPace); None: up to step_limit_s
     decode_step_target_s: float | None = 0.2
+    # and no step, a prompt's alone too, aims past this long: what waits for the engine between steps (a decode,
+    # /metrics, a delete) never waits much longer; None: whole max_num_batched_tokens
+    step_limit_s: float | None = 1.0
     attention_backend: str | None = None  # "native", "torch" or "triton"; None: triton on CUDA, else native or torch
     # "auto": a GGUF on the CPU runs its own quantized weights, packed for torch's weight-only kernels (little
     # memory, fast decoding, reproducible for a seed; see packed_linear.py), anything else dense weights;
@@ -49,8 +53,9 @@ class EngineConfig:
             raise ValueError(f"unknown quantization {self.quantization!r}; use one of {', '.join(QUANTIZATIONS)}")
         if self.block_size < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("block_size, max_num_seqs and max_num_batched_tokens must be at least 1")
-        if self.decode_step_target_s is not None and not self.decode_step_target_s > 0:
-            raise ValueError(f"decode_step_target_s must be more than 0 (or None), got {self.decode_step_target_s}")
+        for name in ("decode_step_target_s", "step_limit_s"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be more than 0 (or None), got {getattr(self, name)}")
         if self.kv_disk_bytes < 0:
             raise ValueError(f"kv_disk_bytes must be 0 (no disk tier) or more, got {self.kv_disk_bytes}")
         if self.cpu_threads is not None and self.cpu_threads < 1:

@@ -16,7 +16,8 @@ from localchat.engine.stats import KVCacheUsage
 class PrefixHit:
     """What a sequence finds of its tokens on admission: full blocks in memory (hash, block id), then more full
     blocks on disk (their hashes), or else the first `partial_tokens` tokens of a kept partial block (its id). The
-    last token is never among them: it must be computed to give logits."""
+    last token is never among them: it must be computed to give logits. The KV cache manager writes it (and lowers
+    num_tokens where a block on disk fails its check as it is read)."""
 
     cached: list[tuple[bytes, int]] = field(default_factory=list)
     on_disk: list[bytes] = field(default_factory=list)
@@ -25,17 +26,30 @@ class PrefixHit:
     num_tokens: int = 0  # the sequence's tokens these hold
 
 
+@dataclass(frozen=True)
+class KVCacheConfig:
+    """The KV cache a scheduler manages: its blocks, their size, whether prefixes are found by hash, the model
+    fingerprint their hashes start from, and a disk tier that keeps full blocks across restarts (prefix caching
+    only), with read_block(block_id) giving a copy of a block's K and V to write and block_view(block_id) the cache
+    memory to read one into."""
+
+    num_blocks: int
+    block_size: int
+    enable_prefix_caching: bool = True
+    fingerprint: str = ""
+    disk: KVDiskTier | None = None
+    read_block: Callable[[int], torch.Tensor] | None = None
+    block_view: Callable[[int], torch.Tensor] | None = None
+
+
 class KVCacheManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True, fingerprint: str = "",
-                 disk: KVDiskTier | None = None, read_block: Callable[[int], torch.Tensor] | None = None,
-                 block_view: Callable[[int], torch.Tensor] | None = None):
-        """disk: a tier that keeps full blocks across restarts (prefix caching only), with read_block(block_id)
-        giving a copy of a block's K and V to write, and block_view(block_id) the cache memory to read one into."""
-        self.block_size = block_size
-        self.enable_prefix_caching = enable_prefix_caching
-        self.disk = disk if enable_prefix_caching else None
-        self.read_block, self.block_view = read_block, block_view
-        self.pool = BlockPool(num_blocks, fingerprint, self._save_block if self.disk is not None else None)
+    def __init__(self, config: KVCacheConfig):
+        self.block_size = config.block_size
+        self.enable_prefix_caching = config.enable_prefix_caching
+        self.disk = config.disk if config.enable_prefix_caching else None
+        self.read_block, self.block_view = config.read_block, config.block_view
+        self.pool = BlockPool(config.num_blocks, config.fingerprint,
+                              self._save_block if self.disk is not None else None)
         self.pending_copies: list[tuple[int, int]] = []  # (src, dst) blocks to copy before the next forward
         self.copied_partials: list[int] = []  # kept partial blocks held until their copies are handed out
 
@@ -116,9 +130,9 @@ class KVCacheManager:
     def allocate_slots(self, seq: Sequence, num_new_tokens: int, hit: PrefixHit | None = None) -> bool:
         """Make room for seq's next num_new_tokens tokens after its computed ones (and, on admission, after what
         `hit` holds: its cached blocks are shared, its blocks on disk read into new blocks now (where a file fails
-        its check, the tokens from that block on are computed instead), or its partial block's tokens copied into
-        seq's next block). A shared last block is copied before it is written. False, changing nothing, if the pool
-        has too few free blocks."""
+        its check, the tokens from that block on are computed instead, and hit.num_tokens says so), or its partial
+        block's tokens copied into seq's next block). A shared last block is copied before it is written. False,
+        changing nothing, if the pool has too few free blocks. (The scheduler counts the hit's tokens computed.)"""
         hit = hit or PrefixHit()
         cached_prefix, on_disk, partial, partial_tokens = hit.cached, hit.on_disk, hit.partial, hit.partial_tokens
         bs = self.block_size
@@ -137,7 +151,6 @@ class KVCacheManager:
         if partial is not None:  # held (out of the free queue) until its copy is handed out with the step
             self.pool.share(partial)
             self.copied_partials.append(partial)
-        seq.num_computed_tokens = num_computed
         if copy_last:
             shared = seq.block_table[-1]
             seq.block_table[-1] = self.pool.allocate()
@@ -145,30 +158,29 @@ class KVCacheManager:
             self.pool.release(shared)
         new_blocks = [self.pool.allocate() for _ in range(num_new_blocks)]
         if on_disk:
-            self._load(seq, on_disk, new_blocks)
+            hit.num_tokens -= (len(on_disk) - self._load(seq, on_disk, new_blocks)) * bs
         if partial is not None:
             self.pending_copies.append((partial, new_blocks[0]))
         seq.block_table.extend(new_blocks)
         return True
 
-    def _load(self, seq: Sequence, on_disk: list[bytes], blocks: list[int]) -> None:
-        """Read seq's next blocks from disk into `blocks` (the first len(on_disk) of them) and make them findable;
-        from the first that fails on, seq's tokens are left to compute."""
+    def _load(self, seq: Sequence, on_disk: list[bytes], blocks: list[int]) -> int:
+        """Read seq's next blocks from disk into `blocks` (the first len(on_disk) of them) and make them findable; how
+        many were read (from the first that fails on, seq's tokens are left to compute)."""
         bs, first = self.block_size, len(seq.block_table)
         tokens = [seq.token_ids[i * bs : (i + 1) * bs] for i in range(first, first + len(on_disk))]
         num_read = self.disk.read_into([(block_hash, ids, self.block_view(block_id))
                                         for block_hash, ids, block_id in zip(on_disk, tokens, blocks)])
-        seq.num_computed_tokens -= (len(on_disk) - num_read) * bs
         self.pool.filled(set(blocks[:num_read]))
         for block_hash, ids, block_id in zip(on_disk[:num_read], tokens, blocks):
             self.pool.register(block_id, block_hash, ids)
+        return num_read
 
-    def commit(self, seq: Sequence, num_new_tokens: int) -> None:
-        """seq's next num_new_tokens tokens are now in the cache: count them, and make the blocks they filled
-        findable by their hashes."""
-        bs, before = self.block_size, seq.num_computed_tokens
-        seq.num_computed_tokens += num_new_tokens
+    def cache_computed(self, seq: Sequence, before: int) -> None:
+        """seq's tokens from `before` to its computed ones are now in the cache: make the blocks they filled findable
+        by their hashes."""
         if self.enable_prefix_caching:
+            bs = self.block_size
             for i in range(before // bs, seq.num_computed_tokens // bs):
                 self.pool.register(seq.block_table[i], seq.block_hashes[i], seq.token_ids[i * bs : (i + 1) * bs])
 
@@ -217,7 +229,8 @@ class KVCacheManager:
 
     def free(self, seq: Sequence) -> None:
         """Release seq's blocks, last block first, so shared prefixes are the last to be evicted. A partial last
-        block that seq alone holds is kept (BlockPool.keep_partial): the next turn of a chat finds its tokens."""
+        block that seq alone holds is kept (BlockPool.keep_partial): the next turn of a chat finds its tokens. (The
+        scheduler then counts none of seq's tokens computed.)"""
         bs, computed = self.block_size, seq.num_computed_tokens
         last = computed // bs
         if self.enable_prefix_caching and computed % bs and last < len(seq.block_table) and \
@@ -227,7 +240,6 @@ class KVCacheManager:
         for block_id in reversed(seq.block_table):
             self.pool.release(block_id)
         seq.block_table.clear()
-        seq.num_computed_tokens = 0
 
     def take_block_updates(self) -> tuple[list[tuple[int, int]], list[int]]:
         """What the cache memory needs before the next forward: copy-on-write copies, and blocks used for the

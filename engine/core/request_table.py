@@ -1,6 +1,7 @@
-"""The requests in flight, by id: each one's prompt, params and replies. The engine adds a request, the output
-processor writes its replies' text, and the request leaves the table with its last delta (or all at once after a failed
-step)."""
+"""The requests in flight, by id: each one's prompt, params and replies. The table is the one writer of a request's
+state (RequestState): the engine adds a request, its replies are tracked as they start, a step's outcomes are recorded
+(draft counts, a failure), and the request leaves the table with its last delta (or all at once after a failed step).
+Each reply's text state (ReplyState) is the output processor's own."""
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from localchat.engine.frontend.reasoning import Phase
 from localchat.engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
+    from localchat.engine.core.step_apply import AppliedStep
     from localchat.engine.frontend.output_processor import ReplyState
 
 
@@ -44,9 +46,31 @@ class RequestTable:
         """Forget every request (after a failed step)."""
         self._requests.clear()
 
-    def fail(self, request_id: str, error: str) -> None:
-        """The request failed alone: its last delta says why."""
-        self._requests[request_id].error = error
+    def track(self, seq: Sequence, reply: "ReplyState") -> None:
+        """A reply of its request starts (the first, or one started beside it once the prompt was computed), with its
+        text state."""
+        request = self._requests[seq.request_id]
+        request.seqs.append(seq)
+        request.replies.append(reply)
+
+    def end_thinking(self, request_id: str) -> bool:
+        """Ask a request's replies to close their thinking at their next token; False if it has none to close (an
+        unknown request, or a model that does not think)."""
+        request = self._requests.get(request_id)
+        if request is None or request.first_phase is None:
+            return False
+        request.end_thinking = True
+        return True
+
+    def record(self, applied: "AppliedStep") -> None:
+        """A step's outcomes: each scored draft counts in its reply, and a request that failed alone says why in its
+        last delta."""
+        for outcome in applied.drafts:
+            reply = self._requests[outcome.seq.request_id].replies[outcome.seq.index]
+            reply.num_draft_tokens += outcome.drafted
+            reply.num_accepted_tokens += outcome.kept
+        for request_id, error in applied.failed.items():
+            self._requests[request_id].error = error
 
     def get(self, request_id: str) -> RequestState | None:
         return self._requests.get(request_id)

@@ -1,15 +1,20 @@
 """Continuous batching and each sequence's life: which sequences run this step and how many of their tokens, then,
 once the step's tokens are computed and sampled, their new tokens, the replies that start beside them, and those
-that end."""
+that end. The scheduler builds and owns the KV cache manager and the speculator: nothing else drives them, and it
+alone writes a sequence's tokens, progress and status (the KV cache manager its blocks)."""
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from localchat.engine.core.kv_cache_manager import KVCacheManager
+import torch
+
+from localchat.engine.core.kv_cache_manager import KVCacheConfig, KVCacheManager
 from localchat.engine.core.sequence import Sequence, SequenceStatus
 from localchat.engine.core.speculator import STEP_ROWS, Speculator
-from localchat.engine.core.step_outputs import LogitRows, SampleRows, ScheduledBatch
+from localchat.engine.core.step_outputs import LogitRows, SamplerOutput, SampleRows, ScheduledBatch, VerifiedTokens
 from localchat.engine.frontend.structured_output import GrammarFailed
+from localchat.engine.stats import KVCacheUsage, SpeculationStats
 
 
 @dataclass(frozen=True)
@@ -22,36 +27,95 @@ class StopRules:
 
 class StepPace:
     """How long a step takes for each token it computes, averaged over recent steps that prefill, and so how many
-    prefill tokens fit beside running decodes in `target_s` (their next token waits for the whole step: a
-    2,048-token chunk takes seconds on a CPU). The time per token counts the step's fixed cost too, so the budget
-    settles where a step takes target_s: shorter steps raise it, longer ones lower it."""
+    prompt tokens the next step takes. Beside replies being written, as many as keep the step near `decode_target_s`
+    (their next token waits for the whole step: a 2,048-token chunk takes seconds on a CPU), that target stretched
+    as more prompts wait for their first token per reply being written (a crowd that arrives at once gets its first
+    tokens sooner, and the replies' gaps grow only while it waits). Never more than keep a step near `limit_s`, a
+    prompt alone too, so that nothing that waits for the engine between steps (a decode, /metrics, a delete) waits
+    longer. The time per token counts the step's fixed cost too, so the budget settles where a step takes its
+    target: shorter steps raise it, longer ones lower it. Chunks are cut to whole tiles of the kernels' rows."""
 
-    MIN_CHUNK = 8  # prefill tokens beside decodes, however slow the steps: a prompt always moves on
+    MIN_CHUNK = 8  # prompt tokens a step takes however slow the steps: a prompt always moves on
+    FIRST_CHUNK = 128  # before any step is measured: short on any machine, long enough to measure
+    ROWS = 32  # a chunk of more tokens than this is a multiple of it: the matmul kernels' row tiles stay whole
     WEIGHT = 0.3  # of the newest step in the average
 
-    def __init__(self, target_s: float | None):
-        self.target_s = target_s
+    def __init__(self, decode_target_s: float | None, limit_s: float | None = None):
+        self.decode_target_s, self.limit_s = decode_target_s, limit_s
         self.seconds_per_token: float | None = None
+        self.decode_cost = DecodeCost()
 
     def observe(self, batch: ScheduledBatch, seconds: float) -> None:
-        if batch.num_tokens - batch.num_draft_tokens == len(batch.seqs):  # decodes only: another matter
+        if batch.num_tokens - batch.num_draft_tokens == len(batch.seqs):  # decodes only: what a row costs
+            self.decode_cost.observe(batch.num_tokens, seconds)
             return
         sample = seconds / batch.num_tokens
         old = self.seconds_per_token
         self.seconds_per_token = sample if old is None else (1 - self.WEIGHT) * old + self.WEIGHT * sample
 
-    def prefill_budget(self) -> int | None:
-        """Prefill tokens for a step that also decodes; None: no limit (no target, or nothing measured yet)."""
-        if self.target_s is None or self.seconds_per_token is None:
+    def target_s(self, decoding: int, waiting: int) -> float | None:
+        """The time a step aims at with `decoding` replies being written and `waiting` prompts before their first
+        token; None: none."""
+        if not decoding or self.decode_target_s is None:
+            return self.limit_s
+        stretched = self.decode_target_s * (1 + waiting / decoding)
+        return stretched if self.limit_s is None else min(stretched, self.limit_s)
+
+    def prefill_budget(self, decoding: int, waiting: int) -> int | None:
+        """Prompt tokens for a step (see target_s); None: no limit."""
+        target = self.target_s(decoding, waiting)
+        if target is None:
             return None
-        return max(self.MIN_CHUNK, int(self.target_s / self.seconds_per_token))
+        if self.seconds_per_token is None:
+            return self.FIRST_CHUNK
+        budget = max(self.MIN_CHUNK, int(target / self.seconds_per_token))
+        return budget if budget < self.ROWS else budget // self.ROWS * self.ROWS
+
+
+class DecodeCost:
+    """What a step of decodes alone costs, fitted as the steps run: seconds = fixed + per_row * rows (weighted least
+    squares, the newest steps weighing most). A decode step reads every weight once whatever its rows, so `fixed` is
+    most of it while the rows are few; each row (a reply's token, or a draft token) adds its compute, `per_row`.
+    Drafts pay where a kept token saves more than a drafted one costs (min_acceptance)."""
+
+    DECAY = 0.97  # of the older steps' weight at each new step (about the last 30 steps count)
+
+    def __init__(self):
+        self.weight = self.rows = self.rows_squared = self.seconds = self.rows_seconds = 0.0
+
+    def observe(self, rows: int, seconds: float) -> None:
+        decay = self.DECAY
+        self.weight = decay * self.weight + 1
+        self.rows = decay * self.rows + rows
+        self.rows_squared = decay * self.rows_squared + rows * rows
+        self.seconds = decay * self.seconds + seconds
+        self.rows_seconds = decay * self.rows_seconds + rows * seconds
+
+    def fit(self) -> tuple[float, float] | None:
+        """(fixed, per_row) seconds; None until steps of different row counts were seen."""
+        spread = self.weight * self.rows_squared - self.rows**2
+        if self.weight < 2 or spread <= 1e-9 * max(self.weight, 1):
+            return None
+        per_row = (self.weight * self.rows_seconds - self.rows * self.seconds) / spread
+        fixed = (self.seconds - per_row * self.rows) / self.weight
+        return max(fixed, 0.0), max(per_row, 0.0)
+
+    def min_acceptance(self, replies: int) -> float:
+        """The share of its draft a reply must keep for drafting to pay in a step that decodes `replies` replies: a
+        drafted token costs a row; a kept one saves the reply a row in a later step and its share of that step's
+        fixed cost (all of it for a reply alone, an eighth beside seven others). 0 until measured."""
+        fitted = self.fit()
+        if fitted is None:
+            return 0.0
+        fixed, per_row = fitted
+        return per_row / (fixed / max(replies, 1) + per_row) if per_row > 0 else 0.0
 
 
 class Scheduler:
-    def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 pace: StepPace | None = None, stop: StopRules | None = None, speculator: Speculator | None = None):
-        self.kv = kv
-        self.speculator = speculator or Speculator(enabled=False)
+    def __init__(self, kv_cache: KVCacheConfig, max_num_seqs: int, max_num_batched_tokens: int,
+                 pace: StepPace | None = None, stop: StopRules | None = None, speculative: bool = False):
+        self.kv = KVCacheManager(kv_cache)  # read by tests and stats; driven by the scheduler alone
+        self.speculator = Speculator(enabled=speculative)
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.pace = pace or StepPace(None)
@@ -61,18 +125,39 @@ class Scheduler:
         self.running: list[Sequence] = []  # in admission order: the last is the newest
         self.num_preemptions = 0
 
-    def add(self, seq: Sequence) -> None:
+    def add(self, seq: Sequence, draft_sources: list[list[int]] | None = None) -> None:
+        """A request's first reply waits to run; its prompt's full blocks are hashed now, and draft_sources are the
+        other texts its replies may copy from (speculator.py)."""
+        self.kv.hash_blocks(seq)
+        self.speculator.add_sources(seq.request_id, draft_sources or [])
         self.waiting.append(seq)
 
-    def clear(self) -> None:
-        """Forget every sequence (after a failed step; KVCacheManager.reset frees their blocks)."""
+    def reset(self) -> None:
+        """Forget every sequence, and start the KV memory afresh (after a failed step: see LLMEngine.reset)."""
         self.waiting.clear()
         self.running.clear()
         self.speculator.clear()
+        self.kv.reset()
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix in memory (blocks in use keep their contents; the disk tier keeps its own)."""
+        self.kv.forget_cached()
+
+    def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> int:
+        """Drop the cached blocks of the token sequences `dropped` that none of `kept` shares (KVCacheManager)."""
+        return self.kv.forget(dropped, kept)
+
+    @property
+    def kv_usage(self) -> KVCacheUsage:
+        return self.kv.usage()
+
+    @property
+    def speculation(self) -> SpeculationStats:
+        return self.speculator.stats
 
     def schedule(self) -> ScheduledBatch:
-        """Decodes first, then chunks of prefills, within one token budget (and, beside decodes, within what the
-        pace allows); a step of decodes alone takes their drafts (_draft). When blocks run out the newest running
+        """Decodes first, then chunks of prefills, within one token budget and what the pace allows (StepPace); a
+        step of decodes alone takes their drafts (_draft). When blocks run out the newest running
         sequence is preempted: its blocks are freed (kept as cache) and it waits to be recomputed; a draft never
         preempts anything."""
         budget = self.max_num_batched_tokens
@@ -83,8 +168,8 @@ class Scheduler:
         prefills = [s for s in self.running if s.num_uncomputed_tokens > 1]
         for seq in decodes:
             budget -= self._continue(seq, budget, scheduled)
-        if scheduled:  # the prefills beside these decodes: a step short enough for their next tokens
-            budget = min(budget, self.pace.prefill_budget() or budget)
+        paced = self.pace.prefill_budget(len(scheduled), len(prefills) + len(self.waiting))
+        budget = min(budget, paced or budget)  # a step short enough for the decodes' next tokens, and for the rest
         for seq in prefills:
             budget -= self._continue(seq, budget, scheduled)
         if self.num_preemptions == num_preemptions:  # no re-admission in the step that preempted
@@ -108,6 +193,7 @@ class Scheduler:
             if not self.kv.allocate_slots(seq, num_new, hit):
                 break
             self.waiting.popleft()
+            seq.num_computed_tokens += hit.num_tokens  # as many as the hit held once read (a failed disk block not)
             if seq.num_admissions == 0:
                 seq.num_cached_tokens = seq.num_computed_tokens  # found in memory or read from disk
                 self.prompt_tokens += len(seq)
@@ -122,13 +208,16 @@ class Scheduler:
     def _draft(self, decodes: list[Sequence], scheduled: dict[Sequence, int], drafts: dict[Sequence, list[int]],
                budget: int) -> None:
         """Drafts for a step of decodes alone, while its rows stay within STEP_ROWS (a step that prefills, or
-        has more rows, is compute-bound: a draft there costs what it saves)."""
+        has more rows, is compute-bound: a draft there costs what it saves), for the replies whose drafts keep
+        enough to pay in a step of this many replies (DecodeCost.min_acceptance: eight forks decoding together
+        gain from a kept token an eighth of what a reply alone gains)."""
         room = STEP_ROWS - len(scheduled)
+        min_acceptance = self.pace.decode_cost.min_acceptance(len(scheduled))
         for seq in decodes:
             # not while a grammar waits for the reply's thinking to end: a draft's tokens past the closing marker
             # would not be checked by it
             if room > 0 and seq in scheduled and seq.num_siblings_pending == 0 and not seq.grammar_waits_for_answer:
-                draft = self.speculator.propose(seq, min(room, budget), self.stop.max_model_len)
+                draft = self.speculator.propose(seq, min(room, budget), self.stop.max_model_len, min_acceptance)
                 if draft and self.kv.allocate_slots(seq, 1 + len(draft)):
                     drafts[seq] = draft
                     scheduled[seq] += len(draft)
@@ -149,6 +238,12 @@ class Scheduler:
         scheduled[seq] = num_new
         return num_new
 
+    def _computed(self, seq: Sequence, num_new_tokens: int) -> None:
+        """seq's next num_new_tokens tokens are in the cache: count them, and their full blocks become findable."""
+        before = seq.num_computed_tokens
+        seq.num_computed_tokens += num_new_tokens
+        self.kv.cache_computed(seq, before)
+
     def commit_and_fork(self, computed: LogitRows) -> SampleRows:
         """The step's tokens are in the cache: count them (their full blocks become findable; a draft's only once it
         is kept, see settle), and start the other replies of each request whose prompt is now computed, sharing every
@@ -156,7 +251,7 @@ class Scheduler:
         rows, each request's new replies beside its first, on its row."""
         batch = computed.batch
         for seq, n, draft in zip(batch.seqs, batch.num_new_tokens, batch.drafts):
-            self.kv.commit(seq, n - len(draft))
+            self._computed(seq, n - len(draft))
         rows, logit_row = SampleRows(computed.logits), 0
         for i in batch.sample_rows:
             seq, draft = batch.seqs[i], batch.drafts[i]
@@ -167,12 +262,16 @@ class Scheduler:
             logit_row += 1 + len(draft)
         return rows
 
+    def verify(self, sampler: Callable[[torch.Tensor, list], SamplerOutput], rows: SampleRows) -> list[VerifiedTokens]:
+        """Sample the step's rows, each draft kept as far as the sampler agrees with it (Speculator.verify)."""
+        return self.speculator.verify(sampler, rows)
+
     def settle(self, seq: Sequence, draft: list[int], kept: int) -> None:
         """seq's draft is scored and its first `kept` tokens kept (they are in token_ids now): their K and V count,
         the rest are dropped with the blocks that held nothing else (never hashed, never findable)."""
         self.speculator.settle(seq, len(draft), kept)
         if not seq.is_finished:
-            self.kv.commit(seq, kept)
+            self._computed(seq, kept)
             self.kv.trim(seq)
 
     def add_sibling(self, child: Sequence) -> Sequence:
@@ -181,31 +280,26 @@ class Scheduler:
         self.running.append(child)
         return child
 
-    def update(self, seqs: list[Sequence], token_ids: list[int], stopped: list[bool]) -> dict[str, str]:
-        """Each sampled sequence takes its token: its grammar advances, its full blocks are hashed, and a reply
-        that ends with it (`stopped`: a stop string in its text; its grammar done, a stop token, max_tokens or the
-        model's length) is saved to the disk tier and finished. The requests whose grammar failed, with why: their
-        sequence is ended ("abort"); the caller ends their other replies."""
-        failed = {}
-        for seq, token, text_stopped in zip(seqs, token_ids, stopped):
-            if seq.is_finished:  # its request failed earlier in this loop
-                continue
-            seq.token_ids.append(token)
-            try:
-                grammar_done = seq.advance_grammar(token)
-            except GrammarFailed as error:  # this request's own grammar: it fails alone
-                failed[seq.request_id] = str(error)
-                self.end(seq)
-                continue
-            self.kv.hash_blocks(seq)
-            reason = "stop" if grammar_done or text_stopped or self._stop_token(seq, token) else None
-            if reason is None and (seq.num_output_tokens >= (seq.max_tokens or 2**63)
-                                   or len(seq) >= self.stop.max_model_len):
-                reason = "length"
-            if reason is not None:
-                self.kv.save(seq)
-                self.finish(seq, reason)
-        return failed
+    def take(self, seq: Sequence, token: int, text_stopped: bool) -> str | None:
+        """seq takes its sampled token: its grammar advances, its full blocks are hashed, and a reply that ends with it
+        (text_stopped: a stop string in its text; its grammar done, a stop token, max_tokens or the model's length)
+        is saved to the disk tier and finished. Why its request failed, if its grammar refused the token (the reply
+        is ended, "abort"; the caller ends the request's other replies); else None."""
+        seq.token_ids.append(token)
+        try:
+            grammar_done = seq.advance_grammar(token)
+        except GrammarFailed as error:  # this request's own grammar: it fails alone
+            self.end(seq)
+            return str(error)
+        self.kv.hash_blocks(seq)
+        reason = "stop" if grammar_done or text_stopped or self._stop_token(seq, token) else None
+        if reason is None and (seq.num_output_tokens >= (seq.max_tokens or 2**63)
+                               or len(seq) >= self.stop.max_model_len):
+            reason = "length"
+        if reason is not None:
+            self.kv.save(seq)
+            self.finish(seq, reason)
+        return None
 
     def _stop_token(self, seq: Sequence, token: int) -> bool:
         params = seq.params
@@ -221,6 +315,7 @@ class Scheduler:
     def preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
         self.kv.free(seq)
+        seq.num_computed_tokens = 0
         seq.status = SequenceStatus.WAITING
         self.waiting.appendleft(seq)
         self.num_preemptions += 1
@@ -232,6 +327,7 @@ class Scheduler:
         elif seq.status is SequenceStatus.WAITING:
             self.waiting.remove(seq)
         self.kv.free(seq)
+        seq.num_computed_tokens = 0
         self.speculator.forget(seq)
         seq.drop_grammar()
         seq.status = SequenceStatus.FINISHED

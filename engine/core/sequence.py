@@ -30,8 +30,11 @@ class Sequence:
     # the reply's place in its grammar (params.structured), until it finishes: written through the methods below
     grammar: ReplyGrammar | None = None
     seq_id: int = field(default_factory=lambda: next(_seq_ids))
+    # One writer for each field after construction (tests/engine/test_seams.py checks it): the Scheduler writes the
+    # tokens, the progress and the life (token_ids, status, num_computed_tokens, num_cached_tokens, num_admissions,
+    # num_siblings_pending, finish_reason); the KVCacheManager the blocks (block_table, block_hashes); the sequence
+    # its grammar (its methods below).
     status: SequenceStatus = SequenceStatus.WAITING
-    # block_table and num_computed_tokens are written by the KVCacheManager alone
     num_computed_tokens: int = 0  # tokens whose K and V are in the cache
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache at the first admission
     num_admissions: int = 0  # more than one after a preemption
@@ -40,8 +43,6 @@ class Sequence:
     num_siblings_pending: int = 0  # the request's other replies, started from this one once its prompt is computed
     max_tokens: int | None = None  # of the reply (the request's, within the model's length); None: no limit
     finish_reason: str | None = None
-    num_draft_tokens: int = 0  # drafted for this reply and scored (speculator.py)
-    num_accepted_tokens: int = 0  # of them, kept
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -21,29 +21,27 @@ LONGEST_DRAFT = 8
 # whatever its rows (a memory-bound decode); beyond, it is compute-bound, and drafts are left out
 STEP_ROWS = 16
 LONGEST_PAUSE = 32  # steps a reply waits to draft again after drafts kept missing (doubling from 1)
+ACCEPTANCE_WEIGHT = 0.3  # of a reply's newest draft in its acceptance
 
 
 class NgramIndex:
     """Where each n-gram of a token list last occurred: the position of the token after it (an n-gram is indexed
-    once that token is known, so a list's own ending is never its own match). The index reads the list it is given
-    (a reply's own token_ids, which grow in place) and catches up with it in update()."""
+    once that token is known, so a list's own ending is never its own match). The index keeps its own copy of the
+    list, and catches up with a list that grows (a reply's tokens) in update()."""
 
     def __init__(self, tokens: list[int]):
-        self.tokens = tokens
+        self.tokens: list[int] = []
         self.after: dict[tuple[int, ...], int] = {}
-        self.indexed = 0  # positions whose n-grams before them are in `after`
-        self.update()
+        self.update(tokens)
 
-    def update(self) -> None:
-        tokens, after = self.tokens, self.after
-        for end in range(self.indexed, len(tokens)):
+    def update(self, tokens: list[int]) -> None:
+        """Index the tokens of `tokens` past those indexed so far (`tokens` continues the list indexed)."""
+        after, start = self.after, len(self.tokens)
+        self.tokens.extend(tokens[start:])
+        tokens = self.tokens
+        for end in range(start, len(tokens)):
             for n in range(SHORTEST_MATCH, min(LONGEST_MATCH, end) + 1):
                 after[tuple(tokens[end - n : end])] = end
-        self.indexed = len(tokens)
-
-    def extend(self, tokens: list[int]) -> None:
-        self.tokens.extend(tokens)
-        self.update()
 
     def continuation(self, suffix: tuple[int, ...], length: int, periodic: bool = False) -> list[int]:
         """Up to `length` tokens that followed `suffix`'s last occurrence; [] if it never occurred. periodic: for
@@ -60,13 +58,14 @@ class NgramIndex:
 
 @dataclass
 class DraftState:
-    """One reply's drafting: its index (its own tokens), how long its next draft may be, and how long it waits
-    after drafts that missed."""
+    """One reply's drafting: its index (its own tokens), how long its next draft may be, how long it waits after
+    drafts that missed, and the share of its drafted tokens it keeps (recent drafts weighing most)."""
 
     index: NgramIndex
     length: int = 2
     misses: int = 0
     wait: int = 0
+    acceptance: float = 1.0  # nothing drafted yet: its first draft is tried wherever a draft could pay
 
 
 @dataclass
@@ -129,18 +128,20 @@ class Speculator:
         if not any(s.request_id == seq.request_id for s in self.states):
             self.sources.pop(seq.request_id, None)
 
-    def propose(self, seq: Sequence, room: int, max_model_len: int) -> list[int]:
+    def propose(self, seq: Sequence, room: int, max_model_len: int, min_acceptance: float = 0.0) -> list[int]:
         """A draft for seq's next decode, of at most `room` tokens (what the step's rows leave), never past its
-        max_tokens or the model's length; [] for none."""
+        max_tokens or the model's length, if seq keeps at least `min_acceptance` of what it drafts; [] for none."""
         if not self.enabled or room < 1:
             return []
         state = self.states.get(seq)
         if state is None:
             state = self.states[seq] = DraftState(NgramIndex(seq.token_ids))
         else:
-            state.index.update()
+            state.index.update(seq.token_ids)
         if state.wait:
             state.wait -= 1
+            return []
+        if state.acceptance < min_acceptance:
             return []
         left = min(max_model_len - len(seq), (seq.max_tokens or 2**63) - seq.num_output_tokens) - 1
         length = min(state.length, room, left)
@@ -199,11 +200,10 @@ class Speculator:
         draft kept whole, shorter after one cut, and a reply whose drafts keep missing waits longer and longer."""
         self.stats.drafted += drafted
         self.stats.accepted += kept
-        seq.num_draft_tokens += drafted
-        seq.num_accepted_tokens += kept
         state = self.states.get(seq)
         if state is None:  # seq finished with this step
             return
+        state.acceptance = (1 - ACCEPTANCE_WEIGHT) * state.acceptance + ACCEPTANCE_WEIGHT * kept / drafted
         if kept == drafted:
             state.length, state.misses = min(2 * state.length, LONGEST_DRAFT), 0
         else:

@@ -1,7 +1,8 @@
-"""The typed hand-offs between a step's phases: what the scheduler schedules (ScheduledBatch), the logits the model
-runner computes for it (LogitRows), what the sampler reads of a row (SampleRow) and gives back (SamplerOutput), what is
-sampled from them once the step's tokens count and the replies of prompts just computed start (SampleRows), and the
-tokens each reply takes once its draft is verified (VerifiedTokens)."""
+"""The typed hand-offs between a step's phases: what the scheduler schedules (ScheduledBatch) and hands the model
+runner as plain data (ModelInput), the logits the runner computes for it (LogitRows), what the sampler reads of a row
+(SampleRow) and gives back (SamplerOutput), what is sampled from them once the step's tokens count and the replies of
+prompts just computed start (SampleRows), and the tokens each reply takes once its draft is verified
+(VerifiedTokens)."""
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -16,6 +17,22 @@ if TYPE_CHECKING:
     from localchat.engine.frontend.structured_output import Matcher
 
 NOT_FORCED = 2**63  # VerifiedTokens.forced_from when the engine writes none of a reply's tokens
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    """What the model runner computes in a step, as plain data (copies, never a live sequence): the new tokens of
+    every scheduled sequence in one flat list (its own, then its draft's), each sequence's count of them, its length
+    once they are computed and its block table, and the flat positions whose logits are sampled; the block copies and
+    clears to make first."""
+
+    input_ids: list[int]
+    query_lens: list[int]
+    seq_lens: list[int]
+    block_tables: list[list[int]]
+    logit_positions: list[int]
+    copies: list[tuple[int, int]]  # copy-on-write block copies (source, destination)
+    cleared: list[int]  # blocks to zero before the forward (first use)
 
 
 @dataclass
@@ -37,6 +54,20 @@ class ScheduledBatch:
     @property
     def num_draft_tokens(self) -> int:
         return sum(map(len, self.drafts))
+
+    def model_input(self) -> ModelInput:
+        """The runner's input for this batch, read from its sequences now (before the step changes them)."""
+        input_ids, seq_lens, logit_positions, start = [], [], [], 0
+        sampled = set(self.sample_rows)
+        for i, (seq, n, draft) in enumerate(zip(self.seqs, self.num_new_tokens, self.drafts)):
+            computed = seq.num_computed_tokens
+            input_ids += seq.token_ids[computed : computed + n - len(draft)] + draft
+            seq_lens.append(computed + n)
+            start += n
+            if i in sampled:  # the last own token, then each draft token
+                logit_positions += range(start - 1 - len(draft), start)
+        return ModelInput(input_ids, list(self.num_new_tokens), seq_lens, [list(s.block_table) for s in self.seqs],
+                          logit_positions, list(self.copies), list(self.cleared))
 
 
 class SampleRow(Protocol):
@@ -69,7 +100,7 @@ class SamplerOutput:
 
 @dataclass
 class LogitRows:
-    """The model runner's output: a step's logits (float32) and the batch they belong to, a row at the last own token
+    """The model runner's output with the batch it belongs to: a step's logits (float32), a row at the last own token
     of each sequence of batch.sample_rows, in that order, then one at each token of its draft."""
 
     logits: torch.Tensor

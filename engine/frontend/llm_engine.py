@@ -12,13 +12,13 @@ import torch
 
 from localchat.engine.config import EngineConfig
 from localchat.engine.core.block_pool import root_hash
-from localchat.engine.core.kv_cache_manager import KVCacheManager
+from localchat.engine.core.kv_cache_manager import KVCacheConfig
 from localchat.engine.core.kv_disk_tier import FORMAT_VERSION, KVDiskTier
 from localchat.engine.core.request_table import RequestState, RequestTable
 from localchat.engine.core.scheduler import Scheduler, StepPace, StopRules
 from localchat.engine.core.sequence import Sequence, SequenceStatus, reply_seed
-from localchat.engine.core.speculator import Speculator
-from localchat.engine.core.step_outputs import SamplerOutput, VerifiedTokens
+from localchat.engine.core.step_apply import apply_step
+from localchat.engine.core.step_outputs import LogitRows
 from localchat.engine.frontend.output_processor import OutputProcessor
 from localchat.engine.frontend.outputs import RequestOutput
 from localchat.engine.frontend.reasoning import PROMPT_TAIL_TOKENS, Phase, find_markers
@@ -70,13 +70,12 @@ class LLMEngine:
         num_kv_blocks = self._load_runner(source, model_config, progress)
         fingerprint = self._fingerprint(source)
         self.disk = _disk_tier(config, fingerprint, self.runner)
-        self.kv = KVCacheManager(num_kv_blocks, config.block_size, config.enable_prefix_caching, fingerprint,
+        kv_cache = KVCacheConfig(num_kv_blocks, config.block_size, config.enable_prefix_caching, fingerprint,
                                  self.disk, self.runner.read_block, self.runner.block_view)
         eos_token_ids = _eos_token_ids(source, model_config)
-        self.pace = StepPace(config.decode_step_target_s)
-        self.speculator = Speculator(enabled=config.speculative)
-        self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens, self.pace,
-                                   StopRules(frozenset(eos_token_ids), self.max_model_len), self.speculator)
+        self.scheduler = Scheduler(kv_cache, config.max_num_seqs, config.max_num_batched_tokens,
+                                   StepPace(config.decode_step_target_s, config.step_limit_s),
+                                   StopRules(frozenset(eos_token_ids), self.max_model_len), config.speculative)
         self.sampler = Sampler()
         self.reasoning_markers = find_markers(self.tokenizer)  # a thinking model's <think> and </think>
         self.requests = RequestTable()
@@ -160,11 +159,9 @@ class LLMEngine:
         grammar = ReplyGrammar(matcher, phase not in (None, Phase.ANSWER)) if matcher is not None else None
         seq = Sequence(request_id, 0, list(prompt_token_ids), len(prompt_token_ids), params,
                        reply_seed(params, 0), grammar, num_siblings_pending=params.n - 1, max_tokens=max_tokens)
-        self.kv.hash_blocks(seq)
-        self.speculator.add_sources(request_id, draft_sources or [])
         self.requests.add(RequestState(request_id, prompt_token_ids, params, first_phase=phase))
         self.output.track(seq)
-        self.scheduler.add(seq)
+        self.scheduler.add(seq, draft_sources)
         return request_id
 
     def _first_phase(self, prompt_token_ids: list[int], params: SamplingParams) -> Phase | None:
@@ -177,62 +174,33 @@ class LLMEngine:
     def end_thinking(self, request_id: str) -> bool:
         """A request's replies close their thinking now (the engine writes the closing marker at each one's next
         token) and go on with their answers; False for a request with no thinking to close."""
-        return self.output.end_thinking(request_id)
+        return self.requests.end_thinking(request_id)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
 
     def step(self) -> list[RequestOutput]:
         """One batch, in phases, each handing the next a typed result: schedule (what runs: ScheduledBatch); run (one
-        forward over its new tokens and drafts: LogitRows), whose tokens the scheduler then counts, starting the other
-        replies of prompts just computed (SampleRows); sample and verify (a token for each sequence whose tokens are
-        all computed, and one after each draft token the sampler agreed with: VerifiedTokens); apply (each reply takes
-        its tokens: _apply); emit (the deltas of the requests that changed)."""
+        forward over its new tokens and drafts, from plain data: ModelInput), whose tokens the scheduler then counts,
+        starting the other replies of prompts just computed (SampleRows); sample and verify (a token for each sequence
+        whose tokens are all computed, and one after each draft token the sampler agreed with: VerifiedTokens); apply
+        (each reply takes its tokens: AppliedStep, recorded in the request table; a request that failed ends); emit
+        (the deltas of the requests that changed)."""
         started = time.perf_counter()
         batch = self.scheduler.schedule()
         if not batch.seqs:
             return []
-        rows = self.scheduler.commit_and_fork(self.runner.run(batch))
-        verified = self.speculator.verify(self.sampler, rows)
-        self._apply(verified)
-        self.pace.observe(batch, time.perf_counter() - started)
-        return self._emit(rows.seqs)
+        rows = self.scheduler.commit_and_fork(LogitRows(self.runner.run(batch.model_input()), batch))
+        applied = apply_step(self.scheduler.verify(self.sampler, rows), self.scheduler, self.output)
+        self.requests.record(applied)
+        self._end_failed(applied.failed)
+        self.scheduler.pace.observe(batch, time.perf_counter() - started)
+        return self._emit(applied.seqs)
 
-    def _apply(self, verified: list[VerifiedTokens]) -> None:
-        """Each reply takes its verified tokens (_take), its draft is settled (the scheduler keeps what the kept
-        tokens computed and drops the rest), and a grammar that waited for the reply's answer begins with it (after the
-        step's tokens: the closing marker the engine writes is not the answer's)."""
-        self._take(verified)
-        for reply in verified:
-            if reply.draft:
-                self.scheduler.settle(reply.seq, reply.draft, reply.num_kept_draft_tokens)
-            if self.output.answer_begun(reply.seq):
-                reply.seq.begin_answer()
-
-    def _take(self, verified: list[VerifiedTokens]) -> None:
-        """Each sequence takes its tokens, the first of every reply, then the second, ..., as plain steps would;
-        where a thinking reply must close its thinking (forced_tokens), before its first token or after a kept draft
-        token, the engine's tokens take the place of the rest (decided token by token: a token's text may end the
-        thinking, or spend its budget)."""
-        for reply in verified:
-            reply.force(0, self.output.forced_tokens(reply.seq))
-        position = 0
-        while taking := [r for r in verified if len(r.token_ids) > position and not r.seq.is_finished]:
-            self._take_position(taking, position)
-            position += 1
-
-    def _take_position(self, taking: list[VerifiedTokens], j: int) -> None:
-        """The replies `taking` take their token at position j: into their text (the output processor), then their
-        sequences (the scheduler: grammar, blocks, the end of a reply); a request whose grammar failed ends."""
-        seqs = [reply.seq for reply in taking]
-        taken = SamplerOutput([r.token_ids[j] for r in taking], [r.logprobs[j] for r in taking])
-        stopped = self.output.add_tokens(seqs, taken, [j >= r.forced_from for r in taking])
-        for request_id, error in self.scheduler.update(seqs, taken.token_ids, stopped).items():
-            self.requests.fail(request_id, error)
+    def _end_failed(self, failed: dict[str, str]) -> None:
+        """The requests whose grammar failed in the step end, every reply."""
+        for request_id in failed:
             self._end(request_id)
-        for reply in taking:
-            if j + 1 < min(len(reply.token_ids), reply.forced_from) and not reply.seq.is_finished:
-                reply.force(j + 1, self.output.forced_tokens(reply.seq))
 
     def _emit(self, seqs: list[Sequence]) -> list[RequestOutput]:
         """The deltas of the requests of these sequences, once each."""
@@ -268,13 +236,16 @@ class LLMEngine:
         its first use, as at the start, so the cache (gigabytes) is not zeroed at once, which took seconds and made
         every page of it resident. The disk tier keeps what it wrote."""
         self.requests.clear()
-        self.scheduler.clear()
-        self.kv.reset()
+        self.scheduler.reset()
 
     def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> int:
         """Drop the cached blocks of the token sequences `dropped` (a deleted conversation's branches) that none of
         `kept` (every other conversation's) shares, from memory and disk; how many blocks that was."""
-        return self.kv.forget(dropped, kept)
+        return self.scheduler.forget(dropped, kept)
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix in memory, as vLLM's reset_prefix_cache (the disk tier keeps its own)."""
+        self.scheduler.reset_prefix_cache()
 
     def close(self) -> None:
         """Finish writing the disk tier (the engine may be used no further)."""
@@ -287,8 +258,8 @@ class LLMEngine:
         return EngineStats(
             prompt_tokens=scheduler.prompt_tokens, cached_prompt_tokens=scheduler.cached_prompt_tokens,
             generated_tokens=self.output.generated_tokens, num_running=len(scheduler.running),
-            num_waiting=len(scheduler.waiting), num_preemptions=scheduler.num_preemptions, kv=self.kv.usage(),
-            kv_cache_bytes=self.runner.kv_cache_bytes, speculation=dataclasses.replace(self.speculator.stats),
+            num_waiting=len(scheduler.waiting), num_preemptions=scheduler.num_preemptions, kv=scheduler.kv_usage,
+            kv_cache_bytes=self.runner.kv_cache_bytes, speculation=dataclasses.replace(scheduler.speculation),
             cpu=CPUThreadStats(cpu_threads.threads, cpu_threads.others) if cpu_threads is not None else None,
             disk=self.disk.stats if self.disk is not None else None)
 

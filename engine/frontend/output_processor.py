@@ -1,8 +1,8 @@
 """The output side of the engine: per request, its replies' text (incremental detokenizing: it finds the stop
-strings, and takes a thinking model's reasoning apart), logprobs, and the deltas streamed to callers. It changes no
-engine state: the scheduler decides when a reply ends, the engine when a reply's thinking is closed (from what
-forced_tokens() says) and when its answer's grammar begins (answer_begun()), and the request table (the engine's)
-which requests are in flight; here, each reply's text state is kept in its request's entry as the reply starts."""
+strings, and takes a thinking model's reasoning apart), logprobs, and the deltas streamed to callers. It writes only
+each reply's text state (ReplyState, its own): the scheduler decides when a reply ends, the engine's step when a
+reply's thinking is closed (from what forced_tokens() says) and when its answer's grammar begins (answer_begun()), and
+the request table (the engine's) writes the requests' state, the replies it tracks among them."""
 
 from dataclasses import dataclass, field
 
@@ -27,6 +27,8 @@ class ReplyState:
     sent_tokens: int = 0
     sent_logprobs: int = 0
     sent_finished: bool = False
+    num_draft_tokens: int = 0  # drafted for this reply and scored (speculator.py); written by the request table
+    num_accepted_tokens: int = 0  # of them, kept
 
 
 class OutputProcessor:
@@ -39,9 +41,8 @@ class OutputProcessor:
     def track(self, seq: Sequence) -> None:
         """A reply of its request starts (the first, or one started beside it once the prompt was computed)."""
         request = self.requests[seq.request_id]
-        request.seqs.append(seq)
         parser = ReasoningParser(self.markers, request.first_phase) if request.first_phase is not None else None
-        request.replies.append(ReplyState(IncrementalDetokenizer(
+        self.requests.track(seq, ReplyState(IncrementalDetokenizer(
             self.tokenizer, request.prompt_token_ids, request.params.stop, request.params.skip_special_tokens,
             parser)))
 
@@ -93,15 +94,6 @@ class OutputProcessor:
         parser = self._reply(seq).detokenizer.reasoning
         return parser is None or parser.phase is Phase.ANSWER
 
-    def end_thinking(self, request_id: str) -> bool:
-        """Ask a request's replies to close their thinking at their next token; False if it has none to close (an
-        unknown request, or a model that does not think)."""
-        request = self.requests.get(request_id)
-        if request is None or request.first_phase is None:
-            return False
-        request.end_thinking = True
-        return True
-
     def delta(self, request: RequestState) -> RequestOutput:
         """What changed in a request since its last delta."""
         outputs = []
@@ -117,7 +109,7 @@ class OutputProcessor:
                 index=k, text=text[reply.sent_text:], token_ids=tokens[reply.sent_tokens:],
                 finish_reason=seq.finish_reason,
                 logprobs=reply.logprobs[reply.sent_logprobs:] if request.params.logprobs is not None else None,
-                num_draft_tokens=seq.num_draft_tokens, num_accepted_tokens=seq.num_accepted_tokens,
+                num_draft_tokens=reply.num_draft_tokens, num_accepted_tokens=reply.num_accepted_tokens,
                 reasoning=reasoning[reply.sent_reasoning:], num_reasoning_tokens=reply.num_reasoning_tokens))
             reply.sent_text, reply.sent_tokens, reply.sent_logprobs = len(text), len(tokens), len(reply.logprobs)
             reply.sent_reasoning = len(reasoning)

@@ -1,12 +1,12 @@
-"""Turns a scheduled batch into flat tensors, runs the model once, and returns the logits to sample from, each row
-with the sequence it belongs to."""
+"""Turns a step's input (plain data: ModelInput) into flat tensors, runs the model once, and returns the logits to
+sample from."""
 
 from collections.abc import Iterable
 
 import torch
 from transformers import PretrainedConfig
 
-from localchat.engine.core.step_outputs import LogitRows, ScheduledBatch
+from localchat.engine.core.step_outputs import ModelInput
 from localchat.engine.worker.attention import AttentionMetadata, get_backend
 from localchat.engine.worker.cpu_threads import CPUThreads
 from localchat.engine.worker.models.families import family_for
@@ -54,27 +54,16 @@ class ModelRunner:
         return self.kv_cache.numel() * self.kv_cache.element_size()
 
     @torch.inference_mode()
-    def run(self, batch: ScheduledBatch) -> LogitRows:
-        """Compute the new tokens of every scheduled sequence, its draft's after its own; the logits at the last own
-        token and each draft token of the sequences listed in batch.sample_rows, in that order."""
+    def run(self, step: ModelInput) -> torch.Tensor:
+        """Compute a step's new tokens (each sequence's own, then its draft's); the logits at step.logit_positions."""
         if self.cpu_threads is not None:
             self.cpu_threads.adjust()
-        if batch.cleared:
-            self.kv_cache[:, :, torch.tensor(batch.cleared, device=self.device)] = 0
-        if batch.copies:
-            self.backend.copy_blocks(self.kv_cache, batch.copies)
-        seqs, num_new_tokens, device = batch.seqs, batch.num_new_tokens, self.device
-        input_ids = [t for seq, n, draft in zip(seqs, num_new_tokens, batch.drafts)
-                     for t in seq.token_ids[seq.num_computed_tokens : seq.num_computed_tokens + n - len(draft)] + draft]
-        meta = AttentionMetadata.build(
-            query_lens=num_new_tokens,
-            seq_lens=[seq.num_computed_tokens + n for seq, n in zip(seqs, num_new_tokens)],
-            block_tables=[seq.block_table for seq in seqs],
-            block_size=self.block_size,
-            device=device,
-        )
-        hidden = self.model(torch.tensor(input_ids, dtype=torch.int64, device=device), meta)
-        last_tokens = torch.tensor([row for i in batch.sample_rows
-                                    for row in range(meta.query_start_loc[i + 1] - 1 - len(batch.drafts[i]),
-                                                     meta.query_start_loc[i + 1])], dtype=torch.int64, device=device)
-        return LogitRows(self.model.compute_logits(hidden[last_tokens]), batch)
+        if step.cleared:
+            self.kv_cache[:, :, torch.tensor(step.cleared, device=self.device)] = 0
+        if step.copies:
+            self.backend.copy_blocks(self.kv_cache, step.copies)
+        meta = AttentionMetadata.build(query_lens=step.query_lens, seq_lens=step.seq_lens,
+                                       block_tables=step.block_tables, block_size=self.block_size, device=self.device)
+        hidden = self.model(torch.tensor(step.input_ids, dtype=torch.int64, device=self.device), meta)
+        positions = torch.tensor(step.logit_positions, dtype=torch.int64, device=self.device)
+        return self.model.compute_logits(hidden[positions])

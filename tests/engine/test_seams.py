@@ -99,3 +99,65 @@ def test_a_replys_grammar_state_is_written_by_its_sequence_alone():
                        if isinstance(t, ast.Attribute) and t.attr in GRAMMAR_STATE and isinstance(t.ctx, ast.Store)]
             found += [f"{path.relative_to(ROOT)}:{node.lineno} .{t.attr}" for t in written]
     assert not found, "grammar state written outside engine/core/sequence.py:\n" + "\n".join(found)
+
+
+# Who writes each field of a Sequence once it is made (engine/core/sequence.py's comment says the same): the scheduler
+# its tokens, progress and life; the KV cache manager its blocks; the sequence itself its grammar. The rest are never
+# written after construction.
+SEQUENCE_WRITERS = {
+    "token_ids": {"core/scheduler.py"}, "status": {"core/scheduler.py"},
+    "num_computed_tokens": {"core/scheduler.py"}, "num_cached_tokens": {"core/scheduler.py"},
+    "num_admissions": {"core/scheduler.py"}, "num_siblings_pending": {"core/scheduler.py"},
+    "finish_reason": {"core/scheduler.py"},
+    "block_table": {"core/kv_cache_manager.py"}, "block_hashes": {"core/kv_cache_manager.py"},
+    "grammar": {"core/sequence.py"},
+    "request_id": set(), "index": set(), "num_prompt_tokens": set(), "params": set(), "seed": set(),
+    "seq_id": set(), "max_tokens": set(),
+}
+MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "__setitem__", "__delitem__"}
+
+
+def sequence_writes(path: Path) -> list[tuple[str, int]]:
+    """(field, line) of every write to a Sequence field in a module: an assignment to `x.field` or `x.field[...]`, a
+    `del`, or a mutating call (`x.field.append(...)`). Not counted: `self.field` in a class of the module other than
+    Sequence, and any field of the same name that a class of the module declares (its own: Block.token_ids in
+    block_pool.py, CompletionOutput.finish_reason in outputs.py)."""
+    tree = ast.parse(path.read_text())
+    classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef) and node.name != "Sequence"]
+    own = {id(node) for cls in classes for node in ast.walk(cls)
+           if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"}
+    declared = {node.target.id for cls in classes for node in cls.body
+                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
+
+    def field_of(node: ast.expr) -> ast.Attribute | None:
+        while isinstance(node, ast.Subscript):
+            node = node.value
+        return node if (isinstance(node, ast.Attribute) and node.attr in SEQUENCE_WRITERS and id(node) not in own
+                        and node.attr not in declared) else None
+
+    found = []
+    for node in ast.walk(tree):
+        targets = (node.targets if isinstance(node, ast.Assign | ast.Delete)
+                   else [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else [])
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+            targets = [node.func.value]
+        for target in targets:
+            for element in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                if (written := field_of(element)) is not None:
+                    found.append((written.attr, node.lineno))
+    return found
+
+
+def test_each_sequence_field_has_one_writer():
+    """A reader can name the writer of every Sequence field from SEQUENCE_WRITERS; any other writer fails here."""
+    fields = {node.target.id for node in next(n for n in ast.parse((ROOT / "engine/core/sequence.py").read_text()).body
+                                              if isinstance(n, ast.ClassDef) and n.name == "Sequence").body
+              if isinstance(node, ast.AnnAssign)}
+    assert fields == set(SEQUENCE_WRITERS), "name the writer of every Sequence field in SEQUENCE_WRITERS"
+    found = [f"engine/{path.relative_to(ROOT / 'engine')}:{line} .{name}"
+             for path in (ROOT / "engine").rglob("*.py")
+             for name, line in sequence_writes(path)
+             if str(path.relative_to(ROOT / "engine")) not in SEQUENCE_WRITERS[name]]
+    assert not found, "Sequence fields written outside their writer:\n" + "\n".join(found)
+    scheduler_writes = {name for name, _ in sequence_writes(ROOT / "engine/core/scheduler.py")}
+    assert {"token_ids", "status", "num_computed_tokens"} <= scheduler_writes, "the check finds the real writes"

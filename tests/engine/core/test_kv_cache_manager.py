@@ -13,10 +13,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from localchat.engine.core.block_pool import BlockPool, hash_block
-from localchat.engine.core.kv_cache_manager import KVCacheManager, PrefixHit
+from localchat.engine.core.kv_cache_manager import KVCacheConfig, KVCacheManager, PrefixHit
 from localchat.engine.core.scheduler import ScheduledBatch, Scheduler
 from localchat.engine.core.sequence import Sequence, SequenceStatus
-from localchat.engine.core.speculator import Speculator
 from localchat.engine.core.step_outputs import LogitRows
 from localchat.engine.sampling_params import SamplingParams
 
@@ -63,8 +62,9 @@ class SchedulerMachine(RuleBasedStateMachine):
                 max_num_seqs=st.integers(1, 6), budget=st.integers(1, 24), drafts=st.booleans())
     def setup(self, num_blocks: int, block_size: int, prefix_caching: bool, max_num_seqs: int, budget: int,
               drafts: bool) -> None:
-        self.kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching=prefix_caching)
-        self.scheduler = Scheduler(self.kv, max_num_seqs, budget, speculator=Speculator(enabled=drafts))
+        self.scheduler = Scheduler(KVCacheConfig(num_blocks, block_size, enable_prefix_caching=prefix_caching),
+                                   max_num_seqs, budget, speculative=drafts)
+        self.kv = self.scheduler.kv
         self.bs, self.budget = block_size, budget
         self.num_blocks = num_blocks
         self.mem: dict[int, tuple[int, ...] | None] = {}  # slot -> the token prefix its K and V were computed from
@@ -183,16 +183,14 @@ class SchedulerMachine(RuleBasedStateMachine):
         if draft:
             kept = data.draw(st.integers(0, len(draft)), label="draft tokens kept")
             for token in draft[:kept] + [data.draw(st.integers(0, VOCAB - 1), label="sampled")]:
-                seq.token_ids.append(token)
-                self.kv.hash_blocks(seq)
+                self.scheduler.take(seq, token, text_stopped=False)
             self.scheduler.settle(seq, draft, kept)
             return
         family = [seq]
         for k in range(data.draw(st.integers(0, 2) if data.draw(st.integers(0, 3)) == 0 else st.just(0))):
             family.append(self.scheduler.add_sibling(seq.sibling(k + 1)))
         for s in family:
-            s.token_ids.append(data.draw(st.integers(0, VOCAB - 1), label="sampled"))
-            self.kv.hash_blocks(s)
+            self.scheduler.take(s, data.draw(st.integers(0, VOCAB - 1), label="sampled"), text_stopped=False)
 
     @precondition(lambda self: self.scheduler.running)
     @rule(data=st.data())
@@ -323,8 +321,12 @@ TestSchedulerMachine = SchedulerMachine.TestCase
 
 
 def compute(kv: KVCacheManager, seq: Sequence, n: int, cached: list[tuple[bytes, int]] = ()) -> None:
-    assert kv.allocate_slots(seq, n, PrefixHit(list(cached)))
-    kv.commit(seq, n)
+    """What the scheduler does with seq's next n tokens after a hit on `cached`: make room, count the hit's tokens and
+    then the n computed ones, whose full blocks become findable."""
+    hit = PrefixHit(list(cached), num_tokens=len(cached) * kv.block_size)
+    assert kv.allocate_slots(seq, n, hit)
+    seq.num_computed_tokens += hit.num_tokens + n
+    kv.cache_computed(seq, seq.num_computed_tokens - n)
 
 
 def run_prompt(kv: KVCacheManager, tokens: list[int]) -> Sequence:
@@ -335,7 +337,7 @@ def run_prompt(kv: KVCacheManager, tokens: list[int]) -> Sequence:
 
 
 def test_fork_shares_every_block_and_copies_only_the_partial_last_one() -> None:
-    kv = KVCacheManager(num_blocks=10, block_size=4)
+    kv = KVCacheManager(KVCacheConfig(num_blocks=10, block_size=4))
     parent = run_prompt(kv, list(range(10)))  # two full blocks and a partial one
     kv.take_block_updates()
     child = parent.sibling(1)
@@ -358,7 +360,7 @@ def test_fork_shares_every_block_and_copies_only_the_partial_last_one() -> None:
 
 
 def test_fork_at_a_block_boundary_copies_nothing() -> None:
-    kv = KVCacheManager(num_blocks=10, block_size=4)
+    kv = KVCacheManager(KVCacheConfig(num_blocks=10, block_size=4))
     parent = run_prompt(kv, list(range(8)))
     kv.take_block_updates()
     child = parent.sibling(1)
@@ -372,7 +374,7 @@ def test_fork_at_a_block_boundary_copies_nothing() -> None:
 
 
 def test_free_evicts_the_tail_before_the_head() -> None:
-    kv = KVCacheManager(num_blocks=8, block_size=2)
+    kv = KVCacheManager(KVCacheConfig(num_blocks=8, block_size=2))
     seq = run_prompt(kv, [1, 2, 3, 4, 5, 6, 7])  # blocks: [1 2] [3 4] [5 6] [7]
     table = list(seq.block_table)
     kv.free(seq)
@@ -384,7 +386,7 @@ def test_free_evicts_the_tail_before_the_head() -> None:
 
 
 def test_eviction_of_the_tail_keeps_the_head_findable() -> None:
-    kv = KVCacheManager(num_blocks=6, block_size=2)
+    kv = KVCacheManager(KVCacheConfig(num_blocks=6, block_size=2))
     seq = run_prompt(kv, [1, 2, 3, 4, 5, 6, 7])
     kv.free(seq)
     for _ in range(3):  # the two never-used blocks and the partial one
@@ -398,7 +400,7 @@ def test_eviction_of_the_tail_keeps_the_head_findable() -> None:
 
 
 def test_prefix_hit_never_covers_the_last_token() -> None:
-    kv = KVCacheManager(num_blocks=10, block_size=4)
+    kv = KVCacheManager(KVCacheConfig(num_blocks=10, block_size=4))
     kv.free(run_prompt(kv, list(range(8))))
     same = make_seq(kv, list(range(8)))
     assert len(kv.find_prefix(same).cached) == 1  # not both: the last token must be computed for logits
@@ -409,14 +411,14 @@ def test_prefix_hit_never_covers_the_last_token() -> None:
 
 
 def test_prefix_hit_needs_the_same_whole_prefix() -> None:
-    kv = KVCacheManager(num_blocks=10, block_size=2)
+    kv = KVCacheManager(KVCacheConfig(num_blocks=10, block_size=2))
     kv.free(run_prompt(kv, [1, 2, 3, 4, 5]))
     assert len(kv.find_prefix(make_seq(kv, [9, 9, 3, 4, 5])).cached) == 0  # same second block, other first block
     assert len(kv.find_prefix(make_seq(kv, [1, 2, 3, 9, 5])).cached) == 1
 
 
 def test_least_recently_freed_prefix_is_evicted_first() -> None:
-    kv = KVCacheManager(num_blocks=6, block_size=2)
+    kv = KVCacheManager(KVCacheConfig(num_blocks=6, block_size=2))
     a = run_prompt(kv, [1, 1, 1, 1, 1])  # two cached blocks and a partial one
     b = run_prompt(kv, [2, 2, 2, 2, 2])
     kv.free(a)
@@ -431,7 +433,7 @@ def test_least_recently_freed_prefix_is_evicted_first() -> None:
 
 
 def test_a_prefix_hit_makes_the_prefix_recently_used() -> None:
-    kv = KVCacheManager(num_blocks=6, block_size=2)
+    kv = KVCacheManager(KVCacheConfig(num_blocks=6, block_size=2))
     kv.free(run_prompt(kv, [1, 1, 1, 1, 1]))
     kv.free(run_prompt(kv, [2, 2, 2, 2, 2]))
     kv.free(run_prompt(kv, [1, 1, 1, 1, 1, 3]))  # hits and frees [1 1] [1 1] again: now newer than [2 2]s
@@ -442,7 +444,7 @@ def test_a_prefix_hit_makes_the_prefix_recently_used() -> None:
 
 
 def test_failed_allocation_changes_nothing() -> None:
-    kv = KVCacheManager(num_blocks=4, block_size=2)
+    kv = KVCacheManager(KVCacheConfig(num_blocks=4, block_size=2))
     a = run_prompt(kv, [1, 2, 3])
     kv.take_block_updates()
     child = a.sibling(1)
@@ -458,7 +460,7 @@ def test_failed_allocation_changes_nothing() -> None:
 
 
 def test_revived_cached_blocks_count_against_the_free_pool() -> None:
-    kv = KVCacheManager(num_blocks=4, block_size=2)
+    kv = KVCacheManager(KVCacheConfig(num_blocks=4, block_size=2))
     kv.free(run_prompt(kv, [1, 2, 3, 4, 5]))  # [1 2] [3 4] cached and free, the [5] block free
     other = run_prompt(kv, [9])  # takes one block
     seq = make_seq(kv, [1, 2, 3, 4, 5, 6, 7, 8])
@@ -480,7 +482,7 @@ def test_lookup_checks_the_tokens_behind_a_hash() -> None:
 
 
 def test_all_blocks_return_to_the_free_queue() -> None:
-    kv = KVCacheManager(num_blocks=12, block_size=3)
+    kv = KVCacheManager(KVCacheConfig(num_blocks=12, block_size=3))
     seqs = [run_prompt(kv, [1, 2, 3, 4, 5, 6, 7]), run_prompt(kv, [1, 2, 3, 4, 5, 6, 8, 9])]
     child = seqs[0].sibling(1)
     kv.share_blocks(child)
@@ -491,7 +493,7 @@ def test_all_blocks_return_to_the_free_queue() -> None:
 
 
 def test_the_next_turn_copies_the_kept_partial_block_instead_of_computing_it() -> None:
-    kv = KVCacheManager(num_blocks=8, block_size=4)
+    kv = KVCacheManager(KVCacheConfig(num_blocks=8, block_size=4))
     first = run_prompt(kv, [1, 2, 3, 4, 5, 6])  # [1 2 3 4] [5 6 . .]
     partial = first.block_table[1]
     kv.free(first)
@@ -500,7 +502,7 @@ def test_the_next_turn_copies_the_kept_partial_block_instead_of_computing_it() -
     cached, found, held = hit.cached, hit.partial, hit.partial_tokens
     assert len(cached) == 1 and found == partial and held == 2 and hit.num_tokens == 6
     assert kv.allocate_slots(turn, len(turn) - hit.num_tokens, hit)
-    assert turn.num_computed_tokens == 6 and turn.block_table[0] == cached[0][1]
+    assert hit.num_tokens == 6 and turn.block_table[0] == cached[0][1]  # none of the 6 on disk failed
     assert kv.pool.blocks[partial].ref_count == 1  # held until the copy is handed out with the step
     copies, _ = kv.take_block_updates()
     assert copies == [(partial, turn.block_table[1])] and partial not in turn.block_table
@@ -510,7 +512,7 @@ def test_the_next_turn_copies_the_kept_partial_block_instead_of_computing_it() -
 
 
 def test_a_partial_block_that_a_fork_still_holds_is_not_kept() -> None:
-    kv = KVCacheManager(num_blocks=8, block_size=4)
+    kv = KVCacheManager(KVCacheConfig(num_blocks=8, block_size=4))
     parent = run_prompt(kv, [1, 2, 3, 4, 5, 6])
     child = parent.sibling(1)
     kv.share_blocks(child)

@@ -12,7 +12,7 @@ import torch
 
 from localchat.engine import LLM, SamplingParams
 from localchat.engine.core.block_pool import hash_block, hash_chain, root_hash
-from localchat.engine.core.kv_cache_manager import KVCacheManager
+from localchat.engine.core.kv_cache_manager import KVCacheConfig, KVCacheManager
 from localchat.engine.core.kv_disk_tier import KVDiskTier
 
 SHAPE = (2, 2, 4, 1, 8)  # layers, K/V, block size, kv heads, head dim
@@ -281,7 +281,7 @@ def test_a_sigkill_during_write_behind_leaves_nothing_torn(tmp_path):
 
 def test_forget_drops_only_the_blocks_no_kept_sequence_shares(tmp_path):
     """Shared prefixes (a system prompt) stay; a kept sequence that shares a longer prefix keeps that much."""
-    kv = KVCacheManager(8, 4, fingerprint="f")
+    kv = KVCacheManager(KVCacheConfig(8, 4, fingerprint="f"))
     deleted = list(range(16))  # four blocks
     kept = [list(range(4)) + [99] * 8, list(range(8)) + [77] * 4]  # share one block, and two blocks
     hashes = list(hash_chain(kv.pool.root_hash, deleted, 4))

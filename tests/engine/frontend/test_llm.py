@@ -41,7 +41,7 @@ def reference(hf_smollm2, prompts, llm):
     transformers picks another token, transformers' own generate() continues. A wrong engine meets its reference
     computed by transformers alone, token by token."""
     model, _ = hf_smollm2
-    llm.engine.kv.forget_cached()
+    llm.engine.reset_prefix_cache()
     guesses = [o.outputs[0].token_ids for o in llm.generate(prompts, SamplingParams(temperature=0,
                                                                                      max_tokens=NEW_TOKENS))]
     results = []
@@ -67,14 +67,14 @@ def test_reference_is_long_enough(reference):
 
 
 def test_greedy_one_at_a_time_matches_transformers(llm, prompts, reference):
-    llm.engine.kv.forget_cached()
+    llm.engine.reset_prefix_cache()
     for ids, expected in zip(prompts, reference):
         (out,) = llm.generate(ids, GREEDY)
         assert out.outputs[0].token_ids == expected
 
 
 def test_greedy_mixed_batch_matches_transformers(llm, prompts, reference):
-    llm.engine.kv.forget_cached()
+    llm.engine.reset_prefix_cache()
     outs = llm.generate(prompts, GREEDY)
     assert [o.outputs[0].token_ids for o in outs] == reference
     assert all(o.num_cached_tokens == 0 for o in outs)
@@ -107,19 +107,19 @@ def test_n_replies_equal_independent_requests_with_derived_seeds(llm, prompts):
 
 def test_n_replies_allocate_the_prompt_blocks_once(llm, prompts):
     engine = llm.engine
-    engine.kv.forget_cached()
+    engine.reset_prefix_cache()
     ids = prompts[2]  # 52 tokens: three full blocks and a partial one
     assert len(ids) % 16 != 0
     engine.add_request(ids, SamplingParams(n=4, seed=3, temperature=1.0, max_tokens=8, ignore_eos=True))
     engine.step()  # prefill once, fork, sample four first tokens
     prompt_blocks = -(-len(ids) // 16)
     assert len(engine.scheduler.running) == 4
-    assert engine.kv.pool.num_used == prompt_blocks
+    assert engine.scheduler.kv.pool.num_used == prompt_blocks
     engine.step()  # each reply writes its token: the shared partial block is copied for all but the last writer
-    assert engine.kv.pool.num_used == prompt_blocks + 3
+    assert engine.scheduler.kv.pool.num_used == prompt_blocks + 3
     while engine.has_unfinished_requests():
         engine.step()
-    assert engine.kv.pool.num_used == 0
+    assert engine.scheduler.kv.pool.num_used == 0
 
 
 def test_preemption_lets_every_request_finish_with_the_same_outputs(prompts):
@@ -212,10 +212,10 @@ def test_abort_frees_the_blocks(llm, prompts):
     request_id = engine.add_request(prompts[2], SamplingParams(n=3, temperature=1.0, max_tokens=100))
     for _ in range(4):
         engine.step()
-    assert engine.kv.pool.num_used > 0
+    assert engine.scheduler.kv.pool.num_used > 0
     delta = engine.abort(request_id)
     assert delta.finished and {o.finish_reason for o in delta.outputs} == {"abort"}
-    assert engine.kv.pool.num_used == 0 and not engine.has_unfinished_requests()
+    assert engine.scheduler.kv.pool.num_used == 0 and not engine.has_unfinished_requests()
 
 
 def test_a_reset_after_a_failed_step_reads_no_old_value_and_leaves_unused_memory_alone(llm, prompts, reference):
@@ -229,7 +229,7 @@ def test_a_reset_after_a_failed_step_reads_no_old_value_and_leaves_unused_memory
     engine.reset()
     (out,) = llm.generate(prompts[0], GREEDY)
     assert out.outputs[0].token_ids == reference[0]
-    used = set(range(cache.shape[2])) - engine.kv.pool.never_used
+    used = set(range(cache.shape[2])) - engine.scheduler.kv.pool.never_used
     assert used and max(used) < garbage  # the reply ran on blocks that held garbage
     assert cache[:, :, garbage].isnan().all()  # a block not used since was not written
 

@@ -76,11 +76,11 @@ def test_a_seeded_request_gives_the_same_tokens_cold_cached_alone_and_batched(ll
     # draw changes its token only near a boundary of the distribution
     params = [SamplingParams(temperature=0.9, top_p=0.95, seed=100 + i, max_tokens=12, logprobs=0)
               for i in range(len(prompts))]
-    llm.engine.kv.forget_cached()
+    llm.engine.reset_prefix_cache()
     alone_cold = [llm.generate(p, s)[0] for p, s in zip(prompts, params)]
     batched_cached = llm.generate(prompts, params)
     assert all(o.num_cached_tokens > 0 for o in batched_cached)
-    llm.engine.kv.forget_cached()
+    llm.engine.reset_prefix_cache()
     batched_cold = llm.generate(prompts, params)
     replies = [[(o.outputs[0].token_ids, o.outputs[0].logprobs) for o in run]
                for run in (alone_cold, batched_cold, batched_cached)]
@@ -94,7 +94,7 @@ def test_the_thread_count_changes_no_token_and_no_logprob(llm):
     runs = []
     for threads in (1, 2):
         llm.engine.cpu_threads = CPUThreads(threads)
-        llm.engine.kv.forget_cached()
+        llm.engine.reset_prefix_cache()
         try:
             outputs = llm.generate(prompts, params)  # batched: prefill of many rows, then decodes
         finally:

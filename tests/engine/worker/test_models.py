@@ -267,7 +267,7 @@ def test_a_packed_gguf_keeps_the_fidelity_bars(arch, tokenizer, tmp_path, monkey
 
     seeded = [SamplingParams(temperature=1.0, seed=i, max_tokens=8, ignore_eos=True) for i in range(20)]
     prompts = prompts[:20]
-    llm.engine.kv.forget_cached()
+    llm.engine.reset_prefix_cache()
     cold = [llm.generate(p, params)[0].outputs[0].token_ids for p, params in zip(prompts, seeded)]
     hits = llm.stats().cached_prompt_tokens
     cached = [llm.generate(p, params)[0].outputs[0].token_ids for p, params in zip(prompts, seeded)]
