@@ -9,6 +9,7 @@ from transformers import PretrainedConfig
 from localchat.engine.core.step_outputs import ModelInput
 from localchat.engine.worker.attention import AttentionMetadata, get_backend
 from localchat.engine.worker.cpu_threads import CPUThreads
+from localchat.engine.worker.fused_decoder import FusedDecoder
 from localchat.engine.worker.models.families import family_for
 
 
@@ -40,6 +41,8 @@ class ModelRunner:
         for layer, layer_cache in zip(self.model.layers, self.kv_cache):
             layer.self_attn.k_cache, layer.self_attn.v_cache = layer_cache[0], layer_cache[1]
             layer.self_attn.backend = self.backend
+        # the decoder's layers in one native call a step where the kernels cover the model (the same bits)
+        self.fused = FusedDecoder.build(self.model) if device.type == "cpu" else None
 
     def block_view(self, block_id: int) -> torch.Tensor:
         """One block's K and V in every layer, [layers, 2, block_size, kv_heads, head_dim]: the cache's memory."""
@@ -64,6 +67,7 @@ class ModelRunner:
             self.backend.copy_blocks(self.kv_cache, step.copies)
         meta = AttentionMetadata.build(query_lens=step.query_lens, seq_lens=step.seq_lens,
                                        block_tables=step.block_tables, block_size=self.block_size, device=self.device)
-        hidden = self.model(torch.tensor(step.input_ids, dtype=torch.int64, device=self.device), meta)
+        input_ids = torch.tensor(step.input_ids, dtype=torch.int64, device=self.device)
+        hidden = self.fused.forward(input_ids, meta) if self.fused is not None else self.model(input_ids, meta)
         positions = torch.tensor(step.logit_positions, dtype=torch.int64, device=self.device)
         return self.model.compute_logits(hidden[positions])

@@ -33,7 +33,7 @@ from localchat.engine.loading.dirs import user_dir
 log = logging.getLogger(__name__)
 
 NATIVE = Path(__file__).parent / "native"
-SOURCES = [NATIVE / name for name in ("int8_matmul.c", "paged_attention.c", "rms_norm.c")]
+SOURCES = [NATIVE / name for name in ("int8_matmul.c", "paged_attention.c", "rms_norm.c", "decoder_layers.c")]
 HEADERS = [NATIVE / "simd16.h"]
 FLAGS = ["-O3", "-fopenmp", "-ffp-contract=off", "-shared", "-fPIC"]
 
@@ -61,8 +61,9 @@ VERSION = "int8-vnni-2"  # names the weight layout (both instruction sets'): par
 
 class Kernels:
     """quantize(x, passes) -> int8 codes with their per-32 scales and sums; matmul(quantized, weights, bits, N,
-    passes) -> float32 y; attend(...): paged attention; rms_norm(x, weight, eps). `isa`: the instruction set they
-    were built for ("avx512" or "avx2")."""
+    passes) -> float32 y; attend(...): paged attention; rms_norm(x, weight, eps); silu_mul(gate_up); and a decoder's
+    layers in one call (`library.decoder_layers`, through fused_decoder.py). `isa`: the instruction set they were
+    built for ("avx512" or "avx2")."""
 
     def __init__(self, library: ctypes.CDLL, isa: str):
         self.library, self.isa = library, isa
@@ -72,8 +73,11 @@ class Kernels:
         library.paged_attention.argtypes = [p, i64, i64, i64, i64, p, p, i32, i64, p, i64, p, p, i64, ctypes.c_float,
                                             p, i32]
         library.rms_norm.argtypes = [p, i64, i64, p, ctypes.c_float, p, i32]
-        library.quantize_rows.restype = library.matmul.restype = library.paged_attention.restype = None
-        library.rms_norm.restype = None
+        library.silu_mul.argtypes = [p, i64, i64, p, i32]
+        library.decoder_layers.argtypes = [p, p, i64, p, p]  # fused_decoder.py's structs
+        for function in (library.quantize_rows, library.matmul, library.paged_attention, library.rms_norm,
+                         library.silu_mul, library.decoder_layers):
+            function.restype = None
 
     def quantize(self, x: torch.Tensor, passes: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """float32 [M, K] (K a multiple of 32) -> (codes int8 [M passes, K], float32 [4, M passes, K/32]: the
@@ -103,6 +107,14 @@ class Kernels:
         y = torch.empty_like(x)
         self.library.rms_norm(x.data_ptr(), x.numel() // x.shape[-1], x.shape[-1], weight.data_ptr(), eps,
                               y.data_ptr(), torch.get_num_threads())
+        return y
+
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """silu(gate) * up for float32 rows [gate | up] (contiguous, [..., 2 n]): [..., n]."""
+        n = gate_up.shape[-1] // 2
+        y = torch.empty(*gate_up.shape[:-1], n)
+        self.library.silu_mul(gate_up.data_ptr(), gate_up.numel() // gate_up.shape[-1], n, y.data_ptr(),
+                              torch.get_num_threads())
         return y
 
     def attend(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,

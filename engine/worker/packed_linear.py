@@ -139,6 +139,11 @@ class PackedLinear(nn.Module):
         self.in_features = self.parts[0].in_features
         self.out_features = sum(part.out_features for part in self.parts)
 
+    @property
+    def on_panels(self) -> bool:
+        """Every part is held as the native kernels' panels (what fused_decoder.py multiplies)."""
+        return all(isinstance(part, _Panels) for part in self.parts)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         inputs = _Inputs(x)
         outputs = [part(inputs) for part in self.parts]

@@ -38,6 +38,10 @@ static inline vec16 vec16_div(vec16 a, vec16 b) { return _mm512_div_ps(a, b); }
 static inline vec16 vec16_max(vec16 a, vec16 b) { return _mm512_max_ps(a, b); }
 static inline vec16 vec16_min(vec16 a, vec16 b) { return _mm512_min_ps(a, b); }
 static inline vec16 vec16_abs(vec16 a) { return _mm512_abs_ps(a); }
+/* a where x < 0, b elsewhere */
+static inline vec16 vec16_where_negative(vec16 x, vec16 a, vec16 b) {
+    return _mm512_mask_mov_ps(b, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), a);
+}
 static inline vec16 vec16_fmadd(vec16 a, vec16 b, vec16 c) { return _mm512_fmadd_ps(a, b, c); }   /* a b + c */
 static inline vec16 vec16_fnmadd(vec16 a, vec16 b, vec16 c) { return _mm512_fnmadd_ps(a, b, c); } /* c - a b */
 /* to the nearest integer, ties to even */
@@ -100,6 +104,12 @@ VEC16_LANEWISE(min, _mm256_min_ps)
 static inline vec16 vec16_abs(vec16 a) {
     __m256 sign = _mm256_set1_ps(-0.0f);
     return vec16_of(_mm256_andnot_ps(sign, a.lo), _mm256_andnot_ps(sign, a.hi));
+}
+/* a where x < 0, b elsewhere */
+static inline vec16 vec16_where_negative(vec16 x, vec16 a, vec16 b) {
+    __m256 zero = _mm256_setzero_ps();
+    return vec16_of(_mm256_blendv_ps(b.lo, a.lo, _mm256_cmp_ps(x.lo, zero, _CMP_LT_OQ)),
+                    _mm256_blendv_ps(b.hi, a.hi, _mm256_cmp_ps(x.hi, zero, _CMP_LT_OQ)));
 }
 static inline vec16 vec16_fmadd(vec16 a, vec16 b, vec16 c) {
     return vec16_of(_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi));
