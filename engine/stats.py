@@ -36,6 +36,17 @@ class SpeculationStats:
 
 
 @dataclass(frozen=True)
+class KernelStats:
+    """What runs a step's matrix products, chosen by measuring the machine (worker/kernel_choice.py), and what its
+    cores gave when measured."""
+
+    decode: str  # the kernel of decode rows
+    prompt: str  # of prompt rows: prefill chunks and large batches
+    prompt_rows: int  # a step's rows from which its products run the prompt kernel
+    peaks: dict[str, float]  # fp32/bf16 TFLOP/s, int8 and the native kernels' TOP/s, read GB/s
+
+
+@dataclass(frozen=True)
 class CPUThreadStats:
     threads: int  # the CPU kernels use now (cpu_threads.py)
     load_of_others: float  # cores' worth of CPU time that other processes took, last measured
@@ -54,6 +65,7 @@ class EngineStats:
     speculation: SpeculationStats | None = None
     cpu: CPUThreadStats | None = None  # on the CPU
     disk: DiskTierStats | None = None  # with a disk tier
+    kernels: KernelStats | None = None  # on the CPU with the native kernels
 
     @property
     def prefix_hit_rate(self) -> float | None:

@@ -84,7 +84,8 @@ class SystemController(Controller):
                       chat=backend.can_chat if status == "ready" else None,
                       thinking=backend.thinks if status == "ready" else None,
                       sampling=backend.sampling if status == "ready" else None,
-                      kv_cache=backend.kv_cache if status == "ready" else None)
+                      kv_cache=backend.kv_cache if status == "ready" else None,
+                      kernels=backend.kernels if status == "ready" else None)
 
     @get("/metrics", media_type=MediaType.TEXT)
     async def metrics(self, backend: BackendDep, throughput: NamedDependency["Throughput"]) -> str:

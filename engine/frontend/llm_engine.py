@@ -27,7 +27,7 @@ from localchat.engine.loading.dirs import user_dir
 from localchat.engine.loading.loader import count_weights, load_packed, load_weights, model_identity, resolve_model
 from localchat.engine.memory import release_freed_memory
 from localchat.engine.sampling_params import SamplingParams
-from localchat.engine.stats import CPUThreadStats, EngineStats
+from localchat.engine.stats import CPUThreadStats, EngineStats, KernelStats
 from localchat.engine.worker.model_runner import ModelRunner
 from localchat.engine.worker.models import head_dim
 from localchat.engine.worker.sampler import Sampler
@@ -263,7 +263,13 @@ class LLMEngine:
             num_waiting=len(scheduler.waiting), num_preemptions=scheduler.num_preemptions, kv=scheduler.kv_usage,
             kv_cache_bytes=self.runner.kv_cache_bytes, speculation=dataclasses.replace(scheduler.speculation),
             cpu=CPUThreadStats(cpu_threads.threads, cpu_threads.others) if cpu_threads is not None else None,
-            disk=self.disk.stats if self.disk is not None else None)
+            disk=self.disk.stats if self.disk is not None else None, kernels=self._kernel_stats())
+
+    def _kernel_stats(self) -> KernelStats | None:
+        choice = self.runner.kernels
+        if choice is None:
+            return None
+        return KernelStats(choice.decode, choice.prompt, choice.prompt_rows, dataclasses.asdict(choice.peaks))
 
 
 def _eos_token_ids(source, model_config) -> set[int]:

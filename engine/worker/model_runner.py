@@ -10,7 +10,9 @@ from localchat.engine.core.step_outputs import ModelInput
 from localchat.engine.worker.attention import AttentionMetadata, get_backend
 from localchat.engine.worker.cpu_threads import CPUThreads
 from localchat.engine.worker.fused_decoder import FusedDecoder
+from localchat.engine.worker.kernel_choice import choose
 from localchat.engine.worker.models.families import family_for
+from localchat.engine.worker.packed_linear import PackedLinear
 
 
 class ModelRunner:
@@ -41,7 +43,14 @@ class ModelRunner:
         for layer, layer_cache in zip(self.model.layers, self.kv_cache):
             layer.self_attn.k_cache, layer.self_attn.v_cache = layer_cache[0], layer_cache[1]
             layer.self_attn.backend = self.backend
-        # the decoder's layers in one native call a step where the kernels cover the model (the same bits)
+        # what runs prompt rows, measured (kernel_choice.py); the decoder's layers in one native call a step where the
+        # kernels cover the model (the same bits), for every step where the native kernels run all its rows
+        linears = [module for module in self.model.modules() if isinstance(module, PackedLinear)]
+        layers = [module for module in self.model.layers.modules() if isinstance(module, PackedLinear)]
+        self.kernels = choose(layers, torch.get_num_threads()) if device.type == "cpu" else None
+        self.dense_from = self.kernels.prompt_rows if self.kernels is not None and self.kernels.dense_prompts else None
+        for linear in linears:
+            linear.dense_from = self.dense_from
         self.fused = FusedDecoder.build(self.model) if device.type == "cpu" else None
 
     def block_view(self, block_id: int) -> torch.Tensor:
@@ -68,6 +77,7 @@ class ModelRunner:
         meta = AttentionMetadata.build(query_lens=step.query_lens, seq_lens=step.seq_lens,
                                        block_tables=step.block_tables, block_size=self.block_size, device=self.device)
         input_ids = torch.tensor(step.input_ids, dtype=torch.int64, device=self.device)
-        hidden = self.fused.forward(input_ids, meta) if self.fused is not None else self.model(input_ids, meta)
+        fused = self.fused is not None and (self.dense_from is None or len(input_ids) < self.dense_from)
+        hidden = self.fused.forward(input_ids, meta) if fused else self.model(input_ids, meta)
         positions = torch.tensor(step.logit_positions, dtype=torch.int64, device=self.device)
         return self.model.compute_logits(hidden[positions])

@@ -33,7 +33,8 @@ from localchat.engine.loading.dirs import user_dir
 log = logging.getLogger(__name__)
 
 NATIVE = Path(__file__).parent / "native"
-SOURCES = [NATIVE / name for name in ("int8_matmul.c", "paged_attention.c", "rms_norm.c", "decoder_layers.c")]
+SOURCES = [NATIVE / name for name in ("int8_matmul.c", "paged_attention.c", "rms_norm.c", "decoder_layers.c",
+                                      "dequantize.c")]
 HEADERS = [NATIVE / "simd16.h"]
 FLAGS = ["-O3", "-fopenmp", "-ffp-contract=off", "-shared", "-fPIC"]
 
@@ -61,9 +62,10 @@ VERSION = "int8-vnni-2"  # names the weight layout (both instruction sets'): par
 
 class Kernels:
     """quantize(x, passes) -> int8 codes with their per-32 scales and sums; matmul(quantized, weights, bits, N,
-    passes) -> float32 y; attend(...): paged attention; rms_norm(x, weight, eps); silu_mul(gate_up); and a decoder's
-    layers in one call (`library.decoder_layers`, through fused_decoder.py). `isa`: the instruction set they were
-    built for ("avx512" or "avx2")."""
+    passes) -> float32 y; attend(...): paged attention; rms_norm(x, weight, eps); silu_mul(gate_up);
+    dequantize(panels, ...) -> a dense bfloat16 matrix (kernel_choice.py); and a decoder's layers in one call
+    (`library.decoder_layers`, through fused_decoder.py). `isa`: the instruction set they were built for ("avx512"
+    or "avx2")."""
 
     def __init__(self, library: ctypes.CDLL, isa: str):
         self.library, self.isa = library, isa
@@ -75,8 +77,9 @@ class Kernels:
         library.rms_norm.argtypes = [p, i64, i64, p, ctypes.c_float, p, i32]
         library.silu_mul.argtypes = [p, i64, i64, p, i32]
         library.decoder_layers.argtypes = [p, p, i64, p, p]  # fused_decoder.py's structs
+        library.dequantize_panels.argtypes = [p, i32, i64, i64, p, i32]
         for function in (library.quantize_rows, library.matmul, library.paged_attention, library.rms_norm,
-                         library.silu_mul, library.decoder_layers):
+                         library.silu_mul, library.decoder_layers, library.dequantize_panels):
             function.restype = None
 
     def quantize(self, x: torch.Tensor, passes: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,6 +111,13 @@ class Kernels:
         self.library.rms_norm(x.data_ptr(), x.numel() // x.shape[-1], x.shape[-1], weight.data_ptr(), eps,
                               y.data_ptr(), torch.get_num_threads())
         return y
+
+    def dequantize(self, weights: torch.Tensor, bits: int, out_features: int, in_features: int,
+                   out: torch.Tensor) -> torch.Tensor:
+        """The panels' weights as a dense bfloat16 matrix [out_features, in_features], written into `out`."""
+        self.library.dequantize_panels(weights.data_ptr(), bits, out_features, in_features, out.data_ptr(),
+                                       torch.get_num_threads())
+        return out
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """silu(gate) * up for float32 rows [gate | up] (contiguous, [..., 2 n]): [..., n]."""
