@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
@@ -41,9 +40,10 @@ from localchat.app.server.backends import Backend, BackendRequestError, Update, 
 from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.chat_titles import DEFAULT_TITLE, TITLE_LENGTH, ChatTitles, first_words_title
 from localchat.app.server.context_budget import DEFAULT_POLICY, Cut, choose_cut, reply_room
-from localchat.app.server.documents import message_with_documents, system_with_documents
+from localchat.app.server.engine_job import EngineJob
 from localchat.app.server.sampling import Sampling, reply_sampling
 from localchat.app.server.store import Store, StoreError, new_id
+from localchat.app.server.template_messages import TemplateMessage, branch_messages
 from localchat.app.server.tool_calls import finish_reason, template_chat, template_tools
 from localchat.engine.frontend.outputs import CompletionOutput
 from localchat.engine.sampling_limits import LIMITS
@@ -95,12 +95,7 @@ class Conversations:
     def chat(self, conversation: Conversation, path: list[Message]) -> list[dict]:
         """The branch as the chat template takes it: the conversation's tools (its settings') shape how its tool
         calls and results are written (tool_calls.template_chat)."""
-        system_text = system_with_documents(conversation.system_prompt, self.document_texts(conversation.documents))
-        system = [{"role": "system", "content": system_text}] if system_text else []
-        messages = system + [{"role": m.role, "tool_calls": m.tool_calls, "tool_call_id": m.tool_call_id,
-                              "reasoning_content": m.reasoning_content,
-                              "content": message_with_documents(m.content, self.document_texts(m.documents))
-                              if m.documents else m.content} for m in path]
+        messages = branch_messages(conversation, path, self.document_texts)
         return template_chat(messages, conversation.settings.tools, self.backend.tool_syntax)[0]
 
     def document_texts(self, ids: list[str]) -> list[tuple[str, str]]:
@@ -231,7 +226,8 @@ class Conversations:
         conversation shares."""
         def start() -> list[list[int]]:
             try:
-                return [self.backend.template.segment([], {"role": "system", "content": system_text})]
+                chat, _ = template_chat([TemplateMessage("system", system_text)], None, self.backend.tool_syntax)
+                return [self.backend.template.segment([], chat[0])]
             except Exception:  # a template that renders no chat of a system message alone: the blocks age out
                 return []
         await self._forget(start)
@@ -324,15 +320,13 @@ class Conversations:
         prompt, repaired, fit = await asyncio.to_thread(self.fitted_prompt, conversation, path, settings)
         if repaired:
             self.store.set_token_ids(repaired)
-        replies = Replies(self, conversation, path, parent, sampling, uuid.uuid4().hex, fit, prompt)
+        replies = Replies(self, conversation, path, parent, sampling, fit, prompt)
         beside = self.store.replies_beside(conversation.id, parent, MAX_DRAFT_SOURCES)
-        replies.stream = await self.backend.open(prompt, sampling.params, replies.request_id, beside)
-        self.active.add(replies.request_id, conversation.id, replies.message_ids)
+        await replies.open(beside)
         try:
             replies.store_started()
         except StoreError:  # the conversation was deleted meanwhile: its 404, and nothing left running
-            self.active.remove(replies.request_id)
-            await self.backend.abort(replies.request_id)
+            await replies.job.close()
             raise
         self.store.set_active_leaf(conversation.id, replies.message_ids[0])  # the newest branch is shown
         return replies
@@ -359,10 +353,8 @@ class Conversations:
                                                                    settings)
         if repaired:
             self.store.set_token_ids(repaired)
-        replies = Replies(self, conversation, path, path[-1], sampling, uuid.uuid4().hex, fit, prompt,
-                          continued=(reply, generated))
-        replies.stream = await self.backend.open(prompt, sampling.params, replies.request_id)
-        self.active.add(replies.request_id, conversation.id, replies.message_ids)
+        replies = Replies(self, conversation, path, path[-1], sampling, fit, prompt, continued=(reply, generated))
+        await replies.open()
         self.store.reopen_message(reply.id)
         self.store.set_active_leaf(conversation.id, reply.id)
         return replies
@@ -402,16 +394,9 @@ class Conversations:
             else conversation.settings.context_overflow)
         sampling = reply_sampling(settings, 1, self.backend.tool_syntax, self.thinking_token_budget)
         prompt, _, _ = await asyncio.to_thread(self.fitted_prompt, conversation, path, settings)
-        request_id = uuid.uuid4().hex
-        stream = await self.backend.open(prompt, sampling.params, request_id)
-        self.active.add(request_id, conversation.id, [])
-        summary = ""
-        try:
-            async for update in stream:
-                summary += "".join(out.text for out in update.outputs)
-        finally:
-            self.active.remove(request_id)
-            await self.backend.abort(request_id)
+        job = await EngineJob.open(self.backend, self.active, [prompt], sampling.params,
+                                   conversation_id=conversation.id)
+        summary = "".join(out.text for out in await job.collect())
         if not summary.strip():
             raise BackendRequestError("the model wrote an empty summary: try again, or with another model", 502)
         system = "\n\n".join(part for part in (conversation.system_prompt, SUMMARY_HEADING + summary.strip()) if part)
@@ -437,7 +422,7 @@ class Conversations:
     async def stop_all(self, wait: bool = False) -> None:
         """Abort every request, /v1 ones and a title's included (before the model is switched, or the process
         stops)."""
-        await self.titles.stop()
+        self.titles.stop()
         await self._abort(dict(self.active.requests), wait)
 
     async def _abort(self, requests: dict[str, ActiveRequest], wait: bool) -> None:
@@ -521,13 +506,13 @@ class Replies:
     (a crash loses at most that much) and each one whole as it completes."""
 
     def __init__(self, conversations: Conversations, conversation: Conversation, path: list[Message],
-                 parent: Message, sampling: Sampling, request_id: str, fit: Fit | None = None,
+                 parent: Message, sampling: Sampling, fit: Fit | None = None,
                  prompt: list[int] | list[dict] | None = None,
                  continued: tuple[Message, list[int]] | None = None):
         """continued: the stored reply that goes on (one, in place of new ones), and the ids it wrote so far."""
         self.conversations, self.conversation, self.path, self.parent = conversations, conversation, path, parent
         self.store = conversations.store
-        self.sampling, self.request_id, self.fit, self.prompt = sampling, request_id, fit, prompt
+        self.sampling, self.fit, self.prompt = sampling, fit, prompt
         self.repeats: list[PartialReply] = []  # finished the same as a sibling: sampled again once the others end
         self.continued = continued is not None
         if continued is None:
@@ -537,7 +522,7 @@ class Replies:
             self.replies = [PartialReply(reply.id, text=reply.content, reasoning=reply.reasoning_content or "",
                                          token_ids=list(generated), saved_text=len(reply.content),
                                          saved_reasoning=len(reply.reasoning_content or ""))]
-        self.stream: AsyncIterator[Update] | None = None
+        self.job: EngineJob | None = None  # open(): the engine request that writes them
         self.started = time.monotonic()
         # siblings are listed by created_at: replies in the order they were asked for (a continued one keeps its place)
         self.created_at = continued[0].created_at if continued else time.time()
@@ -548,6 +533,13 @@ class Replies:
     @property
     def message_ids(self) -> list[str]:
         return [r.message_id for r in self.replies]
+
+    async def open(self, draft_sources: list[str] = ()) -> None:
+        """Start the engine request that writes the replies (draft_sources: the replies they replace, to draft
+        from)."""
+        self.job = await EngineJob.open(self.conversations.backend, self.conversations.active, [self.prompt],
+                                        self.sampling.params, conversation_id=self.conversation.id,
+                                        message_ids=self.message_ids, draft_sources=draft_sources)
 
     @functools.cached_property
     def template(self) -> ChatTemplate:
@@ -569,25 +561,24 @@ class Replies:
         yield StartEvent(parent_id=self.parent.id, message_ids=self.message_ids, model=model, retokenized_from=others,
                          temperature=self.sampling.params.temperature, continued=self.continued)
         try:
-            async for update in self.stream:
+            async for _, update in self.job.updates():
                 for event in self._take(update):
                     yield event
+                if self.repeats and all(r.done or r in self.repeats for r in self.replies):
+                    for reply in list(self.repeats):  # the others have ended: sampled again, the request still open
+                        yield DoneEvent(message=await self._sampled_again(reply))
                 if time.monotonic() - self.saved_at >= SAVE_INTERVAL_S:
                     self._save_progress()
-            for reply in list(self.repeats):
-                yield DoneEvent(message=await self._sampled_again(reply))
         except Exception as error:  # the request or the engine failed: what was written so far is kept, stopped
             log.warning("a reply stream failed: %s", error)
             yield ErrorEvent(message=f"generation failed: {failure_message(error)}")
         finally:
             # a client that went away (or an engine failure): keep each unfinished reply's partial text, then
-            # abort the request so that its KV blocks are freed
+            # close the job (its request aborted, so that its KV blocks are freed)
             unfinished = [self._finish(r) for r in self.replies if not r.done]
-            self.conversations.active.remove(self.request_id)
+            await self.job.close()
             if self.parent.parent_id is None and not self.continued:  # the chat's first exchange: it can be named
                 self.conversations.titles.start(self.conversation.id)
-            if unfinished:
-                await self.conversations.backend.abort(self.request_id)
         for message in unfinished:
             yield DoneEvent(message=message)
 
@@ -622,23 +613,22 @@ class Replies:
     async def _sampled_again(self, reply: PartialReply) -> Message:
         """A reply that repeats a sibling, sampled again with the seeds after its siblings' (a new random one where
         the request named none) and wider each time (widened) until it differs, at most MAX_RESAMPLES times; stored
-        and returned, its stats saying how it was sampled at last. Its request
-        takes the place of the first in the active requests: a stop or a departed client aborts it."""
+        and returned, its stats saying how it was sampled at last. Each sample is a job of its own, beside the
+        replies' (open until they are all stored): a stop or a departed client aborts it."""
         params, index = self.sampling.params, self.replies.index(reply)
         self.repeats.remove(reply)
         while reply.resampled < MAX_RESAMPLES and self._repeats_a_sibling(reply):
             again = dataclasses.replace(widened(params, reply.resampled + 1), n=1,
                                         seed=params.seed_for(params.n * (reply.resampled + 1) + index))
-            request_id = uuid.uuid4().hex
-            self.conversations.active.rename(self.request_id, request_id)
-            self.request_id = request_id
-            stream = await self.conversations.backend.open(self.prompt, again, request_id)
+            job = await EngineJob.open(self.conversations.backend, self.conversations.active, [self.prompt], again,
+                                       conversation_id=self.conversation.id, message_ids=[reply.message_id])
             fresh = PartialReply(reply.message_id, first_token_at=reply.first_token_at, resampled=reply.resampled + 1,
                                  params=again)
-            async for update in stream:
-                for out in update.outputs:
-                    fresh.add(out)
-                fresh.first_token_at = reply.first_token_at  # the reply's first token came with the first sample
+            async with job:
+                async for _, update in job.updates():
+                    for out in update.outputs:
+                        fresh.add(out)
+                    fresh.first_token_at = reply.first_token_at  # the reply's first token came with the first sample
             self.replies[index] = reply = fresh
         return self._finish(reply)
 
