@@ -77,7 +77,9 @@ def parser() -> argparse.ArgumentParser:
 def add_serve_options(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--host", default=DEFAULT_HOST,
                        help=f"address to listen on (default {DEFAULT_HOST}; anything else exposes your chats)")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    serve.add_argument("--port", type=int, default=None,
+                       help=f"port (default {DEFAULT_PORT}, or a free one when another program has it: clients "
+                            "find it in the engine's state file)")
     serve.add_argument("--model", default=None, help=MODEL_HELP)
     serve.add_argument("--engine-url", default=None,
                        help="use this OpenAI-compatible server (vLLM, SGLang) instead of the embedded engine; "
@@ -187,7 +189,7 @@ def serve(args) -> int:
     if not is_loopback(config.host):
         print(f"localchat: listening on {config.host}: reachable from other machines (token required)",
               file=sys.stderr)
-    run_server(config)
+    run_server(config, port_named=args.port is not None)
     return 0
 
 

@@ -84,6 +84,24 @@ def machine() -> dict:
             "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M")}
 
 
+def cpu_description() -> str:
+    """The CPU as /proc/cpuinfo names it, with its family and model, the vector extensions the native kernels look
+    for, and its cores: "AMD EPYC (family 25, model 1; avx2 fma f16c, no avx512f), 2 cores"."""
+    fields = {}
+    try:
+        for line in open("/proc/cpuinfo"):
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return platform.processor()
+    flags = set(fields.get("flags", "").split())
+    present = [f for f in ("avx512f", "avx512_vnni", "avx512_bf16", "amx_int8", "avx2", "fma", "f16c") if f in flags]
+    missing = "" if "avx512f" in flags else ", no avx512f"
+    family, model = fields.get("cpu family", "?"), fields.get("model", "?")
+    return (f"{fields.get('model name', '?')} (family {family}, model {model}; {' '.join(present)}{missing}), "
+            f"{os.cpu_count()} cores")
+
+
 def result_name(benchmark: str, dtype: str, quantization: str) -> str:
     """results/<benchmark>[-<dtype>][-dense]: one file per configuration (float32 on the default weights is the
     plain name; -dense: quantization="none")."""

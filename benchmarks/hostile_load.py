@@ -1,15 +1,22 @@
-"""Hostile load (issue 46): one normal client streams a long reply while hostile clients cut streams after their
-first chunk, give up on whole answers within a second, and send malformed or out-of-range bodies; then a `kill -9`
-in the middle of a conversation's reply.
+"""Hostile load (issues 46, 53): one normal client streams a long reply while hostile clients cut streams after their
+first chunk, give up on whole answers within a second, and send malformed or out-of-range bodies; then work that
+grows with one request's size beside a stream (a search over 2 MB of chats, a grammar of 25 tools); then long lone
+prefills (a prompt of --prefill-words words each, none cached) while three clients poll /health and one polls
+/metrics each second, giving up after 0.5 s; then a `kill -9` in the middle of a conversation's reply.
 
 Against a fresh `localchat serve` with its defaults (the embedded model). Reported: the hostile requests by kind and
 status class ("gave up": the client's timeout came first; "cut": the client closed the stream after its first
 chunk); errors (5xx answers, broken streams: 0); the normal stream's largest gap between two token deltas in the
 quiet second before the load and while it runs (bar: under 0.5 s); the KV blocks still held once every request
-has ended (polled for a few seconds: 0) and whether the engine still answers; after the kill and a new start on the
-same home, the interrupted reply as far as the store had saved it and the earlier messages as they were.
+has ended (polled for a few seconds: 0) and whether the engine still answers; the stream's largest gap while the
+searches run (bar: within 0.5 s of its quiet second) and while the tool request is answered (bar: the engine's step
+limit and 0.5 s); the prefills' failed replies
+(bar: 0: a /metrics wait that gave up used to end every running reply) and the pollers' answers; after the kill and
+a new start on the same home, the interrupted reply as far as the store had saved it and the earlier messages as they
+were.
 
     python benchmarks/hostile_load.py [--clients 4] [--cut-streams 200] [--give-ups 40] [--bad 60]
+                                      [--prefill-runs 5] [--prefill-words 2000]
 """
 
 import argparse
@@ -31,7 +38,10 @@ import httpx
 from peers import free_port, make_home
 from soak import data_events
 
-from common import Server, report
+from common import WORDS, Server, report
+from localchat.app.protocol.conversations import Message, SamplingSettings
+from localchat.app.server.store import Store, new_id
+from localchat.engine.config import EngineConfig
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 LONG = 3000  # tokens a long reply asks for (ignore_eos keeps it going)
@@ -39,6 +49,8 @@ STORY = [{"role": "user", "content": "Tell me a long story about a river."}]
 QUIET_S = 1.0  # of the normal stream before the load starts
 GAP_BAR_S = 0.5
 SETTLE_S = 5.0  # for the KV blocks to be freed once every request has ended
+SEARCHES = ("paris OR prime", "the lazy dog", "qu*")  # over 8 messages of 250,000 characters
+HEALTH_POLLERS, POLL_GIVE_UP_S = 3, 0.5  # beside the prefills; /metrics each second, /health as fast as it answers
 
 
 class Tally:
@@ -271,12 +283,130 @@ def kill_mid_reply(server: Server) -> tuple[Server, dict]:
     }
 
 
+def store_long_messages(db: Path, count: int, chars: int) -> str:
+    """A conversation of `count` user messages of `chars` characters each (more than a chat of the embedded model
+    holds: written to the server's store directly, as a long chat of a bigger model would have left them)."""
+    words = "the quick brown fox jumps over the lazy dog while paris sleeps and prime numbers count".split()
+    text = " ".join(words[i % len(words)] for i in range(chars // 5))[:chars]
+    with contextlib.closing(Store(db)) as store:
+        conversation = store.create_conversation("long messages", "", SamplingSettings())
+        parent = None
+        for k in range(count):
+            message = Message(id=new_id("m"), conversation_id=conversation.id, parent_id=parent, role="user",
+                              content=f"{text} number{k}", created_at=time.time())
+            parent = store.add_message(message, []).id
+    return conversation.id
+
+
+def many_tools(count: int) -> list[dict]:
+    """Functions whose parameters a grammar must follow: a bounded string, a bounded number, an enum of its own
+    (about 100 tokens of the prompt each: the embedded model's template teaches them in a system message)."""
+    return [{"type": "function", "function": {"name": f"tool_{i}", "parameters": {
+        "type": "object", "required": ["q"], "properties": {
+            "q": {"type": "string", "maxLength": 40}, "n": {"type": "integer", "minimum": 0, "maximum": i + 1},
+            "mode": {"enum": ["a", "b", f"mode_{i}"]}}}}} for i in range(count)]
+
+
+def search_and_grammar(server: Server, tally: Tally) -> dict:
+    """A stream's largest gap between two tokens while three searches over 2 MB of chats run, and while a request
+    with 25 tools is answered (its grammar compiled, then its ~2,500-token prompt prefilled beside the stream), against
+    its largest gap in the quiet second before. The search and the compile run off the event loop and the engine's
+    thread (tests/app/test_isolation.py): the searches' bar is the quiet gap and GAP_BAR_S; the tool request's, the
+    step limit and GAP_BAR_S (beside decodes a prompt waiting for its first token stretches a step up to the limit,
+    by design: the engine's StepPace)."""
+    store_long_messages(server.home / "data" / "localchat.db", 8, 250_000)
+    normal = NormalStream(server)
+    normal.start()
+    normal.first_token.wait(60)
+    time.sleep(QUIET_S + 0.5)
+    started = time.monotonic()
+    with server.client() as api:
+        for query in SEARCHES:
+            hits = api.get("/api/search", params={"q": query, "limit": 50})
+            if hits.status_code != 200 or len([h for h in hits.json() if h["conversation_title"] == "long messages"
+                                               ]) != 8:
+                tally.error(f"search {query!r}: {hits.status_code} {hits.text[:200]}")
+        searched = time.monotonic()
+        tools = api.post(CHAT, json={"messages": [{"role": "user", "content": "Use a tool."}],
+                                     "tools": many_tools(25), "tool_choice": "required", "max_tokens": 8})
+        if tools.status_code != 200:
+            tally.error(f"25 tools: {tools.status_code} {tools.text[:200]}")
+    ended = time.monotonic()
+    normal.stop.set()
+    normal.join()
+    if normal.broken:
+        tally.error(f"the stream beside the search and the grammar: {normal.broken}")
+    quiet = normal.largest_gap(started - QUIET_S, started)
+    return {"searches_s": round(searched - started, 2), "tool_request_s": round(ended - searched, 2),
+            "tool_prompt_tokens": tools.json()["usage"]["prompt_tokens"] if tools.status_code == 200 else None,
+            "largest_gap_quiet_s": round(quiet, 3),
+            "largest_gap_searching_s": round(normal.largest_gap(started, searched), 3),
+            "searching_bar_s": round(quiet + GAP_BAR_S, 3),
+            "largest_gap_tool_request_s": round(normal.largest_gap(searched, ended), 3),
+            "tool_request_bar_s": EngineConfig().step_limit_s + GAP_BAR_S}
+
+
+class Poller(threading.Thread):
+    """A client that asks for `path` every `every` seconds (0: as soon as it has its answer) and gives up on an
+    answer after POLL_GIVE_UP_S, until told to stop."""
+
+    def __init__(self, server: Server, path: str, every: float):
+        super().__init__()
+        self.server, self.path, self.every = server, path, every
+        self.outcomes, self.slowest, self.stop = Counter(), 0.0, threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(timeout=POLL_GIVE_UP_S) as client:
+            while not self.stop.is_set():
+                asked = time.monotonic()
+                try:
+                    self.outcomes[status_class(client.get(f"{self.server.url}{self.path}"))] += 1
+                except httpx.TimeoutException:
+                    self.outcomes["gave up"] += 1
+                self.slowest = max(self.slowest, time.monotonic() - asked)
+                self.stop.wait(self.every)
+
+
+def lone_prefills_beside_pollers(server: Server, tally: Tally, runs: int, words: int) -> dict:
+    """`runs` whole replies to prompts of `words` random words (a fresh prefill each: nothing cached), one at a time
+    and alone in the engine, so that its steps take whole 2,048-token chunks (seconds here: nothing decodes beside
+    them to pace them), while clients poll /health and /metrics and give up on slow answers. A /metrics that waited
+    for such a step, given up, ended every running reply (issue 53): each reply must come whole."""
+    pollers = [Poller(server, "/health", 0.0) for _ in range(HEALTH_POLLERS)] + [Poller(server, "/metrics", 1.0)]
+    for poller in pollers:
+        poller.start()
+    rng, seconds, failed, prompt_tokens = random.Random(53), [], 0, 0
+    with server.client() as api:
+        for _ in range(runs):
+            text = " ".join(rng.choice(WORDS) for _ in range(words))
+            question = f"{text}\n\nSummarize this in one line."
+            asked = time.monotonic()
+            reply = api.post(CHAT, timeout=600, json={"messages": [{"role": "user", "content": question}],
+                                                      "max_tokens": 16})
+            seconds.append(round(time.monotonic() - asked, 1))
+            if reply.status_code != 200 or not reply.json()["choices"][0]["message"]["content"]:
+                failed += 1
+                tally.error(f"a long prefill's reply: {reply.status_code} {reply.text[:200]}")
+            else:
+                prompt_tokens = reply.json()["usage"]["prompt_tokens"]
+    for poller in pollers:
+        poller.stop.set()
+        poller.join()
+    health, metrics = sum((p.outcomes for p in pollers[:-1]), Counter()), pollers[-1].outcomes
+    return {"prefills": runs, "prompt_tokens_each": prompt_tokens, "reply_seconds": seconds,
+            "failed_replies": failed, "health_polls": dict(health), "metrics_polls": dict(metrics),
+            "slowest_health_s": round(max(p.slowest for p in pollers[:-1]), 3),
+            "slowest_metrics_s": round(pollers[-1].slowest, 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--cut-streams", type=int, default=200)
     parser.add_argument("--give-ups", type=int, default=40)
     parser.add_argument("--bad", type=int, default=60)
+    parser.add_argument("--prefill-runs", type=int, default=5)
+    parser.add_argument("--prefill-words", type=int, default=2000)
     parser.add_argument("--cache-dir", default="~/.cache/localchat", help="where the converted model is kept")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="localchat-hostile-"))
@@ -297,6 +427,9 @@ def main() -> None:
         normal.join()
         blocks_held, settle_s = settled(server)
         still_answers = answers(server)
+        beside_search = search_and_grammar(server, tally)
+        beside_pollers = lone_prefills_beside_pollers(server, tally, args.prefill_runs, args.prefill_words)
+        blocks_held_after_all = settled(server)[0]
         server, kill = kill_mid_reply(server)
         log = (server.home / "serve.log").read_text(errors="replace")
     finally:
@@ -315,12 +448,17 @@ def main() -> None:
         "largest_gap_quiet_s": round(normal.largest_gap(load_start - QUIET_S, load_start), 3),
         "largest_gap_under_load_s": round(gap_under_load, 3), "gap_bar_s": GAP_BAR_S,
         "kv_blocks_held_after": blocks_held, "seconds_until_freed": settle_s, "engine_still_answers": still_answers,
+        "stream_beside_search_and_grammar": beside_search, "lone_prefills_beside_pollers": beside_pollers,
+        "kv_blocks_held_after_all": blocks_held_after_all,
         "kill_9": kill, "tracebacks_in_log_after_restart": log.count("Traceback"),
         "load_average_at_start_and_end": [round(load_at_start, 2), round(os.getloadavg()[0], 2)],
         "first_errors": tally.errors[:10],
     }
     report("hostile_load", rows, summary)
     failed = (tally.errors or normal.broken or gap_under_load >= GAP_BAR_S or blocks_held or not still_answers
+              or beside_search["largest_gap_searching_s"] >= beside_search["searching_bar_s"]
+              or beside_search["largest_gap_tool_request_s"] >= beside_search["tool_request_bar_s"]
+              or beside_pollers["failed_replies"] or blocks_held_after_all
               or kill["restored_finish_reason"] != "interrupted" or not kill["restored_as_saved"]
               or not kill["earlier_messages_intact"])
     sys.exit(1 if failed else 0)

@@ -269,6 +269,10 @@ def run_harness(label: str, base_url: str, api_key: str | None, args, note: str,
                "--note", note]
     if args.quick:
         command.append("--quick")
+    if args.set:
+        command += ["--set", args.set]
+    if args.workloads:
+        command += ["--only", args.workloads]
     if api_key:
         command += ["--api-key", api_key]
     log(f"harness: {shlex.join(command).replace(api_key or '@@', 'KEY')}")
@@ -455,6 +459,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--speculative-off", action="store_true",
                    help=f"also run localchat with --speculative off (labelled {PLAIN}), quiet: a model whose text "
                         "repeats itself (the synthetic file's random weights) keeps most drafts")
+    p.add_argument("--set", default="", help="the harness's sizes, e.g. a_sentences=370,a_repeats=1 (a 6k prompt)")
+    p.add_argument("--workloads", default="", help="the harness's workloads to run, e.g. a (default: all)")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="llama-server -t (default: the CPU count)")
     p.add_argument("--llama-server", default=None, help="the llama-server binary (default: build-llama-cpp.sh's)")
     p.add_argument("--harness", type=Path, default=SHARED_BENCH / "peers.py", help="the shared harness")

@@ -27,7 +27,8 @@ def main() -> None:
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="localchat-switch-"))
     home = make_home(root, "~/.cache/localchat")
-    os.environ["LOCALCHAT_HOME"] = str(home)  # support.py reads it; the tiny model is built in this run's folder
+    os.environ["LOCALCHAT_HOME"] = str(home)
+    os.environ["LOCALCHAT_TEST_SUITE_HOME"] = str(home)  # tests/support.py's home: the tiny model is built here
     from support import SECOND_MODEL_NAME, second_model_dir
 
     models = second_model_dir(root / "models")

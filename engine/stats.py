@@ -47,8 +47,8 @@ class Warmth:
     """Where a chat's history is (LLMEngine.warmth): how many of its tokens the next request that continues it finds
     in memory, then reads from the disk tier; the rest it computes. `state` says which costs most: "resident" (at most
     a block's worth of tokens to compute, nothing to read), "on_disk" (blocks to read, at most a block to compute) or
-    "cold" (more to compute, or none of it held); predicted_s is what the history adds to the next first token's wait, from the engine's measured prefill
-    time per token and disk read time per block (None: not measured yet)."""
+    "cold" (more to compute, or none of it held); predicted_s is what the history adds to the next first token's wait,
+    from the engine's measured prefill time per token and disk read time per block (None: not measured yet)."""
 
     tokens: int
     resident: int
@@ -82,6 +82,17 @@ class SpeculationStats:
 
 
 @dataclass(frozen=True)
+class KernelStats:
+    """What runs a step's matrix products, chosen by measuring the machine (worker/kernel_choice.py), and what its
+    cores gave when measured."""
+
+    decode: str  # the kernel of decode rows
+    prompt: str  # of prompt rows: prefill chunks and large batches
+    prompt_rows: int  # a step's rows from which its products run the prompt kernel
+    peaks: dict[str, float]  # fp32/bf16 TFLOP/s, int8 and the native kernels' TOP/s, read GB/s
+
+
+@dataclass(frozen=True)
 class CPUThreadStats:
     threads: int  # the CPU kernels use now (cpu_threads.py)
     load_of_others: float  # cores' worth of CPU time that other processes took, last measured
@@ -100,6 +111,7 @@ class EngineStats:
     speculation: SpeculationStats | None = None
     cpu: CPUThreadStats | None = None  # on the CPU
     disk: DiskTierStats | None = None  # with a disk tier
+    kernels: KernelStats | None = None  # on the CPU with the native kernels
     pins: PinUsage | None = None  # the embedded engine's pinned chats and their budget
 
     @property

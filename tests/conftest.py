@@ -15,23 +15,27 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402  (after OMP_*: OpenMP reads them when torch loads)
 
-# Every test run gets its own LOCALCHAT_HOME, so no test reads or writes the user's folders; it is removed at exit.
+# Every test run gets its own LOCALCHAT_HOME, whatever LOCALCHAT_HOME says (README has users set it to their own
+# folder), so no test reads or writes the user's folders; it is removed at exit. The run's first process makes it and
+# names it in SUITE_HOME; its workers (pytest-xdist), which inherit the environment, take that one.
 # Its cache folder's models/ (converted and packed models, ~700 MB), test-references/ (transformers' copy of the
 # embedded model) and native/ (the compiled CPU kernels) are kept between runs in .test-cache/ (or
 # $LOCALCHAT_TEST_CACHE), and every home a test makes links them: an entry is keyed by what made it (the loader's
 # format and the file's size and time; the kernels' sources, flags and compiler), so a later run reuses it only where
 # a fresh one would be the same, and a first start (seconds of conversion, three of compiling, for every fresh home)
 # is paid once, not at every engine a test starts. The rest of the cache (the KV cache's disk tier) is each home's own.
+SUITE_HOME = "LOCALCHAT_TEST_SUITE_HOME"
 KEPT_CACHE_FOLDERS = ("models", "test-references", "native")
-if "LOCALCHAT_HOME" not in os.environ:
-    os.environ["LOCALCHAT_HOME"] = tempfile.mkdtemp(prefix="localchat-test-home-")
-    atexit.register(shutil.rmtree, os.environ["LOCALCHAT_HOME"], ignore_errors=True)
+if not (os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(SUITE_HOME)):
+    os.environ[SUITE_HOME] = tempfile.mkdtemp(prefix="localchat-test-home-")
+    atexit.register(shutil.rmtree, os.environ[SUITE_HOME], ignore_errors=True)
     kept_cache = Path(os.environ.get("LOCALCHAT_TEST_CACHE", Path(__file__).resolve().parent.parent / ".test-cache"))
-    cache = Path(os.environ["LOCALCHAT_HOME"]) / "cache"
+    cache = Path(os.environ[SUITE_HOME]) / "cache"
     cache.mkdir(mode=0o700)
     for name in KEPT_CACHE_FOLDERS:
         (kept_cache / name).mkdir(mode=0o700, parents=True, exist_ok=True)
         (cache / name).symlink_to(kept_cache / name)
+os.environ["LOCALCHAT_HOME"] = os.environ[SUITE_HOME]
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 # Without a GPU the Triton kernels run in Triton's interpreter, which must be chosen before anything imports

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-SESSION_HOME = Path(os.environ["LOCALCHAT_HOME"])
+SESSION_HOME = Path(os.environ["LOCALCHAT_TEST_SUITE_HOME"])  # the test run's own (tests/conftest.py)
 READY_TIMEOUT_S = 240  # a first start in a fresh session converts the GGUF file
 
 

@@ -4,7 +4,7 @@ the event stream of a send, edit or regenerate, and search."""
 from typing import Annotated, Literal
 
 import msgspec
-from msgspec import UNSET, Struct, UnsetType
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 from localchat.app.protocol.documents import Document
 from localchat.app.protocol.limits import (
@@ -242,14 +242,19 @@ class ConversationTree(Struct):
     documents: list[Document] = msgspec.field(default_factory=list)  # every document it or a message of it carries
 
 
+ParentId = Annotated[str, Meta(description="a message of this conversation (404 if it has none by this id)")]
+ToolCallId = Annotated[str, Meta(description="the id of a tool call of the message it answers: the parent, or the "
+                                             "assistant message above a parent that is a tool's result (else 400)")]
+
+
 class SendMessage(Struct, kw_only=True, forbid_unknown_fields=True):
     content: Text  # a user message has text; a tool's result may be empty
-    parent_id: str | None = None  # None: a new root of the tree
+    parent_id: ParentId | None = None  # None: a new root of the tree
     n: ReplyCount = 1
     settings: SamplingSettings | None = None  # this request only
     # a tool's result instead of a user message: the id of the parent's tool call it answers (the parent is the
     # assistant message that called, or a result sent before this one for another of its calls)
-    tool_call_id: str | None = None
+    tool_call_id: ToolCallId | None = None
     reply: bool = True  # False: store the message, write no reply (a first result of several)
     documents: DocumentIds = msgspec.field(default_factory=list)  # ids from POST /api/documents, before its text
     variations: Variations | None = None  # one per reply (n is their number), each with what it varies

@@ -4,9 +4,9 @@ and /api/version, for the clients and libraries written for Ollama.
 Unlike the rest of the protocol, a request's unknown fields and options are ignored, as Ollama ignores them
 (num_gpu, mirostat, ...): its clients send them freely. The values localchat uses keep their limits."""
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from msgspec import Struct
+from msgspec import Meta, Struct
 
 from localchat.app.protocol.limits import (
     FrequencyPenalty,
@@ -25,7 +25,12 @@ PATHS = ("/api/chat", "/api/generate", "/api/tags", "/api/show", "/api/ps", "/ap
          "/api/embeddings", "/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete")
 
 Think = bool | Literal["low", "medium", "high", "max"]
-KeepAlive = int | float | str  # seconds, or a duration ("5m", "1h30m", "-1")
+# keep_alive: seconds, as a number or a string ("3600", "-1"), or a duration of Go's units ("5m", "1h30m", "-1s"): what
+# server/ollama_models.keep_alive_seconds reads, stated in the schema (anything else is a 400)
+DURATION_UNITS = ("h", "m", "s", "ms", "us", "µs", "μs", "ns")
+_UNIT = "|".join(sorted(DURATION_UNITS, key=len, reverse=True))  # "ms" before "m"
+DURATION_PATTERN = rf"^-?([0-9]+(\.[0-9]+)?|([0-9]+(\.[0-9]+)?({_UNIT}))+)$"
+KeepAlive = int | float | Annotated[str, Meta(pattern=DURATION_PATTERN)]
 
 
 class Options(Struct, kw_only=True):

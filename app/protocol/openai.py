@@ -85,7 +85,7 @@ class SamplingFields(Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class FunctionDefinition(Struct, forbid_unknown_fields=True):
-    name: str
+    name: Annotated[str, Meta(min_length=1, description="unique among the tools of a request or a conversation")]
     description: str | None = None
     parameters: dict | None = None  # a JSON Schema of the arguments (an object)
     strict: bool | None = None

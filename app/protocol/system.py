@@ -35,6 +35,9 @@ class Health(Struct, kw_only=True):
     kv_cache: "KVCacheSize | None" = None
     # what pinned chats keep of the KV cache, and the most they may (None until it is ready, or a remote engine's)
     pins: "PinBudget | None" = None
+    # what runs the model's matrix products, chosen by measuring this machine, and what its cores gave (None until it
+    # is ready, or where the native kernels do not run)
+    kernels: "Kernels | None" = None
 
 
 class LoginCode(Struct):
@@ -56,6 +59,17 @@ class ErrorDetail(Struct):
 
 class ErrorBody(Struct):
     error: ErrorDetail
+
+
+class Kernels(Struct, kw_only=True):
+    """What runs a step's matrix products (the engine's kernel_choice.py): decode rows and prompt rows (prefill chunks
+    and large batches, from prompt_rows rows), and this machine's measured peaks (fp32_tflops, bf16_tflops, int8_tops,
+    native_tops, read_gbs)."""
+
+    decode: str
+    prompt: str
+    prompt_rows: int
+    peaks: dict[str, float]
 
 
 class KVCacheSize(Struct, kw_only=True):

@@ -86,6 +86,7 @@ class SystemController(Controller):
                       thinking=backend.thinks if status == "ready" else None,
                       sampling=backend.sampling if status == "ready" else None,
                       kv_cache=backend.kv_cache if status == "ready" else None,
+                      kernels=backend.kernels if status == "ready" else None,
                       pins=pin_budget(usage) if status == "ready" and (usage := backend.pin_usage()) else None)
 
     @get("/metrics", media_type=MediaType.TEXT)
@@ -246,7 +247,9 @@ ERROR_RESPONSES = {status: ResponseSpec(ErrorBody, description=description) for 
     (403, "a foreign Host header, or a cross-origin browser request"), (404, "no such conversation, message or model"),
     (405, "method not allowed (the Allow header lists those that are)"),
     (409, "the request conflicts with what is running or kept (a model still loading, a document in use)"),
-    (413, "request body too large"), (415, "an upload that is not a readable document (an image, a binary file)"),
+    (413, "request body too large"),
+    (415, "a JSON body sent with another Content-Type than application/json, or an upload that is not a readable "
+          "document (an image, a binary file)"),
     (500, "a bug: the engine log has the details"), (503, "the model is loading, failed, or the engine is stopping"),
 ]}
 

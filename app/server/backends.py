@@ -21,7 +21,7 @@ from litestar.di import NamedDependency
 from litestar.params import SkipValidation
 
 from localchat.app.protocol.sampling import SamplingDefaults
-from localchat.app.protocol.system import KVCacheSize, LoadProgress
+from localchat.app.protocol.system import Kernels, KVCacheSize, LoadProgress
 from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.tool_calls import ToolSyntax
 from localchat.engine.frontend.outputs import CompletionOutput
@@ -56,7 +56,6 @@ class Update:
     prompt_tokens: int | None = None  # known from the first update (embedded) or the last (remote)
     cached_tokens: int | None = None
     finished: bool = False
-    reply: int | None = None  # the reply whose prompt the counts are (a fork's variations: each its own); None: all
 
 
 @dataclass
@@ -84,6 +83,7 @@ class Backend(Protocol):
     parameters: int | None  # the weights of the model it runs or loads (None: not known): a new chat's defaults
     sampling: SamplingDefaults  # what a reply samples with where its request names no value (sampling_defaults.py)
     kv_cache: KVCacheSize | None  # what the KV cache holds, in a user's terms (None: not loaded, or not known)
+    kernels: Kernels | None  # what runs the matrix products, measured (None: not loaded, or not the native kernels)
     loading: Loading
     stopping: bool
     unloaded: bool  # unload() freed the model: the next request that needs it loads it again (reload())

@@ -8,11 +8,11 @@ import asyncio
 import logging
 import re
 import time
-import uuid
 
 import msgspec
 
 from localchat.app.protocol.conversations import Conversation, Message
+from localchat.app.server.engine_job import EngineJob
 from localchat.app.server.sampling import reply_sampling
 from localchat.app.server.store import new_id
 
@@ -61,7 +61,6 @@ class ChatTitles:
     def __init__(self, conversations):
         self.conversations = conversations
         self.tasks: dict[str, asyncio.Task] = {}
-        self.request_id: str | None = None  # the title's request in the engine now, if any
 
     def start(self, conversation_id: str) -> asyncio.Task:
         """Name the chat in the background (once: a chat being named is not named twice at once)."""
@@ -84,12 +83,11 @@ class ChatTitles:
                 raise
         return self.conversations.store.get_conversation(conversation_id)
 
-    async def stop(self) -> None:
-        """End the title being written (a model switch, the process stopping)."""
+    def stop(self) -> None:
+        """End the titles being written (a model switch, the process stopping: their requests, among the active ones,
+        are aborted with the others)."""
         for task in list(self.tasks.values()):
             task.cancel()
-        if self.request_id is not None:
-            await self.conversations.backend.abort(self.request_id)
 
     async def _name(self, conversation_id: str) -> None:
         store = self.conversations.store
@@ -140,24 +138,15 @@ class ChatTitles:
                                                settings)
         if conversations.active.busy.is_set():
             raise GaveWay
-        self.request_id = uuid.uuid4().hex
-        stream = await backend.open(prompt, sampling.params, self.request_id)
-        reading = asyncio.ensure_future(_text(stream))
+        job = await EngineJob.open(backend, conversations.active, [prompt], sampling.params, gives_way=True)
+        reading = asyncio.ensure_future(job.collect())
         started = asyncio.ensure_future(conversations.active.busy.wait())  # a request: the title gives way at once
         try:
             await asyncio.wait([reading, started], return_when=asyncio.FIRST_COMPLETED)
             if not reading.done():
                 raise GaveWay
-            return reading.result()
+            return "".join(out.text for out in reading.result())
         finally:
             started.cancel()
             reading.cancel()
-            await backend.abort(self.request_id)
-            self.request_id = None
-
-
-async def _text(stream) -> str:
-    text = ""
-    async for update in stream:
-        text += "".join(out.text for out in update.outputs)
-    return text
+            await job.close()

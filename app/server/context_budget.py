@@ -9,9 +9,12 @@ An exchange is a user message and what answered it (replies, tool calls and thei
 message; the message being replied to always stays. A cut leaves out enough to bring the prompt down to half the
 context, so that several turns follow before the next one; and each reply keeps where its cut began
 (ReplyStats.first_kept_id), which the next turn starts from: its prompt extends the last one, and the prefix cache
-serves it again instead of the whole history being computed anew at every turn."""
+serves it again instead of the whole history being computed anew at every turn.
 
-from collections.abc import Callable
+Ollama's API keeps no history: its clients send the whole chat each time, and it is fitted as Ollama fits it
+(fewest_left_out): the fewest oldest messages are left out for the prompt to fit its num_ctx."""
+
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from localchat.app.protocol.conversations import Message
@@ -91,3 +94,27 @@ def _earlier_cut(path: list[Message]) -> int | None:
         if message.role == "assistant" and message.stats is not None:
             return index.get(message.stats.first_kept_id)
     return None
+
+
+async def fewest_left_out(droppable: int, limit: int, prompt_without: Callable[[int], Awaitable[list[int]]]
+                          ) -> list[int]:
+    """Ollama's policy (its num_ctx, for its clients' chats, which it keeps no history of): the prompt without the
+    fewest of the `droppable` messages it may leave out, oldest first, for it to fit in `limit` with a token to spare,
+    found by halving (a few renderings, not one a message). prompt_without(count) is the prompt without the `count`
+    oldest of them. ContextFull where even leaving them all out does not fit."""
+    prompt = await prompt_without(0)
+    if len(prompt) < limit:
+        return prompt
+    low, high = 1, droppable  # the fewest to leave out is in [low, high] once `best` (high's) fits
+    best = await prompt_without(high) if high else prompt
+    if len(best) >= limit:
+        raise ContextFull(f"the last message and the system messages take {len(best)} tokens: more than fit in a "
+                          f"context of {limit} tokens")
+    while low < high:
+        middle = (low + high) // 2
+        candidate = await prompt_without(middle)
+        if len(candidate) < limit:
+            high, best = middle, candidate
+        else:
+            low = middle + 1
+    return best

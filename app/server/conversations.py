@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
@@ -43,16 +42,16 @@ from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.chat_titles import DEFAULT_TITLE, TITLE_LENGTH, ChatTitles, first_words_title
 from localchat.app.server.chat_warmth import ChatWarmth
 from localchat.app.server.context_budget import DEFAULT_POLICY, Cut, choose_cut, reply_room
-from localchat.app.server.documents import message_with_documents, system_with_documents
+from localchat.app.server.engine_job import EngineJob
 from localchat.app.server.sampling import Sampling, reply_sampling
 from localchat.app.server.store import Store, StoreError, new_id
+from localchat.app.server.template_messages import TemplateMessage, branch_messages, kept_instruction
 from localchat.app.server.tool_calls import finish_reason, template_chat, template_tools
 from localchat.app.server.variations import (
     VariationRequest,
     instruction_message,
     shared_history,
     variation_settings,
-    variation_updates,
 )
 from localchat.engine.frontend.outputs import CompletionOutput
 from localchat.engine.sampling_limits import LIMITS
@@ -105,20 +104,8 @@ class Conversations:
     def chat(self, conversation: Conversation, path: list[Message]) -> list[dict]:
         """The branch as the chat template takes it: the conversation's tools (its settings') shape how its tool
         calls and results are written (tool_calls.template_chat)."""
-        system_text = system_with_documents(conversation.system_prompt, self.document_texts(conversation.documents))
-        system = [{"role": "system", "content": system_text}] if system_text else []
-        messages = system + [turn for m in path for turn in self._turns(m)]
+        messages = branch_messages(conversation, path, self.document_texts)
         return template_chat(messages, conversation.settings.tools, self.backend.tool_syntax)[0]
-
-    def _turns(self, message: Message) -> list[dict]:
-        """A message as the chat template takes it: one turn, or for a fork's reply whose instruction was kept, that
-        instruction as a user turn before it."""
-        turn = {"role": message.role, "tool_calls": message.tool_calls, "tool_call_id": message.tool_call_id,
-                "reasoning_content": message.reasoning_content,
-                "content": message_with_documents(message.content, self.document_texts(message.documents))
-                if message.documents else message.content}
-        instruction = kept_instruction(message)
-        return [{"role": "user", "content": instruction}, turn] if instruction else [turn]
 
     def document_texts(self, ids: list[str]) -> list[tuple[str, str]]:
         """(name, text) of each of these documents."""
@@ -272,7 +259,8 @@ class Conversations:
         conversation shares."""
         def start() -> list[list[int]]:
             try:
-                return [self.backend.template.segment([], {"role": "system", "content": system_text})]
+                chat, _ = template_chat([TemplateMessage("system", system_text)], None, self.backend.tool_syntax)
+                return [self.backend.template.segment([], chat[0])]
             except Exception:  # a template that renders no chat of a system message alone: the blocks age out
                 return []
         await self._forget(start)
@@ -367,19 +355,15 @@ class Conversations:
         prompt, repaired, fit = await asyncio.to_thread(self.fitted_prompt, conversation, path, settings)
         if repaired:
             self.store.set_token_ids(repaired)
-        replies = Replies(self, conversation, path, parent, sampling, uuid.uuid4().hex, fit, prompt,
-                          variations=variations)
+        replies = Replies(self, conversation, path, parent, sampling, fit, prompt, variations=variations)
         if variations:
-            await self._open_variations(replies, settings)
-        else:
-            beside = self.store.replies_beside(conversation.id, parent, MAX_DRAFT_SOURCES)
-            replies.stream = await self.backend.open(prompt, sampling.params, replies.request_id, beside)
-        for request_id, message_ids in replies.engine_requests.items():
-            self.active.add(request_id, conversation.id, message_ids)
+            replies.requests, replies.shared = await asyncio.to_thread(self._plan_variations, replies, settings)
+        beside = self.store.replies_beside(conversation.id, parent, MAX_DRAFT_SOURCES)
+        await replies.open(beside)
         try:
             replies.store_started()
         except StoreError:  # the conversation was deleted meanwhile: its 404, and nothing left running
-            await replies.end_requests()
+            await replies.job.close()
             raise
         self.store.set_active_leaf(conversation.id, replies.message_ids[0])  # the newest branch is shown
         return replies
@@ -406,10 +390,8 @@ class Conversations:
                                                                    settings)
         if repaired:
             self.store.set_token_ids(repaired)
-        replies = Replies(self, conversation, path, path[-1], sampling, uuid.uuid4().hex, fit, prompt,
-                          continued=(reply, generated))
-        replies.stream = await self.backend.open(prompt, sampling.params, replies.request_id)
-        self.active.add(replies.request_id, conversation.id, replies.message_ids)
+        replies = Replies(self, conversation, path, path[-1], sampling, fit, prompt, continued=(reply, generated))
+        await replies.open()
         self.store.reopen_message(reply.id)
         self.store.set_active_leaf(conversation.id, reply.id)
         return replies
@@ -431,30 +413,23 @@ class Conversations:
             raise ValueError(f"the reply fills the model's context of {fit.limit:,} tokens: it cannot go on")
         return ids + generated, repaired, fit, generated
 
-    async def _open_variations(self, replies: "Replies", settings: SamplingSettings) -> None:
-        """Each variation's prompt (the history, then its instruction) and sampling, checked; the stream of their
-        replies, the history computed first for all of them (variations.variation_updates)."""
+    def _plan_variations(self, replies: "Replies", settings: SamplingSettings
+                         ) -> tuple[list[VariationRequest], list[int]]:
+        """Each variation's prompt (the history, then its instruction), sampling and fit; and the history they all
+        start with, which their job computes first (empty where prompts are chat messages: a remote engine's own
+        prefix cache shares it)."""
         conversation, path, parent = replies.conversation, replies.path, replies.parent
-
-        def plan() -> tuple[list[VariationRequest], list[int]]:
-            requests = []
-            for i, variation in enumerate(replies.variations):
-                own = variation_settings(settings, variation, i)
-                sampling = reply_sampling(own, 1, self.backend.tool_syntax, self.thinking_token_budget,
-                                          self.backend.sampling)
-                branch = path + ([instruction_message(conversation, parent, variation.instruction)]
-                                 if variation.instruction else [])
-                prompt, _, fit = self.fitted_prompt(conversation, branch, own)
-                requests.append(VariationRequest(prompt, sampling, fit))
-            history = self.history_tokens(conversation, path)
-            return requests, history and shared_history(history, [r.prompt for r in requests])
-
-        requests, history = await asyncio.to_thread(plan)
-        for request in requests:
-            await self.backend.check_request(request.prompt, request.sampling.params)
-        replies.requests = requests
-        replies.stream = variation_updates(self.backend, history, requests, replies.variation_ids,
-                                           replies.history_id)
+        requests = []
+        for i, variation in enumerate(replies.variations):
+            own = variation_settings(settings, variation, i)
+            sampling = reply_sampling(own, 1, self.backend.tool_syntax, self.thinking_token_budget,
+                                      self.backend.sampling)
+            branch = path + ([instruction_message(conversation, parent, variation.instruction)]
+                             if variation.instruction else [])
+            prompt, _, fit = self.fitted_prompt(conversation, branch, own)
+            requests.append(VariationRequest(prompt, sampling, fit))
+        history = self.history_tokens(conversation, path)
+        return requests, history and shared_history(history, [r.prompt for r in requests])
 
     async def summarize(self, conversation: Conversation, leaf_id: str | None) -> Conversation:
         """A new conversation that starts from the model's summary of a branch (default: the one shown): the summary
@@ -474,16 +449,9 @@ class Conversations:
             else conversation.settings.context_overflow)
         sampling = reply_sampling(settings, 1, self.backend.tool_syntax, self.thinking_token_budget)
         prompt, _, _ = await asyncio.to_thread(self.fitted_prompt, conversation, path, settings)
-        request_id = uuid.uuid4().hex
-        stream = await self.backend.open(prompt, sampling.params, request_id)
-        self.active.add(request_id, conversation.id, [])
-        summary = ""
-        try:
-            async for update in stream:
-                summary += "".join(out.text for out in update.outputs)
-        finally:
-            self.active.remove(request_id)
-            await self.backend.abort(request_id)
+        job = await EngineJob.open(self.backend, self.active, [prompt], sampling.params,
+                                   conversation_id=conversation.id)
+        summary = "".join(out.text for out in await job.collect())
         if not summary.strip():
             raise BackendRequestError("the model wrote an empty summary: try again, or with another model", 502)
         system = "\n\n".join(part for part in (conversation.system_prompt, SUMMARY_HEADING + summary.strip()) if part)
@@ -495,7 +463,7 @@ class Conversations:
         replies are saved."""
         matching = self.active.matching(conversation_id, message_id)
         await self._abort(matching, wait)
-        return [message_id for r in matching.values() for message_id in r.message_ids]
+        return list(dict.fromkeys(message_id for r in matching.values() for message_id in r.message_ids))
 
     async def end_thinking(self, conversation_id: str, message_id: str | None = None) -> EndThinkingResult:
         """The conversation's running replies (or the one writing message_id) close their thinking now and go on
@@ -504,12 +472,12 @@ class Conversations:
         for request_id, request in self.active.matching(conversation_id, message_id).items():
             if await self.backend.end_thinking(request_id):
                 ended += request.message_ids
-        return EndThinkingResult(ended=ended)
+        return EndThinkingResult(ended=list(dict.fromkeys(ended)))
 
     async def stop_all(self, wait: bool = False) -> None:
         """Abort every request, /v1 ones and a title's included (before the model is switched, or the process
         stops)."""
-        await self.titles.stop()
+        self.titles.stop()
         await self._abort(dict(self.active.requests), wait)
 
     async def _abort(self, requests: dict[str, ActiveRequest], wait: bool) -> None:
@@ -517,12 +485,6 @@ class Conversations:
             await self.backend.abort(request_id)
         if wait and requests:
             await asyncio.wait([asyncio.create_task(r.done.wait()) for r in requests.values()], timeout=STOP_WAIT_S)
-
-
-def kept_instruction(message: Message) -> str | None:
-    """The instruction of a fork's reply that the chat keeps as a turn before it (Variation.keep), if any."""
-    variation = message.variation
-    return variation.instruction if variation is not None and variation.keep else None
 
 
 def fork_settings(settings: SamplingSettings, override: SamplingSettings | None, n: int,
@@ -601,16 +563,17 @@ class Replies:
     (a crash loses at most that much) and each one whole as it completes."""
 
     def __init__(self, conversations: Conversations, conversation: Conversation, path: list[Message],
-                 parent: Message, sampling: Sampling, request_id: str, fit: Fit | None = None,
+                 parent: Message, sampling: Sampling, fit: Fit | None = None,
                  prompt: list[int] | list[dict] | None = None,
                  continued: tuple[Message, list[int]] | None = None, variations: list[Variation] | None = None):
         """continued: the stored reply that goes on (one, in place of new ones), and the ids it wrote so far;
         variations: one per reply, of a fork that varies on purpose (variations.py)."""
         self.conversations, self.conversation, self.path, self.parent = conversations, conversation, path, parent
         self.store = conversations.store
-        self.sampling, self.request_id, self.fit, self.prompt = sampling, request_id, fit, prompt
+        self.sampling, self.fit, self.prompt = sampling, fit, prompt
         self.variations = variations or []  # a fork that varies on purpose: one per reply
-        self.requests: list[VariationRequest] = []  # then each reply's own prompt and sampling
+        self.requests: list[VariationRequest] = []  # then each reply's own prompt, sampling and fit
+        self.shared: list[int] = []  # and the history their prompts start with, computed first
         self.repeats: list[PartialReply] = []  # finished the same as a sibling: sampled again once the others end
         self.continued = continued is not None
         if continued is None:
@@ -620,7 +583,7 @@ class Replies:
             self.replies = [PartialReply(reply.id, text=reply.content, reasoning=reply.reasoning_content or "",
                                          token_ids=list(generated), saved_text=len(reply.content),
                                          saved_reasoning=len(reply.reasoning_content or ""))]
-        self.stream: AsyncIterator[Update] | None = None
+        self.job: EngineJob | None = None  # open(): the engine request that writes them
         self.started = time.monotonic()
         # siblings are listed by created_at: replies in the order they were asked for (a continued one keeps its place)
         self.created_at = continued[0].created_at if continued else time.time()
@@ -630,28 +593,15 @@ class Replies:
     def message_ids(self) -> list[str]:
         return [r.message_id for r in self.replies]
 
-    @property
-    def variation_ids(self) -> list[str]:
-        """The engine requests of a fork that varies, one per reply."""
-        return [f"{self.request_id}.{i}" for i in range(len(self.variations))]
-
-    @property
-    def history_id(self) -> str:
-        """The engine request that computes a varying fork's history first."""
-        return f"{self.request_id}.history"
-
-    @property
-    def engine_requests(self) -> dict[str, list[str]]:
-        """The engine requests that write the replies, each with the replies it writes."""
-        if not self.variations:
-            return {self.request_id: self.message_ids}
-        return {self.history_id: [], **{rid: [mid] for rid, mid in zip(self.variation_ids, self.message_ids)}}
-
-    async def end_requests(self) -> None:
-        """Take the engine requests out of the active ones and abort them (their KV blocks are freed)."""
-        for request_id in self.engine_requests:
-            self.conversations.active.remove(request_id)
-            await self.conversations.backend.abort(request_id)
+    async def open(self, draft_sources: list[str] = ()) -> None:
+        """Start the engine request that writes the replies, or a varying fork's, one per reply after their shared
+        history (draft_sources: the replies they replace, to draft from)."""
+        prompts, params = [self.prompt], self.sampling.params
+        if self.requests:
+            prompts, params = [r.prompt for r in self.requests], [r.sampling.params for r in self.requests]
+        self.job = await EngineJob.open(self.conversations.backend, self.conversations.active, prompts, params,
+                                        conversation_id=self.conversation.id, message_ids=self.message_ids,
+                                        draft_sources=draft_sources, prefix=self.shared)
 
     @functools.cached_property
     def template(self) -> ChatTemplate:
@@ -677,35 +627,35 @@ class Replies:
                          temperature=self.sampling.params.temperature, continued=self.continued,
                          variations=self.variations)
         try:
-            async for update in self.stream:
-                for event in self._take(update):
+            async for prompt, update in self.job.updates():
+                for event in self._take(prompt, update):
                     yield event
+                if self.repeats and all(r.done or r in self.repeats for r in self.replies):
+                    for reply in list(self.repeats):  # the others have ended: sampled again, the request still open
+                        yield DoneEvent(message=await self._sampled_again(reply))
                 if time.monotonic() - self.saved_at >= SAVE_INTERVAL_S:
                     self._save_progress()
-            for reply in list(self.repeats):
-                yield DoneEvent(message=await self._sampled_again(reply))
         except Exception as error:  # the request or the engine failed: what was written so far is kept, stopped
             log.warning("a reply stream failed: %s", error)
             yield ErrorEvent(message=f"generation failed: {failure_message(error)}")
         finally:
             # a client that went away (or an engine failure): keep each unfinished reply's partial text, then
-            # abort the request so that its KV blocks are freed
+            # close the job (its request aborted, so that its KV blocks are freed)
             unfinished = [self._finish(r) for r in self.replies if not r.done]
+            await self.job.close()
             if self.parent.parent_id is None and not self.continued:  # the chat's first exchange: it can be named
                 self.conversations.titles.start(self.conversation.id)
-            if unfinished:
-                await self.end_requests()
-            for request_id in self.engine_requests:
-                self.conversations.active.remove(request_id)
             await self.conversations.warmth.refresh(self.conversation.id)  # a pinned chat's pin follows its branch
         for message in unfinished:
             yield DoneEvent(message=message)
 
-    def _take(self, update: Update) -> Iterator[StreamEvent]:
-        """The update's text into its replies, as a delta event each; then a done event for each reply that has
-        finished, once the prompt's size is known (a remote server reports it only at the end)."""
+    def _take(self, prompt: int, update: Update) -> Iterator[StreamEvent]:
+        """The update of the job's prompt `prompt` into its replies (a varying fork's: each reply its own prompt),
+        its text as a delta event each; then a done event for each reply that has finished, once its prompt's size is
+        known (a remote server reports it only at the end)."""
         if update.prompt_tokens is not None:
-            for reply in self.replies if update.reply is None else [self.replies[update.reply]]:
+            n = self.job.n
+            for reply in self.replies[prompt * n : (prompt + 1) * n]:
                 reply.prompt_tokens, reply.cached_tokens = update.prompt_tokens, update.cached_tokens or 0
         for out in update.outputs:
             reply = self.replies[out.index]
@@ -733,23 +683,22 @@ class Replies:
     async def _sampled_again(self, reply: PartialReply) -> Message:
         """A reply that repeats a sibling, sampled again with the seeds after its siblings' (a new random one where
         the request named none) and wider each time (widened) until it differs, at most MAX_RESAMPLES times; stored
-        and returned, its stats saying how it was sampled at last. Its request
-        takes the place of the first in the active requests: a stop or a departed client aborts it."""
+        and returned, its stats saying how it was sampled at last. Each sample is a job of its own, beside the
+        replies' (open until they are all stored): a stop or a departed client aborts it."""
         params, index = self.sampling.params, self.replies.index(reply)
         self.repeats.remove(reply)
         while reply.resampled < MAX_RESAMPLES and self._repeats_a_sibling(reply):
             again = dataclasses.replace(widened(params, reply.resampled + 1), n=1,
                                         seed=params.seed_for(params.n * (reply.resampled + 1) + index))
-            request_id = uuid.uuid4().hex
-            self.conversations.active.rename(self.request_id, request_id)
-            self.request_id = request_id
-            stream = await self.conversations.backend.open(self.prompt, again, request_id)
+            job = await EngineJob.open(self.conversations.backend, self.conversations.active, [self.prompt], again,
+                                       conversation_id=self.conversation.id, message_ids=[reply.message_id])
             fresh = PartialReply(reply.message_id, first_token_at=reply.first_token_at, resampled=reply.resampled + 1,
                                  params=again, prompt_tokens=reply.prompt_tokens, cached_tokens=reply.cached_tokens)
-            async for update in stream:
-                for out in update.outputs:
-                    fresh.add(out)
-                fresh.first_token_at = reply.first_token_at  # the reply's first token came with the first sample
+            async with job:
+                async for _, update in job.updates():
+                    for out in update.outputs:
+                        fresh.add(out)
+                    fresh.first_token_at = reply.first_token_at  # the reply's first token came with the first sample
             self.replies[index] = reply = fresh
         return self._finish(reply)
 

@@ -252,10 +252,11 @@ class SearchController(Controller):
     @get("/")
     async def search(self, store: StoreDep, q: Annotated[str, QueryParameter(min_length=1)],
                      limit: Annotated[int, QueryParameter(ge=1, le=500)] = 50) -> list[SearchHit]:
-        """Messages matching an FTS5 query over every conversation, best first."""
+        """Messages matching an FTS5 query over every conversation, best first. Searched on a worker thread: over
+        long chats it takes a while, and the event loop goes on streaming the replies meanwhile."""
         if "\x00" in q:
             raise ValidationException("the query contains a NUL character")
-        return store.search(q, limit)
+        return await asyncio.to_thread(store.search, q, limit)
 
 
 class ConversationDefaultsController(Controller):

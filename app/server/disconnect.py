@@ -1,5 +1,5 @@
 """A whole (not streamed) answer is worked out only while its client waits for it: the work runs beside a watch on
-the connection, and a client that disconnects cancels the work, whose cleanup (EngineJob.updates's finally) aborts
+the connection, and a client that disconnects cancels the work, whose cleanup (closing its EngineJob) aborts
 its engine requests and frees their KV blocks within a step. A streamed answer needs none of this: Litestar stops
 iterating a stream whose client left, and closing the stream's generator runs the same cleanup."""
 

@@ -6,8 +6,10 @@ import logging
 import threading
 from collections.abc import AsyncIterator
 
+import msgspec
+
 from localchat.app.kv_cache_words import kv_cache_size
-from localchat.app.protocol.system import KVCacheSize
+from localchat.app.protocol.system import Kernels, KVCacheSize
 from localchat.app.sampling_defaults import UNKNOWN_MODEL, sampling_defaults
 from localchat.app.server.backends import BackendNotReady, BackendRequestError, Loading, Update
 from localchat.app.server.chat_template import ChatTemplate
@@ -42,6 +44,7 @@ class EmbeddedBackend:
         self.parameters: int | None = None  # the model's weights, from its file's header (a new chat's defaults)
         self.sampling = UNKNOWN_MODEL  # the model's sampling defaults, from its file or its family (once listed)
         self.kv_cache: KVCacheSize | None = None  # what its KV cache holds (once loaded)
+        self.kernels: Kernels | None = None  # what runs its matrix products (once loaded, with the native kernels)
         self.stopping = False
         self.unloaded = False  # by unload(): nothing is loading until a request needs the model
 
@@ -62,8 +65,9 @@ class EmbeddedBackend:
             self.model_name = llm.model_name
             stats = asyncio.run(llm.stats())
             self.kv_cache = kv_cache_size(stats.kv.total, stats.kv.block_size, stats.kv_cache_bytes, llm.max_model_len)
-            log.info("%s ready: %s; sampling defaults: %s", llm.model_name, self.kv_cache.summary,
-                     self.sampling.source)
+            self.kernels = msgspec.convert(stats.kernels, Kernels, from_attributes=True) if stats.kernels else None
+            log.info("%s ready: %s; sampling defaults: %s%s", llm.model_name, self.kv_cache.summary,
+                     self.sampling.source, kernels_words(self.kernels))
             self.llm = llm
             self.loading.stage, self.loading.fraction, self.loading.ready = "ready", 1.0, True
         except BaseException as error:  # shown by /health; the process keeps serving it
@@ -271,3 +275,12 @@ async def _warm_up(llm) -> None:
     params = SamplingParams(max_tokens=2, temperature=0, structured=StructuredOutput.json_object())
     async for _ in llm.generate(prompt, params, request_id="warm-up"):
         pass
+
+
+def kernels_words(kernels: Kernels | None) -> str:
+    """The start line's words for what runs the matrix products: "; kernels: native int8 (avx2) for every row"."""
+    if kernels is None:
+        return ""
+    if kernels.prompt == kernels.decode:
+        return f"; kernels: {kernels.decode} for every row"
+    return f"; kernels: {kernels.decode} for decode rows, {kernels.prompt} from {kernels.prompt_rows} rows"

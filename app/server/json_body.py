@@ -7,14 +7,18 @@
 - A number with no fraction (3.0) is taken for an integer field, as JSON Schema counts it an integer (and Ollama's
   clients send them so); 3.5 is not.
 - A body that does not decode gets a message that says why, where msgspec's own would mislead, and names the field
-  where it can (NaN or Infinity, which JSON does not have)."""
+  where it can (NaN or Infinity, which JSON does not have).
+- A body must say it is JSON (Content-Type application/json, or a type that ends in +json): one sent as text or as a
+  form gets a 415 that names the type expected. Ollama's routes (their controller's opt FORM_JSON) also take a body
+  that names no type or curl's default for `-d`, application/x-www-form-urlencoded: Ollama's own documentation sends
+  its examples so, and Ollama reads the body as JSON whatever its type (its Python client sends application/json)."""
 
 import json
 import re
 
 import msgspec
 from litestar import Request
-from litestar.exceptions import ClientException, SerializationException, ValidationException
+from litestar.exceptions import ClientException, HTTPException, SerializationException, ValidationException
 
 from localchat.app.server.config import MAX_JSON_DEPTH
 
@@ -53,6 +57,11 @@ def validation_problem(error: msgspec.ValidationError) -> dict:
     return {"message": message, "key": path.removeprefix(".").removesuffix("`") or "data", "source": "body"}
 
 
+JSON_MEDIA_TYPE = "application/json"
+FORM_JSON = "form_json"  # a route handler's opt: it takes a JSON body sent with no type or as curl's default form
+CURL_DEFAULT_TYPES = ("", "application/x-www-form-urlencoded")
+
+
 class JSONBodyRequest(Request):
     """The app's request class: reads the body of a handler that takes `data`."""
 
@@ -61,6 +70,7 @@ class JSONBodyRequest(Request):
         data_field = self.route_handler.parsed_data_field
         if not body or data_field is None:
             return await super().json()  # no body: Litestar says that one is required
+        self._check_media_type()
         if nesting_depth(body) > MAX_JSON_DEPTH:
             raise ClientException(f"the JSON body is nested deeper than {MAX_JSON_DEPTH} levels")
         try:
@@ -76,6 +86,15 @@ class JSONBodyRequest(Request):
                 raise ClientException(f"{json_path(body, not_a_number.start())}: {not_a_number[0].decode()} is not "
                                       "a JSON number (JSON has no NaN or Infinity)") from None
             raise SerializationException(str(error)) from None
+
+    def _check_media_type(self) -> None:
+        media_type = self.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if media_type == JSON_MEDIA_TYPE or media_type.endswith("+json"):
+            return
+        if self.route_handler.opt.get(FORM_JSON) and media_type in CURL_DEFAULT_TYPES:
+            return
+        raise HTTPException(status_code=415, detail=f"the body must be JSON, sent with Content-Type: "
+                                                    f"{JSON_MEDIA_TYPE} (it came as {media_type or 'no type'})")
 
 
 def decoded(body: bytes, annotation):

@@ -30,7 +30,6 @@ from localchat.app.protocol.ollama import (
     FunctionCall,
     GenerateRequest,
     GenerateResponse,
-    Message,
     ModelList,
     ReplyMessage,
     RunningModels,
@@ -40,7 +39,6 @@ from localchat.app.protocol.ollama import (
     ToolCall,
     Version,
 )
-from localchat.app.protocol.openai import FunctionCall as OpenAIFunctionCall
 from localchat.app.protocol.openai import FunctionDefinition, Tool
 from localchat.app.protocol.openai import ToolCall as OpenAIToolCall
 from localchat.app.protocol.sampling import SamplingDefaults
@@ -48,14 +46,17 @@ from localchat.app.server.active_requests import ActiveRequests
 from localchat.app.server.backends import Backend, BackendDep, BackendNotReady, BackendRequestError, failure_message
 from localchat.app.server.chat_template import template_variables
 from localchat.app.server.config import ServerConfig, quoted
+from localchat.app.server.context_budget import ContextFull, fewest_left_out
 from localchat.app.server.disconnect import while_connected
 from localchat.app.server.engine_job import EngineJob
 from localchat.app.server.error_text import error_message
+from localchat.app.server.json_body import FORM_JSON
 from localchat.app.server.model_turns import ModelTurns
 from localchat.app.server.ollama_models import find_model, keep_alive_seconds, listed, running, shown
 from localchat.app.server.openapi import JSONOrNDJSON
 from localchat.app.server.sampling import Sampling, ollama_sampling
 from localchat.app.server.store import StoreError
+from localchat.app.server.template_messages import TemplateMessage, ollama_messages, prompt_messages
 from localchat.app.server.tool_calls import template_chat
 from localchat.engine.frontend.outputs import EngineFailed
 from localchat.engine.loading.model_catalog import LocalModel, find_models, model_at
@@ -103,6 +104,7 @@ class OllamaController(Controller):
     path = "/api"
     exception_handlers = OLLAMA_EXCEPTION_HANDLERS
     tags = ["ollama"]
+    opt = {FORM_JSON: True}  # `curl -d` with no -H, as Ollama's documentation writes its examples (json_body.py)
 
     @get("/version")
     async def ollama_version(self) -> Version:
@@ -149,7 +151,7 @@ class OllamaController(Controller):
         turn = await turns.enter(model)
         try:
             backend.check_chat()
-            messages = [_template_message(m, i, req.messages) for i, m in enumerate(req.messages)]
+            messages = ollama_messages(req.messages)
             variables = _think_variables(backend, req.think, req.model)
             tools = [Tool(type="function", function=FunctionDefinition(
                 name=t.function.name, description=t.function.description, parameters=t.function.parameters))
@@ -277,22 +279,6 @@ async def _load_or_unload(turns: ModelTurns, backend: Backend, model: LocalModel
     return Response(GenerateResponse(response="", **fields))
 
 
-def _template_message(message: Message, index: int, messages: list[Message]) -> dict:
-    """An Ollama message as template_chat takes it: calls numbered (Ollama's have no ids), and a tool's result
-    answering the last call of its tool_name before it."""
-    calls = [OpenAIToolCall(id=f"call_{index}_{k}", function=OpenAIFunctionCall(
-        name=c.function.name, arguments=json.dumps(c.function.arguments)))
-        for k, c in enumerate(message.tool_calls or [])]
-    call_id = None
-    if message.role == "tool":
-        earlier = [(f"call_{i}_{k}", c.function.name) for i, m in enumerate(messages[:index])
-                   for k, c in enumerate(m.tool_calls or [])]
-        call_id = next((cid for cid, name in reversed(earlier) if name == message.tool_name),
-                       earlier[-1][0] if earlier else None)
-    return {"role": message.role, "content": message.content, "tool_calls": calls, "tool_call_id": call_id,
-            "reasoning_content": message.thinking}
-
-
 def _think_variables(backend: Backend, think: Think | None, name: str) -> dict:
     """Ollama's think as the template's variables: true/false to enable_thinking, a level to reasoning_effort."""
     if think is None:
@@ -310,8 +296,7 @@ def _think_variables(backend: Backend, think: Think | None, name: str) -> dict:
 async def _generate_prompt(backend: Backend, req: GenerateRequest, templated: bool) -> list[int]:
     """A generate request's tokens: its context, then its prompt (through the chat template where `templated`)."""
     if templated:
-        chat = [{"role": "system", "content": req.system}] if req.system else []
-        chat.append({"role": "user", "content": req.prompt})
+        chat, _ = template_chat(prompt_messages(req.system, req.prompt), None, backend.tool_syntax)
         prompt = await backend.apply_chat_template(chat, None, _think_variables(backend, req.think, req.model))
     else:
         prompt = await backend.tokenize(req.prompt) if req.prompt else []
@@ -332,12 +317,11 @@ def _max_tokens(options, prompt_tokens: int, num_ctx: int) -> int:
     return room if asked is None or asked < 0 else max(min(asked, room), 1)
 
 
-async def _fitted_chat(backend: Backend, messages: list[dict], tools: list[Tool], syntax, variables: dict,
-                       num_ctx: int) -> list[int]:
-    """The chat's prompt, its fewest oldest messages left out (never the system messages nor the last one) for it
-    to fit in num_ctx with a token to spare, as Ollama fits a chat (found by halving: a few renderings, not one a
-    message); a 400 if even leaving them all out does not fit."""
-    droppable = [i for i, m in enumerate(messages[:-1]) if m["role"] != "system"]
+async def _fitted_chat(backend: Backend, messages: list[TemplateMessage], tools: list[Tool], syntax,
+                       variables: dict, num_ctx: int) -> list[int]:
+    """The chat's prompt, fitted to num_ctx as Ollama fits a chat (context_budget.fewest_left_out): its oldest
+    messages but the system messages and the last are the ones it may leave out; a 400 where it cannot fit."""
+    droppable = [i for i, m in enumerate(messages[:-1]) if m.role != "system"]
 
     async def prompt_without(count: int) -> list[int]:
         left_out = set(droppable[:count])
@@ -348,22 +332,10 @@ async def _fitted_chat(backend: Backend, messages: list[dict], tools: list[Tool]
             raise ValidationException(str(error)) from None
         return await backend.apply_chat_template(chat, template_tools, variables)
 
-    prompt = await prompt_without(0)
-    if len(prompt) < num_ctx:
-        return prompt
-    low, high = 1, len(droppable)  # the fewest to leave out is in [low, high] once `best` (high's) fits
-    best = await prompt_without(high) if high else prompt
-    if len(best) >= num_ctx:
-        raise BackendRequestError(f"the last message and the system messages take {len(best)} tokens: more than "
-                                  f"fit in a context of {num_ctx} tokens (num_ctx)")
-    while low < high:
-        middle = (low + high) // 2
-        candidate = await prompt_without(middle)
-        if len(candidate) < num_ctx:
-            high, best = middle, candidate
-        else:
-            low = middle + 1
-    return best
+    try:
+        return await fewest_left_out(len(droppable), num_ctx, prompt_without)
+    except ContextFull as error:
+        raise BackendRequestError(f"{error} (num_ctx)") from None
 
 
 def _sampling(req: ChatRequest | GenerateRequest, tools: list[Tool], syntax, max_tokens: int, config: ServerConfig,
@@ -421,13 +393,15 @@ class _Reply:
         return text, thinking
 
     async def _outputs(self):
-        async for _, update in self.job.updates():
-            for out in update.outputs:
-                if self.first_token is None and out.token_ids:
-                    self.first_token = time.monotonic()
-                self.token_ids += out.token_ids
-                self.finish_reason = out.finish_reason or self.finish_reason
-                yield out
+        """The reply's outputs as they come; the job is closed at the end, or when the client leaves."""
+        async with self.job:
+            async for _, update in self.job.updates():
+                for out in update.outputs:
+                    if self.first_token is None and out.token_ids:
+                        self.first_token = time.monotonic()
+                    self.token_ids += out.token_ids
+                    self.finish_reason = out.finish_reason or self.finish_reason
+                    yield out
 
     def _calls(self, text: str) -> tuple[str, list[ToolCall]]:
         if self.sampling.calls is None:

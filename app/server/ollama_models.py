@@ -12,7 +12,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from localchat.app.protocol.conversations import SAMPLING_FIELDS
-from localchat.app.protocol.ollama import ListedModel, ModelDetails, RunningModel, ShowResponse
+from localchat.app.protocol.ollama import (
+    DURATION_PATTERN,
+    DURATION_UNITS,
+    ListedModel,
+    ModelDetails,
+    RunningModel,
+    ShowResponse,
+)
 from localchat.app.sampling_defaults import sampling_defaults
 from localchat.app.server.sampling import OLLAMA_NAMES
 from localchat.engine.loading.gguf_header import read_header
@@ -35,23 +42,19 @@ def find_model(models: list[LocalModel], name: str) -> LocalModel | None:
 
 def keep_alive_seconds(value: int | float | str | None) -> float | None:
     """Ollama's keep_alive in seconds: a number of seconds or a duration ("5m", "1h30m", "-1s"); negative: for
-    good. None where the request gives none. A ValueError for anything else."""
+    good. None where the request gives none. A ValueError for anything else (the schema's DURATION_PATTERN)."""
     if value is None or isinstance(value, int | float):
         return value
-    text = value.strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    if _DURATION.fullmatch(text) is None:
-        raise ValueError(f"keep_alive: {text!r} is not a duration (such as \"5m\", \"1h\", \"-1\" or 0)")
-    seconds = sum(float(number) * _UNITS[unit] for number, unit in _PART.findall(text))
-    return -seconds if text.startswith("-") else seconds
+    if re.fullmatch(DURATION_PATTERN, value) is None:
+        raise ValueError(f"keep_alive: {value!r} is not a duration (such as \"5m\", \"1h\", \"-1\" or 0)")
+    if value.lstrip("-")[-1:].isdigit():
+        return float(value)
+    seconds = sum(float(number) * _UNITS[unit] for number, unit in _PART.findall(value))
+    return -seconds if value.startswith("-") else seconds
 
 
-_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-_PART = re.compile(rf"(\d+(?:\.\d+)?)({'|'.join(sorted(_UNITS, key=len, reverse=True))})")  # "ms" before "m"
-_DURATION = re.compile(rf"-?(?:{_PART.pattern})+")
+_UNITS = dict(zip(DURATION_UNITS, (3600.0, 60.0, 1.0, 1e-3, 1e-6, 1e-6, 1e-6, 1e-9)))  # seconds
+_PART = re.compile(rf"([0-9]+(?:\.[0-9]+)?)({'|'.join(sorted(_UNITS, key=len, reverse=True))})")  # "ms" before "m"
 
 
 def details(model: LocalModel) -> ModelDetails:

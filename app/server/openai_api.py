@@ -47,6 +47,7 @@ from localchat.app.server.disconnect import while_connected
 from localchat.app.server.engine_job import EngineJob
 from localchat.app.server.openapi import JSONOrEventStream
 from localchat.app.server.sampling import Sampling, chat_sampling, completion_sampling
+from localchat.app.server.template_messages import openai_messages
 from localchat.app.server.tool_calls import CallReader, StreamedReply, finish_reason, template_chat
 from localchat.engine.frontend.outputs import CompletionOutput, EngineFailed, TokenLogprob
 
@@ -75,10 +76,7 @@ class OpenAIController(Controller):
         syntax = backend.tool_syntax  # the model's: ready, _check_model asked
         sampling = _checked(chat_sampling, req, syntax, config.thinking_token_budget, backend.sampling)
         try:
-            messages = [{"role": m.template_role, "content": m.text(), "tool_calls": m.tool_calls,
-                         "tool_call_id": m.tool_call_id, "reasoning_content": m.reasoning_content}
-                        for m in req.messages]
-            chat, template_tools = template_chat(messages, sampling.tools, syntax)
+            chat, template_tools = template_chat(openai_messages(req.messages), sampling.tools, syntax)
             variables = template_variables(backend.template, req.chat_template_kwargs, req.reasoning_effort)
         except ValueError as error:
             raise ValidationException(str(error)) from None
@@ -201,14 +199,16 @@ async def _chat_chunks(job: EngineJob, include_usage: bool, calls: CallReader | 
 
 async def _updates_or_error(job: EngineJob) -> AsyncIterator[Update | str]:
     """The job's updates; if it fails midway, the failure as one last event, an OpenAI error body, that the caller
-    follows with `[DONE]` (as vLLM streams it): the client learns why instead of seeing the stream cut."""
-    try:
-        async for _, update in job.updates():
-            yield update
-    except (BackendRequestError, EngineFailed) as error:
-        kind = "invalid_request_error" if isinstance(error, BackendRequestError) else "server_error"
-        yield _encode(ErrorBody(ErrorDetail(message=failure_message(error), type=kind,
-                                            code=error.status if isinstance(error, BackendRequestError) else 500)))
+    follows with `[DONE]` (as vLLM streams it): the client learns why instead of seeing the stream cut. The job is
+    closed at the end, or when the client leaves."""
+    async with job:
+        try:
+            async for _, update in job.updates():
+                yield update
+        except (BackendRequestError, EngineFailed) as error:
+            kind = "invalid_request_error" if isinstance(error, BackendRequestError) else "server_error"
+            yield _encode(ErrorBody(ErrorDetail(message=failure_message(error), type=kind,
+                                                code=error.status if isinstance(error, BackendRequestError) else 500)))
 
 
 def _tool_delta(reply: StreamedReply, text: str, reason: str | None) -> tuple[ChunkDelta, str | None]:

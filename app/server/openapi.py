@@ -10,7 +10,7 @@ from litestar.openapi.spec import OpenAPIMediaType, Operation, Reference, Schema
 from litestar.openapi.spec.enums import OpenAPIType
 from litestar.typing import FieldDefinition
 
-from localchat.app.protocol.conversations import SendMessage
+from localchat.app.protocol.conversations import SamplingSettings, SendMessage
 from localchat.app.protocol.limits import NOT_BLANK
 from localchat.app.protocol.openai import ChatCompletionRequest, CompletionRequest
 
@@ -94,10 +94,19 @@ def _with_refs(value, refs: dict[str, Reference]):
 BODY_RULES = {
     ChatCompletionRequest: [{"description": "top_logprobs needs logprobs: true", "anyOf": [
         {"properties": {"top_logprobs": {"type": "null"}}},
-        {"properties": {"logprobs": {"const": True}}, "required": ["logprobs"]}]}],
+        {"properties": {"logprobs": {"const": True}}, "required": ["logprobs"]}]},
+        {"description": "a required or named tool_choice needs tools (a named one, one of them by that name) and "
+                        "excludes a JSON response_format: both would shape the reply", "anyOf": [
+            {"properties": {"tool_choice": {"enum": [None, "auto", "none"]}}},
+            {"properties": {"tools": {"minItems": 1}, "response_format": {"anyOf": [
+                {"type": "null"}, {"properties": {"type": {"const": "text"}}}]}}, "required": ["tools"]}]}],
     CompletionRequest: [{"description": "echo excludes logprobs (prompt logprobs are not computed)", "anyOf": [
         {"properties": {"echo": {"const": False}}},
         {"properties": {"logprobs": {"type": "null"}}}]}],
+    SamplingSettings: [{"description": 'tool_choice "required" needs tools and excludes json_mode: both would shape '
+                                       "the reply", "anyOf": [
+        {"properties": {"tool_choice": {"enum": ["auto", "none"]}}},
+        {"properties": {"tools": {"minItems": 1}, "json_mode": {"const": False}}, "required": ["tools"]}]}],
     SendMessage: [{"description": "a message has text, unless it is a tool's result or carries documents", "anyOf": [
         {"properties": {"content": {"pattern": NOT_BLANK}}},
         {"properties": {"tool_call_id": {"type": "string"}}, "required": ["tool_call_id"]},

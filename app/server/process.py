@@ -4,6 +4,7 @@ clients where it listens, logging, and a clean stop on SIGTERM (the client side:
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import logging
 import os
@@ -14,9 +15,11 @@ from collections.abc import Callable
 
 import uvicorn
 
-from localchat.app import engine_state
+from localchat.app import engine_state, paths
 from localchat.app.engine_state import EngineState
-from localchat.app.server.config import DEFAULT_HOST, GRACEFUL_SHUTDOWN_S, ServerConfig, url_host
+from localchat.app.server.config import DEFAULT_HOST, GRACEFUL_SHUTDOWN_S, ServerConfig
+
+PORT_TRIES = 10  # a taken default port: these ports from it on are tried, then any free one
 
 
 class ListenerServer(uvicorn.Server):
@@ -50,16 +53,23 @@ class EngineServer(uvicorn.Server):
         loop.call_soon_threadsafe(lambda: loop.create_task(self.stop_all()))
 
 
-def serve(settings: ServerConfig) -> None:
+def serve(settings: ServerConfig, port_named: bool = True) -> None:
     """Run the engine process in the foreground until SIGTERM/SIGINT (or `localchat stop`). Everything it writes is
-    the user's alone, whatever the umask: chats, their KV blocks on disk, the model cache, logs."""
+    the user's alone, whatever the umask: chats, their KV blocks on disk, the model cache, logs. A port the user
+    named (--port) that is taken is an error; the default port, taken, gives way to a free one (_bind_free), which
+    the state file tells clients."""
     os.umask(0o077)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("localchat").setLevel(logging.INFO)
     lock = engine_state.acquire_lock()
     try:
-        sock = _bind(settings.host, settings.port)
+        sock = _bind(settings.host, settings.port) if port_named else _bind_free(settings)
+        if sock.getsockname()[1] != settings.port:
+            print(f"localchat: port {settings.port} on {settings.host} is taken by another program; serving on "
+                  f"port {sock.getsockname()[1]} instead (clients find it in {paths.state_path()})",
+                  file=sys.stderr, flush=True)
+            settings = dataclasses.replace(settings, port=sock.getsockname()[1])  # the origins the app allows
         print(f"localchat: serving on {settings.url}", file=sys.stderr, flush=True)
         from localchat.app.server.app import create_app  # imports the engine (torch): after the quick checks
 
@@ -77,9 +87,8 @@ def serve(settings: ServerConfig) -> None:
                                                      timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S))
             server.listeners = [listener]
             serving.append(listener.serve(sockets=[listener_sock]))
-        port = sock.getsockname()[1]
-        engine_state.write_state(EngineState(pid=os.getpid(), host=settings.host, port=port,
-                                             url=f"http://{url_host(settings.host)}:{port}", started_at=time.time(),
+        engine_state.write_state(EngineState(pid=os.getpid(), host=settings.host, port=settings.port,
+                                             url=settings.url, started_at=time.time(),
                                              backend="remote" if settings.engine_url else "embedded"))
         try:
             asyncio.run(_serve_all(serving))
@@ -89,12 +98,25 @@ def serve(settings: ServerConfig) -> None:
         os.close(lock)
 
 
-
-
-
-
 async def _serve_all(servers) -> None:
     await asyncio.gather(*servers)
+
+
+class PortTaken(RuntimeError):
+    pass
+
+
+def _bind_free(settings: ServerConfig) -> socket.socket:
+    """A socket on the default port, or if another program has it, on one of the PORT_TRIES ports after it, or else
+    on any free port (the system's choice), as Jupyter does: the engine a client starts in the background must not
+    fail for a port nobody named."""
+    candidates = [p for p in range(settings.port, settings.port + PORT_TRIES) if p != settings.ollama_port]
+    for port in candidates:
+        try:
+            return _bind(settings.host, port)
+        except PortTaken:
+            continue
+    return _bind(settings.host, 0)
 
 
 def _bind(host: str, port: int, flag: str = "--port") -> socket.socket:
@@ -106,13 +128,8 @@ def _bind(host: str, port: int, flag: str = "--port") -> socket.socket:
     except OSError as error:
         sock.close()
         if error.errno == errno.EADDRINUSE:
-            raise RuntimeError(f"port {port} on {host} is in use by another program; pick one with {flag}") from None
+            raise PortTaken(f"port {port} on {host} is in use by another program; pick one with {flag}") from None
         raise RuntimeError(f"cannot listen on {host}:{port}: {error.strerror}") from None
     sock.listen(128)
     sock.set_inheritable(True)
     return sock
-
-
-
-
-

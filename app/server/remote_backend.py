@@ -48,6 +48,7 @@ class RemoteBackend:
     parameters = None  # its model's size is not known here
     sampling = UNKNOWN_MODEL  # nor what its model's authors recommend
     kv_cache = None  # nor its KV cache
+    kernels = None  # nor its kernels
     relays_openai = True
     template = None
     tool_syntax: ToolSyntax = IN_SYSTEM_PROMPT  # the server's template is unknown here: calls are taught as text

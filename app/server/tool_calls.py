@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from localchat.app.protocol.openai import FunctionCall, Tool, ToolCall
 from localchat.app.server.config import quoted
+from localchat.app.server.template_messages import TemplateMessage
 from localchat.engine.frontend.structured_output import StructuredOutput
 
 
@@ -70,26 +71,25 @@ def template_tools(tools: list[Tool] | None, syntax: ToolSyntax) -> list[dict] |
     return [{"type": "function", "function": _function(t)} for t in tools]
 
 
-def template_chat(messages: list[dict], tools: list[Tool] | None, syntax: ToolSyntax
+def template_chat(messages: list[TemplateMessage], tools: list[Tool] | None, syntax: ToolSyntax
                   ) -> tuple[list[dict], list[dict] | None]:
-    """(messages, tools) as the chat template takes them, from messages {"role", "content"} with an assistant's
-    "tool_calls" (ToolCall list) and "reasoning_content" (its thinking: the template decides whether it is kept), or
-    a tool message's "tool_call_id"."""
+    """(messages, tools) as the chat template takes them: an assistant's tool calls and a tool message's result in the
+    model's syntax, its thinking as reasoning_content (the template decides whether it is kept)."""
     chat = []
     for message in messages:
-        entry = {"role": message["role"], "content": message["content"]}
-        if reasoning := message.get("reasoning_content"):
-            entry["reasoning_content"] = reasoning
-        if calls := message.get("tool_calls"):
+        entry = {"role": message.role, "content": message.content}
+        if message.reasoning_content:
+            entry["reasoning_content"] = message.reasoning_content
+        if calls := message.tool_calls:
             if syntax.template_renders_tools:
                 entry["tool_calls"] = [{"type": "function", "id": call.id, "function": {
                     "name": call.function.name, "arguments": _arguments(call)}} for call in calls]
             else:
                 entry["content"] = "\n".join(filter(None, [entry["content"], *(
                     written_call(syntax, call.function.name, _arguments(call)) for call in calls)]))
-        if message["role"] == "tool":
+        if message.role == "tool":
             if syntax.template_renders_tools:
-                entry["tool_call_id"] = message.get("tool_call_id")
+                entry["tool_call_id"] = message.tool_call_id
             else:
                 entry["content"] = f"<tool_response>\n{entry['content']}\n</tool_response>"
         chat.append(entry)

@@ -16,15 +16,17 @@ from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.stats import EngineStats, PinUsage, Warmth
 
 log = logging.getLogger("localchat.engine")
-STATS_TIMEOUT_S = 60  # the longest step (a full prefill chunk on a slow machine) is far shorter
+COMMAND_TIMEOUT_S = 60  # the longest step (a full prefill chunk on a slow machine) is far shorter
 
 
 class AsyncLLM:
     """`AsyncLLM()` loads the embedded model; the keyword arguments are EngineConfig's fields, and
     on_progress(stage, fraction) hears how loading goes.
 
-    One thread owns the engine. Callers hand it commands (add, abort) through a queue that it
-    drains between steps, and receive deltas on their own event loop.
+    One thread owns the engine. Callers hand it commands (add, abort, end thinking, forget) through a queue that
+    it drains between steps, and receive deltas on their own event loop. A command runs once sent: a caller that
+    stops waiting for its answer (cancelled, timed out) only stops hearing it. After every step and command the
+    thread publishes a snapshot of the engine's counters, which stats() reads without waiting for a step.
 
     A step that raises fails the requests it ran (their streams raise EngineFailed) and frees their blocks;
     the loop goes on serving the others. Only if the engine cannot be brought back to a clean state does
@@ -37,6 +39,7 @@ class AsyncLLM:
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._stopped = False
         self.error: str | None = None  # set when the engine has stopped for good
+        self._stats = self.engine.stats()  # the latest snapshot, replaced whole by the engine's thread
         self._thread = threading.Thread(target=self._loop, name="localchat-engine", daemon=True)
         self._thread.start()
 
@@ -125,8 +128,9 @@ class AsyncLLM:
         return await self._between_steps(lambda: self.engine.end_thinking(request_id))
 
     async def stats(self) -> EngineStats:
-        """A snapshot taken by the engine thread between two steps (the pool is never read mid-step)."""
-        return await self._between_steps(self.engine.stats)
+        """The snapshot the engine's thread took after its latest step or command (the pool is never read
+        mid-step); it never waits for a step, however long one runs."""
+        return self._stats
 
     def warmth(self, key: str, token_ids: list[int]) -> Warmth:
         """LLMEngine.warmth, on the caller's thread: an estimate that waits for no step."""
@@ -148,11 +152,13 @@ class AsyncLLM:
         return await self._between_steps(lambda: self.engine.forget(dropped, kept))
 
     async def _between_steps(self, call):
+        """call() on the engine's thread between two steps; its result. Cancelling the wait (or its timeout) does
+        not cancel the call: the engine runs it and drops the answer nobody waits for."""
         if not self._thread.is_alive():
             return call()
         answer: concurrent.futures.Future = concurrent.futures.Future()
         self._send(("call", call, answer))
-        return await asyncio.wait_for(asyncio.wrap_future(answer), STATS_TIMEOUT_S)
+        return await asyncio.wait_for(asyncio.wrap_future(answer), COMMAND_TIMEOUT_S)
 
     def shutdown(self) -> None:
         """Abort everything still running (streams end with "abort") and stop the loop."""
@@ -177,7 +183,9 @@ class AsyncLLM:
                     self.engine.close()  # the disk tier's last writes
                     return
                 while self.engine.has_unfinished_requests() and not self._wake.is_set():
-                    self._deliver(self.engine.step())
+                    deltas = self.engine.step()
+                    self._publish_stats()  # before the deltas: a caller that saw a reply end sees its blocks freed
+                    self._deliver(deltas)
                 if self.engine.has_unfinished_requests():
                     self._wake.set()  # commands arrived mid-stream: take them, then go on stepping
             except Exception as error:
@@ -195,35 +203,56 @@ class AsyncLLM:
             log.critical("the engine could not recover; it stops", exc_info=cleanup_error)
             self.error = f"{type(error).__name__}: {error}"
             failed = list(self._streams)
+        if self.error is None:
+            self._publish_stats()
         for request_id in failed:
             self._fail(request_id, error)
         return self.error is None
 
+    def _publish_stats(self) -> None:
+        self._stats = self.engine.stats()
+
     def _run_command(self, command: tuple) -> None:
         if command[0] == "add":
-            _, request_id, prompt_token_ids, params, matcher, draft_sources = command
-            if request_id not in self._streams:  # its stream was already closed
-                return
-            try:
-                self.engine.add_request(prompt_token_ids, params, request_id, matcher, draft_sources)
-            except Exception as error:  # fails this request only
-                log.error("request %s could not start", request_id, exc_info=error)
-                self._fail(request_id, error)
+            self._add(*command[1:])
         elif command[0] == "abort":
             delta = self.engine.abort(command[1])
+            self._publish_stats()
             if delta is not None:
                 self._deliver([delta])
         else:
-            _, call, answer = command
-            try:
-                answer.set_result(call())
-            except Exception as error:
-                answer.set_exception(error)
+            self._call(*command[1:])
+
+    def _add(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, matcher: Matcher | None,
+             draft_sources: list[list[int]] | None) -> None:
+        if request_id not in self._streams:  # its stream was already closed
+            return
+        try:
+            self.engine.add_request(prompt_token_ids, params, request_id, matcher, draft_sources)
+        except Exception as error:  # fails this request only
+            log.error("request %s could not start", request_id, exc_info=error)
+            self._fail(request_id, error)
+        self._publish_stats()
+
+    def _call(self, call, answer: concurrent.futures.Future) -> None:
+        """Run a caller's call and hand it the result, or the error, unless it stopped waiting (then nobody hears
+        either: the future is cancelled, and setting it would raise InvalidStateError here, in the engine's loop)."""
+        try:
+            result, error = call(), None
+        except Exception as failure:  # the caller's own error
+            result, error = None, failure
+        self._publish_stats()
+        if not answer.set_running_or_notify_cancel():
+            return
+        if error is None:
+            answer.set_result(result)
+        else:
+            answer.set_exception(error)
 
     def _fail(self, request_id: str, error: BaseException) -> None:
         stream = self._streams.pop(request_id, None)
         if stream is not None:
-            _post(*stream, error)
+            self._post(request_id, *stream, error)
 
     def _deliver(self, deltas: list[RequestOutput]) -> None:
         for delta in deltas:
@@ -232,15 +261,13 @@ class AsyncLLM:
                 continue
             if delta.finished:
                 del self._streams[delta.request_id]
-            if not _post(*stream, delta) and not delta.finished:  # its caller's event loop is gone: nobody reads it
-                del self._streams[delta.request_id]
-                self._send(("abort", delta.request_id))
+            self._post(delta.request_id, *stream, delta)
 
-
-def _post(loop: asyncio.AbstractEventLoop, deltas: asyncio.Queue, item) -> bool:
-    """Hand a stream's next item to its caller's event loop; False if that loop is closed."""
-    try:
-        loop.call_soon_threadsafe(deltas.put_nowait, item)
-    except RuntimeError:  # the loop is closed
-        return False
-    return True
+    def _post(self, request_id: str, loop: asyncio.AbstractEventLoop, deltas: asyncio.Queue, item) -> None:
+        """Hand a stream its delta (or error) on its caller's event loop. A loop that has closed has nobody to read
+        the stream: it is dropped and its request aborted, and no other stream hears of it."""
+        try:
+            loop.call_soon_threadsafe(deltas.put_nowait, item)
+        except RuntimeError:  # the event loop is closed
+            if self._streams.pop(request_id, None) is not None:
+                self._send(("abort", request_id))

@@ -27,7 +27,7 @@ from localchat.engine.loading.dirs import user_dir
 from localchat.engine.loading.loader import count_weights, load_packed, load_weights, model_identity, resolve_model
 from localchat.engine.memory import release_freed_memory
 from localchat.engine.sampling_params import SamplingParams
-from localchat.engine.stats import CPUThreadStats, EngineStats, PinUsage, Warmth
+from localchat.engine.stats import CPUThreadStats, EngineStats, KernelStats, PinUsage, Warmth
 from localchat.engine.worker.model_runner import ModelRunner
 from localchat.engine.worker.models import head_dim
 from localchat.engine.worker.sampler import Sampler
@@ -149,6 +149,8 @@ class LLMEngine:
         regenerate or an edit), for drafts (speculator.py)."""
         prompt_token_ids = self.tokenize(prompt)
         max_tokens = self.check_request(prompt_token_ids, params)
+        if params.top_k >= self.runner.model.config.vocab_size:  # the whole vocabulary, or more (no upper limit: one
+            params = dataclasses.replace(params, top_k=0)  # past 64 bits overflowed the sampler's tensor): none
         request_id = request_id if request_id is not None else f"req-{next(self._request_ids)}"
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already running")
@@ -284,7 +286,14 @@ class LLMEngine:
             num_waiting=len(scheduler.waiting), num_preemptions=scheduler.num_preemptions, kv=scheduler.kv_usage,
             kv_cache_bytes=self.runner.kv_cache_bytes, speculation=dataclasses.replace(scheduler.speculation),
             cpu=CPUThreadStats(cpu_threads.threads, cpu_threads.others) if cpu_threads is not None else None,
-            disk=self.disk.stats if self.disk is not None else None, pins=self.pin_usage())
+            disk=self.disk.stats if self.disk is not None else None, kernels=self._kernel_stats(),
+            pins=self.pin_usage())
+
+    def _kernel_stats(self) -> KernelStats | None:
+        choice = self.runner.kernels
+        if choice is None:
+            return None
+        return KernelStats(choice.decode, choice.prompt, choice.prompt_rows, dataclasses.asdict(choice.peaks))
 
 
 def _eos_token_ids(source, model_config) -> set[int]:

@@ -7,8 +7,11 @@ llguidance does the work (an Earley parser over a lexer of the grammar's termina
 typical schema on this model's vocabulary, ~70 us where strings have a maxLength (benchmarks/grammar_libraries.py),
 and it needs no other package (xgrammar pulls in triton). The JSON is written compact, as json.dumps writes it
 (", " and ": ", no other whitespace): a small model at temperature 1 spends no tokens on layout, and finishes as
-often. It is imported with the first constrained request, so an engine that never gets one starts no slower, and this
-module stays light (sampling_params imports it)."""
+often. A number has at most NUMBER_DIGITS digits before its point and NUMBER_DECIMALS after it, and no exponent, as
+llama.cpp's grammars bound theirs: JSON itself bounds neither, and a small model at temperature 0 may write one digit
+for ever (the grammar gets the bounds as the schema's numeric keywords, where the schema gives none: llguidance has no
+option for them). It is imported with the first constrained request, so an engine that never gets one starts no
+slower, and this module stays light (sampling_params imports it)."""
 
 import json
 import re
@@ -25,6 +28,24 @@ if TYPE_CHECKING:
 # (uniqueItems, contains, not, if/then, formats it does not know such as pydantic's "binary") are ignored, not
 # refused: a reply then matches the rest of the schema. A schema that is wrong is still refused.
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ", "lenient": True}
+NUMBER_DIGITS = 15  # before the point: every integer of 15 digits is exact in a double
+NUMBER_DECIMALS = 9  # after it
+JSON_TYPES = ("null", "boolean", "number", "integer", "string", "array", "object")
+NUMBER_TYPES = {"integer": "localchat_integer", "number": "localchat_number"}  # their bounded $defs entries
+ANY_VALUE = "localchat_json_value"  # the $defs entry of any JSON value, its numbers bounded
+# keywords that do not constrain a value
+ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
+                         "writeOnly"})
+_BOUNDED_DEFS = {  # added to every schema's $defs (_prepared)
+    NUMBER_TYPES["integer"]: {"type": "integer", "exclusiveMinimum": -(10**NUMBER_DIGITS),
+                              "exclusiveMaximum": 10**NUMBER_DIGITS},
+    NUMBER_TYPES["number"]: {"type": "number", "exclusiveMinimum": -(10**NUMBER_DIGITS),
+                             "exclusiveMaximum": 10**NUMBER_DIGITS, "multipleOf": 10.0**-NUMBER_DECIMALS},
+    ANY_VALUE: {"anyOf": [{"type": "null"}, {"type": "boolean"}, {"type": "string"},
+                          {"$ref": f"#/$defs/{NUMBER_TYPES['number']}"},  # integers too
+                          {"type": "array", "items": {"$ref": f"#/$defs/{ANY_VALUE}"}},
+                          {"type": "object", "additionalProperties": {"$ref": f"#/$defs/{ANY_VALUE}"}}]},
+}
 GRAMMAR_CACHE_SIZE = 64  # compiled grammars kept, each as a matcher at its start: a request copies one (~5 us)
 MAX_SCHEMA_DEPTH = 64  # levels of objects and arrays in one schema: real ones have fewer than 20
 ERROR_CHARS = 300  # of llguidance's message in a GrammarFailed (it dumps the parser's state after it)
@@ -141,13 +162,12 @@ class Grammars:
         tokenizer = self._tokenizer()
         try:
             if structured.schema is not None:
-                schema = json.loads(structured.schema)
                 grammar = llguidance.LLMatcher.grammar_from_json_schema(
-                    _strict(schema) if structured.strict else schema, overrides=JSON_OPTIONS)
+                    _prepared(structured.schema, structured.strict), overrides=JSON_OPTIONS)
             else:
                 for call in structured.calls:  # each schema alone first: an error that names no grammar line
-                    parameters = llguidance.LLMatcher.grammar_from_json_schema(call.arguments_schema,
-                                                                               overrides=JSON_OPTIONS)
+                    parameters = llguidance.LLMatcher.grammar_from_json_schema(
+                        _prepared(call.arguments_schema, structured.strict), overrides=JSON_OPTIONS)
                     _raise_if_invalid(llguidance.LLMatcher.validate_grammar(parameters, tokenizer))
                 grammar = llguidance.LLMatcher.grammar_from_lark(self._tool_calls_lark(structured))
         except ValueError as error:  # not a JSON object, or llguidance's message
@@ -184,10 +204,8 @@ class Grammars:
         """A lark grammar (llguidance's dialect, with %json): one call, or calls between separators."""
         rules = []
         for k, call in enumerate(structured.calls):
-            parameters = json.loads(call.arguments_schema)
-            parameters = _strict(parameters) if structured.strict else parameters
-            if isinstance(parameters, dict):
-                parameters["x-guidance"] = JSON_OPTIONS  # %json reads its options from the schema
+            parameters = _prepared(call.arguments_schema, structured.strict)
+            parameters["x-guidance"] = JSON_OPTIONS  # %json reads its options from the schema
             rules.append(f"call_{k}: {self._lark_text(call.begin)} %json {json.dumps(parameters)} "
                          f"{self._lark_text(call.end)}")
         calls = " | ".join(f"call_{k}" for k in range(len(structured.calls)))
@@ -269,21 +287,74 @@ def _parser_error(error: str) -> str:
     return f"the reply's grammar failed: {first} (the schema is too complex or recursive for the parser)"
 
 
-def _strict(schema: Any) -> Any:
-    """The schema (parsed anew, changed in place) where an object that says nothing of other properties has none
-    (additionalProperties false) and an array of prefixItems that says nothing of more items has none: as OpenAI's
-    strict mode. allOf's members keep theirs: each would refuse the others' properties."""
-    _make_strict(schema)
+def _prepared(schema_text: str, strict: bool) -> dict:
+    """The schema as the grammar is compiled from it: strict if asked (_make_strict), and with its numbers bounded
+    (_bound_numbers). A JSON object: StructuredOutput's schemas are made by _json_text."""
+    schema = json.loads(schema_text)
+    if strict:
+        _make_strict(schema)
+    _bound_numbers(schema)
+    schema.setdefault("$defs", {}).update(_BOUNDED_DEFS)
     return schema
 
 
 def _make_strict(schema: Any, in_all_of: bool = False) -> None:
+    """Change the schema in place so that an object that says nothing of other properties has none
+    (additionalProperties false) and an array of prefixItems that says nothing of more items has none: as OpenAI's
+    strict mode. allOf's members keep theirs: each would refuse the others' properties."""
     if not isinstance(schema, dict):
         return
     if not in_all_of:
         _close(schema)
     for child, child_in_all_of in _subschemas(schema):
         _make_strict(child, child_in_all_of)
+
+
+def _bound_numbers(schema: dict) -> None:
+    """Bound, in place, every number the schema lets a reply write (_bounded), at any depth."""
+    _bounded(schema)
+    for container, key, _ in _slots(schema):
+        if container[key] is True:
+            container[key] = {"$ref": _ref(ANY_VALUE)}
+        elif isinstance(container[key], dict):
+            _bound_numbers(container[key])
+
+
+def _bounded(schema: dict) -> None:
+    """Change one schema (not those within it) so that a number it allows has the bounds it does not give itself:
+    within 10**NUMBER_DIGITS either side of zero (no exponent: llguidance writes none in a bounded number), and a
+    multiple of 10**-NUMBER_DECIMALS unless it names its own multipleOf; and so that an object's other properties or an
+    array's items that it leaves open are ANY_VALUE. A plain number, integer or any value becomes a $ref to the
+    bounded one (_BOUNDED_DEFS: llguidance compiles a range once for all its uses, where each copy written out took
+    ~1 ms and lexer states of its own). A schema of one value (const, enum) or made of others ($ref, anyOf, oneOf,
+    allOf) is left to those others."""
+    if {"const", "enum", "$ref", "anyOf", "oneOf", "allOf"} & schema.keys():
+        return
+    constraints = schema.keys() - ANNOTATIONS
+    if not constraints:
+        schema["$ref"] = _ref(ANY_VALUE)
+        return
+    if constraints - {"format"} == {"type"} and schema["type"] in NUMBER_TYPES:
+        schema.pop("format", None)  # int32, double: for a number a note, and to llguidance an intersection
+        schema["$ref"] = _ref(NUMBER_TYPES[schema.pop("type")])
+        return
+    types = schema.get("type")
+    types = [types] if isinstance(types, str) else types if isinstance(types, list) else list(JSON_TYPES)
+    if "number" in types or "integer" in types:
+        if not {"minimum", "exclusiveMinimum"} & schema.keys():
+            schema["exclusiveMinimum"] = -(10**NUMBER_DIGITS)
+        if not {"maximum", "exclusiveMaximum"} & schema.keys():
+            schema["exclusiveMaximum"] = 10**NUMBER_DIGITS
+        if "number" in types and "multipleOf" not in schema:
+            schema["multipleOf"] = 10.0**-NUMBER_DECIMALS
+    if "object" in types and not {"additionalProperties", "unevaluatedProperties"} & schema.keys():
+        schema["additionalProperties"] = {"$ref": _ref(ANY_VALUE)}
+    if "array" in types and not {"items", "unevaluatedItems"} & schema.keys():
+        schema["items"] = {"$ref": _ref(ANY_VALUE)}
+
+
+def _ref(name: str) -> str:
+    return f"#/$defs/{name}"
 
 
 def _close(schema: dict) -> None:
@@ -298,15 +369,21 @@ def _close(schema: dict) -> None:
 
 def _subschemas(schema: dict) -> list[tuple[Any, bool]]:
     """The schemas within a schema, each with whether it is a member of allOf."""
+    return [(container[key], in_all_of) for container, key, in_all_of in _slots(schema)]
+
+
+def _slots(schema: dict) -> list[tuple[dict | list, Any, bool]]:
+    """Where the schemas within a schema are: (container, key) with container[key] a subschema, and whether it is a
+    member of allOf."""
     found = []
     for key in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas"):
         if isinstance(schema.get(key), dict):
-            found += [(value, False) for value in schema[key].values()]
-    found += [(schema.get(key), False) for key in ("additionalProperties", "items", "additionalItems", "contains",
-                                                   "then", "else")]
+            found += [(schema[key], name, False) for name in schema[key]]
+    found += [(schema, key, False) for key in ("additionalProperties", "items", "additionalItems", "contains", "then",
+                                               "else") if isinstance(schema.get(key), dict | bool)]
     for key in ("prefixItems", "anyOf", "oneOf", "allOf", "items"):
         if isinstance(schema.get(key), list):
-            found += [(value, key == "allOf") for value in schema[key]]
+            found += [(schema[key], k, key == "allOf") for k in range(len(schema[key]))]
     return found
 
 

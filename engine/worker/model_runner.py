@@ -9,7 +9,10 @@ from transformers import PretrainedConfig
 from localchat.engine.core.step_outputs import ModelInput
 from localchat.engine.worker.attention import AttentionMetadata, get_backend
 from localchat.engine.worker.cpu_threads import CPUThreads
+from localchat.engine.worker.fused_decoder import FusedDecoder
+from localchat.engine.worker.kernel_choice import choose
 from localchat.engine.worker.models.families import family_for
+from localchat.engine.worker.packed_linear import PackedLinear
 
 
 class ModelRunner:
@@ -40,6 +43,15 @@ class ModelRunner:
         for layer, layer_cache in zip(self.model.layers, self.kv_cache):
             layer.self_attn.k_cache, layer.self_attn.v_cache = layer_cache[0], layer_cache[1]
             layer.self_attn.backend = self.backend
+        # what runs prompt rows, measured (kernel_choice.py); the decoder's layers in one native call a step where the
+        # kernels cover the model (the same bits), for every step where the native kernels run all its rows
+        linears = [module for module in self.model.modules() if isinstance(module, PackedLinear)]
+        layers = [module for module in self.model.layers.modules() if isinstance(module, PackedLinear)]
+        self.kernels = choose(layers, torch.get_num_threads()) if device.type == "cpu" else None
+        self.dense_from = self.kernels.prompt_rows if self.kernels is not None and self.kernels.dense_prompts else None
+        for linear in linears:
+            linear.dense_from = self.dense_from
+        self.fused = FusedDecoder.build(self.model) if device.type == "cpu" else None
 
     def block_view(self, block_id: int) -> torch.Tensor:
         """One block's K and V in every layer, [layers, 2, block_size, kv_heads, head_dim]: the cache's memory."""
@@ -69,6 +81,8 @@ class ModelRunner:
             self.backend.copy_blocks(self.kv_cache, step.copies)
         meta = AttentionMetadata.build(query_lens=step.query_lens, seq_lens=step.seq_lens,
                                        block_tables=step.block_tables, block_size=self.block_size, device=self.device)
-        hidden = self.model(torch.tensor(step.input_ids, dtype=torch.int64, device=self.device), meta)
+        input_ids = torch.tensor(step.input_ids, dtype=torch.int64, device=self.device)
+        fused = self.fused is not None and (self.dense_from is None or len(input_ids) < self.dense_from)
+        hidden = self.fused.forward(input_ids, meta) if fused else self.model(input_ids, meta)
         positions = torch.tensor(step.logit_positions, dtype=torch.int64, device=self.device)
         return self.model.compute_logits(hidden[positions])

@@ -138,10 +138,17 @@ class PackedLinear(nn.Module):
                       for _, named in sorted(parts.items(), key=lambda item: int(item[0]))]
         self.in_features = self.parts[0].in_features
         self.out_features = sum(part.out_features for part in self.parts)
+        self.dense_from: int | None = None  # rows from which the panels run dense (kernel_choice.py); None: never
+
+    @property
+    def on_panels(self) -> bool:
+        """Every part is held as the native kernels' panels (what fused_decoder.py multiplies)."""
+        return all(isinstance(part, _Panels) for part in self.parts)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         inputs = _Inputs(x)
-        outputs = [part(inputs) for part in self.parts]
+        dense = self.dense_from is not None and x.shape[0] >= self.dense_from
+        outputs = [part.dense(inputs) if dense else part(inputs) for part in self.parts]
         y = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
         y = y if y.dtype == x.dtype else y.to(x.dtype)
         return y if self.bias is None else y + self.bias.to(x.dtype)
@@ -267,6 +274,13 @@ class _Panels:
         return self.kernels.matmul(inputs.int8(self.kernels, self.code_passes), self.panels, self.code_bits,
                                    self.out_features, self.code_passes)
 
+    def dense(self, inputs: "_Inputs") -> torch.Tensor:
+        """The product through oneDNN's bfloat16 matmul over the panels dequantized into a scratch matrix (the prompt
+        rows' kernel where kernel_choice.py found it faster): float32 y."""
+        weight = _scratch(self.out_features * self.in_features).view(self.out_features, self.in_features)
+        self.kernels.dequantize(self.panels, self.code_bits, self.out_features, self.in_features, weight)
+        return nn.functional.linear(inputs.bfloat16, weight).float()
+
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows `ids` (any shape) of a 6- or 8-bit weight, float32 [*ids.shape, in_features], as the kernels compute
         them: s q + z, or s (q - 32) per half of each group for 6 bits."""
@@ -300,6 +314,16 @@ class _Panels:
     @property
     def out_features(self) -> int:
         return self.panels.shape[0] * native_kernels.PANEL
+
+
+_SCRATCH: list[torch.Tensor] = [torch.empty(0, dtype=torch.bfloat16)]  # one matrix at a time (the engine's thread)
+
+
+def _scratch(numel: int) -> torch.Tensor:
+    """bfloat16 scratch of at least `numel` elements, grown to the largest matrix dequantized, never shrunk."""
+    if _SCRATCH[0].numel() < numel:
+        _SCRATCH[0] = torch.empty(numel, dtype=torch.bfloat16)
+    return _SCRATCH[0][:numel]
 
 
 class _Inputs:

@@ -2,6 +2,7 @@
 aborts its request and frees its KV blocks."""
 
 import json
+import subprocess
 
 import httpx
 import pytest
@@ -45,6 +46,42 @@ def test_bad_openai_requests(api, path, body, status, message):
     error = response.json()["error"]
     assert message in error["message"]
     assert error["type"] and error["code"] == status
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded",
+                                          "multipart/form-data; boundary=x"])
+@pytest.mark.parametrize("path, body", [
+    (CHAT, chat()), ("/v1/completions", {"model": MODEL, "prompt": "Hi", "max_tokens": 2}),
+    ("/api/conversations", {"title": "sent as text"}), ("/api/conversations/{cid}/messages", {"content": "Hi"}),
+])
+def test_a_json_body_sent_as_another_type_is_a_415_that_names_json(api, path, body, content_type):
+    path = path.format(cid=api.post("/api/conversations", json={}).json()["id"])
+    sent = api.post(path, content=json.dumps(body), headers={"Content-Type": content_type})
+    assert sent.status_code == 415, sent.text
+    assert sent.json()["error"]["message"] == (f"the body must be JSON, sent with Content-Type: application/json "
+                                               f"(it came as {content_type.partition(';')[0]})")
+    if not path.endswith("/messages"):  # the same body as JSON is taken
+        assert api.post(path, json=body).status_code in (200, 201)
+
+
+def test_ollamas_routes_take_what_its_clients_send_and_refuse_text(server):
+    """Ollama's documentation sends `curl -d '{...}'` with no -H (application/x-www-form-urlencoded), Ollama reads
+    it as JSON, and so does localchat; its Python client sends application/json (test_ollama_api.py). Text or
+    multipart is a 415 in Ollama's error shape."""
+    body = json.dumps({"model": MODEL, "prompt": "Hi", "stream": False, "options": {"num_predict": 2}})
+    curl = subprocess.run(["curl", "-s", "-w", "\n%{http_code}", f"{server.url}/api/generate", "-H",
+                           f"Authorization: Bearer {server.token}", "-d", body],
+                          capture_output=True, text=True, timeout=120, check=True)
+    answer, status = curl.stdout.rsplit("\n", 1)
+    assert status == "200" and json.loads(answer)["done"] is True
+    headers = {"Authorization": f"Bearer {server.token}"}
+    assert httpx.post(f"{server.url}/api/generate", content=body, headers=headers, timeout=120).status_code == 200
+    for content_type in ("text/plain", "multipart/form-data; boundary=x"):
+        refused = httpx.post(f"{server.url}/api/generate", content=body, timeout=60,
+                             headers={**headers, "Content-Type": content_type})
+        assert refused.status_code == 415 and refused.json() == {"error": (
+            f"the body must be JSON, sent with Content-Type: application/json (it came as "
+            f"{content_type.partition(';')[0]})")}
 
 
 def test_bad_conversation_requests(api):

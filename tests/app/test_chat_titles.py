@@ -26,8 +26,8 @@ QUESTION = "What is the capital of France?"
 class Request:
     """One request the backend was given: the test writes its reply (say) and ends it (end)."""
 
-    def __init__(self, prompt: list[dict]):
-        self.prompt, self.updates, self.aborted = prompt, asyncio.Queue(), False
+    def __init__(self, prompt: list[dict], request_id: str):
+        self.prompt, self.request_id, self.updates, self.aborted = prompt, request_id, asyncio.Queue(), False
 
     def say(self, text: str) -> None:
         self.updates.put_nowait(Update([CompletionOutput(0, text=text, token_ids=[1])], prompt_tokens=10))
@@ -57,8 +57,11 @@ class ScriptedBackend:
     def check_text_size(self, num_chars: int) -> None:
         pass
 
+    async def check_request(self, prompt, params) -> None:
+        pass
+
     async def open(self, prompt, params, request_id, draft_sources=()) -> AsyncIterator[Update]:
-        request = Request(prompt)
+        request = Request(prompt, request_id)
         self.requests.append(request)
         self.opened.set()
         return self._stream(request)
@@ -74,7 +77,7 @@ class ScriptedBackend:
 
     async def abort(self, request_id: str) -> None:
         for request in self.requests:
-            if request.asks_for_a_title and not request.aborted:
+            if request.request_id == request_id and not request.aborted:
                 request.aborted = True
                 request.updates.put_nowait(None)
 

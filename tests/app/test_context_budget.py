@@ -5,7 +5,7 @@ reply's cut kept while it fits (the prompt extends the last one), and the refusa
 import pytest
 
 from localchat.app.protocol.conversations import Message, ReplyStats
-from localchat.app.server.context_budget import ContextFull, Cut, choose_cut, reply_room
+from localchat.app.server.context_budget import ContextFull, Cut, choose_cut, fewest_left_out, reply_room
 
 LIMIT = 1000
 
@@ -81,3 +81,30 @@ def test_a_message_too_long_even_alone_is_refused():
 def test_a_reply_has_room_for_its_max_tokens_up_to_a_quarter_of_the_context():
     assert reply_room(100, LIMIT) == 100
     assert reply_room(4096, LIMIT) == 250
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("droppable, limit, left_out", [(6, 1000, 0), (6, 400, 2), (6, 340, 3), (6, 160, 6),
+                                                         (1, 160, 1), (0, 1000, 0)])
+async def test_ollamas_fit_leaves_out_the_fewest_oldest_messages(droppable, limit, left_out):
+    """Ollama's policy (fewest_left_out): a chat of `droppable` messages of 60 tokens it may leave out and 100 it keeps
+    fits `limit` with a token to spare once the fewest oldest are left out, found in a few renderings by halving."""
+    rendered = []
+
+    async def prompt_without(count: int) -> list[int]:
+        rendered.append(count)
+        return [0] * (100 + 60 * (droppable - count))
+
+    prompt = await fewest_left_out(droppable, limit, prompt_without)
+    assert len(prompt) == 100 + 60 * (droppable - left_out) < limit
+    assert len(rendered) <= 2 + droppable.bit_length()
+
+
+@pytest.mark.asyncio
+async def test_ollamas_fit_refuses_a_chat_whose_kept_messages_alone_are_too_long():
+    async def prompt_without(count: int) -> list[int]:
+        return [0] * (100 + 60 * (3 - count))
+
+    with pytest.raises(ContextFull, match="the last message and the system messages take 100 tokens: more than fit "
+                                          "in a context of 100 tokens"):
+        await fewest_left_out(3, 100, prompt_without)

@@ -11,6 +11,7 @@ from localchat.app.chat_defaults import SMALL_MODEL_SYSTEM_PROMPT
 from localchat.app.protocol.conversations import SAMPLING_FIELDS, SamplingSettings
 from localchat.app.sampling_defaults import LOCALCHAT_DEFAULTS
 from localchat.app.server.conversations import MAX_RESAMPLES, WIDEN_TEMPERATURE
+from localchat.engine.worker import native_kernels
 from support import stream_api, stream_in_background
 
 pytestmark = pytest.mark.slow  # a real `localchat serve`: left out of `./dev test --fast`
@@ -205,6 +206,20 @@ def test_the_kv_cache_is_said_in_tokens_and_chats(server):
                                           f"about {kv_cache['full_context_chats']:g} chats at the full 8,192-token")
     assert "memory fills only as chats use it" in kv_cache["summary"]
     assert f"{health['model']} ready: {kv_cache['summary']}" in server.log.read_text()  # the start line says it
+
+
+def test_health_and_the_start_line_name_the_kernels_and_the_machines_peaks(server):
+    """What runs decode and prompt rows, chosen by measuring the machine (engine/worker/kernel_choice.py)."""
+    kernels = httpx.get(f"{server.url}/health").json()["kernels"]
+    if native_kernels.load() is None:
+        assert kernels is None
+        return
+    isa = native_kernels.load().isa
+    assert kernels["decode"] == f"native int8 ({isa})" and kernels["prompt_rows"] == 64
+    assert kernels["prompt"] in (f"native int8 ({isa})", "oneDNN bfloat16 over dequantized panels")
+    assert set(kernels["peaks"]) == {"fp32_tflops", "bf16_tflops", "int8_tops", "native_tops", "read_gbs"}
+    assert kernels["peaks"]["native_tops"] > 0 and kernels["peaks"]["read_gbs"] > 0
+    assert f"kernels: native int8 ({isa})" in server.log.read_text()
 
 
 def test_a_fork_gives_different_replies_and_says_how_it_sampled(api):

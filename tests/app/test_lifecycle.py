@@ -162,3 +162,39 @@ async def client_session(port: int, reports: list):
         await client.close()
         assert stop_engine() == state.pid
     return state
+
+
+def test_a_taken_default_port_gives_way_to_a_free_one_that_clients_find(use_home, monkeypatch):
+    """Another program on the default port (LOCALCHAT_PORT names it here): the engine a client starts in the
+    background takes a free port, writes it in the state file, and the client finds it there and chats."""
+    from localchat.app.client.engine_process import stop_engine
+    from localchat.app.engine_state import read_state
+    from localchat.app.paths import log_path
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        default = taken.getsockname()[1]
+        monkeypatch.setenv("LOCALCHAT_PORT", str(default))
+        try:
+            assert asyncio.run(chat_once(["--kv-blocks", "64"])).finish_reason in ("stop", "length")
+            state = read_state()
+            assert state.port != default and state.url == f"http://127.0.0.1:{state.port}"
+        finally:
+            stop_engine()
+    assert f"port {default} on 127.0.0.1 is taken by another program; serving on port {state.port}" in (
+        log_path().read_text())
+
+
+async def chat_once(serve_args: list[str]):
+    """The reply to one message, from the engine a client finds or starts (with serve_args)."""
+    from localchat.app.client.engine_client import EngineClient
+    from localchat.app.protocol.conversations import DoneEvent, SamplingSettings
+
+    client = await EngineClient.connect(timeout=240, serve_args=serve_args)
+    try:
+        conversation = await client.create_conversation(title="taken", settings=SamplingSettings(max_tokens=2))
+        (done,) = [e.message async for e in client.send(conversation.id, "Hi!") if isinstance(e, DoneEvent)]
+        return done
+    finally:
+        await client.close()

@@ -17,8 +17,8 @@ DEADLINE_S = 240  # the whole load run is bounded; on an idle 2-core machine it 
 async def one_client(client: httpx.AsyncClient, i: int) -> dict:
     body = {"messages": [{"role": "user", "content": f"Client {i}: name a fruit."}], "max_tokens": MAX_TOKENS,
             "temperature": 1.0, "seed": i, "stream": True, "stream_options": {"include_usage": True}}
-    if i % 4 == 3:  # a quarter use the conversation API, the rest /v1
-        cid = (await client.post("/api/conversations", json={})).json()["id"]
+    if i % 4 == 3:  # a quarter use the conversation API, the rest /v1 (a chat named by its client: no title to write)
+        cid = (await client.post("/api/conversations", json={"title": f"Load client {i}"})).json()["id"]
         async with client.stream("POST", f"/api/conversations/{cid}/messages",
                                  json={"content": body["messages"][0]["content"],
                                        "settings": {"max_tokens": MAX_TOKENS, "seed": i}}) as response:

@@ -19,29 +19,36 @@ EXAMPLES_PER_OPERATION = 6
 
 # A request the schema allows may still be refused (400) for what no schema can state: the prompt must fit the
 # model's context (--max-model-len 36 below: one short message and a few tokens of reply) and vocabulary (token
-# ids); a tool_call_id must name a call of the message it answers; and the rules between fields that the schema does
-# not state (a required tool call needs tools of distinct names and excludes a JSON format; /v1: the roles of the
-# messages follow the chat template, prompts times n are at most 64; a summary's request must fit beside the
-# branch; a continue takes a reply cut short, not a message; a pull names a repo OWNER/NAME, one at a time); and an
-# upload must hold readable text (an image is 415, a document larger than the context 400). Ollama's
-# chat and generate refuse images and what does not fit as those do, and its routes for what this app never does
-# (pull, push, create, copy, delete, embed) always answer 400, the one answer their schema documents. These
-# operations may answer 400 (or 415) to a request the schema allows; all else is checked as everywhere.
-REFUSED_FOR_MORE_THAN_THE_SCHEMA_STATES = [
+# ids); a tool_call_id must name a call of the message it answers; the tools of a request or a conversation have
+# distinct names (JSON Schema can say that items differ, not that one of their fields does), and a named tool_choice
+# names one of them; /v1: the roles of the messages follow the chat template, prompts times n are at most 64; a
+# summary's request must fit beside the branch; a continue takes a reply cut short, not a message; a pull names a repo
+# OWNER/NAME, one at a time; and an upload must hold readable text (an image is 415, a document larger than the
+# context 400). Ollama's chat and generate refuse images and what does not fit as those do. The rules between fields
+# that a schema can state, it states (openapi.BODY_RULES: a required tool call needs tools and excludes a JSON format,
+# ...). These operations may answer 400 (or 415) to a request the schema allows; all else is checked as everywhere.
+REFUSED_FOR_WHAT_NO_SCHEMA_STATES = [
     "/api/conversations", "/api/conversations/{conversation_id}", "/api/conversations/{conversation_id}/messages",
     "/api/conversations/{conversation_id}/messages/{message_id}/edit",
     "/api/conversations/{conversation_id}/messages/{message_id}/regenerate",
     "/api/conversations/{conversation_id}/messages/{message_id}/continue", "/api/models/pull",
     "/api/conversations/{conversation_id}/summarize", "/api/documents", "/v1/chat/completions", "/v1/completions",
-    "/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/pull", "/api/push", "/api/create",
-    "/api/copy", "/api/delete",
+    "/api/chat", "/api/generate",
 ]
+# Ollama's routes for what this app never does: refusing is all they do, by design. Each answers 400 with Ollama's
+# error, the one answer its schema documents (no 2xx), so Schemathesis's positive_data_acceptance reports each of
+# them (benchmarks/schema_fuzz.py lists them); the other checks hold for them as for every route.
+REFUSED_BY_DESIGN = ["/api/embed", "/api/embeddings", "/api/pull", "/api/push", "/api/create", "/api/copy",
+                     "/api/delete"]
 POSITIVE_STATUSES_WITH_400 = ["2xx", "3xx", "400", "401", "403", "404", "409", "415", "429", "5xx"]
 
 
 def config_text(conversation_id: str | None = None, message_id: str | None = None, doomed_id: str | None = None,
-                models: Sequence[str] = ()) -> str:
-    """Schemathesis's configuration (TOML; benchmarks/schema_fuzz.py runs its CLI with it): the 400 above, real ids in
+                models: Sequence[str] = (), may_refuse: Sequence[str] = (*REFUSED_FOR_WHAT_NO_SCHEMA_STATES,
+                                                                          *REFUSED_BY_DESIGN)) -> str:
+    """Schemathesis's configuration (TOML; benchmarks/schema_fuzz.py runs its CLI with it): the 400 of the paths
+    may_refuse (by default both lists above: this test checks everything but those; the benchmark reports the
+    refusals by design), real ids in
     the paths (random ones would only meet 404s): a conversation with a message, and for DELETE a conversation of its
     own (else every operation after it would meet a 404); and most bodies' `model` one of `models` (the served one,
     by its names in /v1 and in Ollama's API), else a body naming a model would only meet a 404. Without ids, the ids
@@ -57,7 +64,7 @@ def config_text(conversation_id: str | None = None, message_id: str | None = Non
         text += "[parameters]\n" + "\n".join(parameters) + "\n"
     text += f"""
 [[operations]]
-include-path = {REFUSED_FOR_MORE_THAN_THE_SCHEMA_STATES!r}
+include-path = {list(may_refuse)!r}
 checks.positive_data_acceptance.expected-statuses = {POSITIVE_STATUSES_WITH_400!r}
 """
     if conversation_id is not None:

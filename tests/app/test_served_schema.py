@@ -16,6 +16,9 @@ pytestmark = pytest.mark.slow  # the shared `localchat serve`: left out of `./de
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 OLLAMA_MODEL = "SmolLM2-135M-Instruct:latest"
+HI = [{"role": "user", "content": "Hi"}]
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"]}}}
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +77,15 @@ REFUSED = [
     ("/api/conversations/{conversation_id}/messages", {"content": " \n"}),
     ("/api/embed", {}),
     ("/api/embeddings", {"prompt": "Hi"}),
+    # the rules of tools (issue 53: Schemathesis found each taken by the schema and refused by the server)
+    ("/api/conversations", {"settings": {"tool_choice": "required"}}),
+    ("/api/conversations", {"settings": {"tool_choice": "required", "tools": [WEATHER], "json_mode": True}}),
+    ("/api/conversations", {"settings": {"tools": [{"type": "function", "function": {"name": ""}}]}}),
+    (CHAT, {"messages": HI, "tool_choice": "required"}),
+    (CHAT, {"messages": HI, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}),
+    (CHAT, {"messages": HI, "tools": [WEATHER], "tool_choice": "required", "response_format": {"type": "json_object"}}),
+    ("/api/generate", {"model": OLLAMA_MODEL, "prompt": "Hi", "keep_alive": "forever"}),
+    ("/api/chat", {"model": OLLAMA_MODEL, "messages": HI, "keep_alive": "5 minutes"}),
 ]
 
 
@@ -95,6 +107,13 @@ TAKEN = [
     (COMPLETIONS, {"prompt": "Hi", "max_tokens": 1.0}),  # an integer as JSON Schema counts one
     ("/api/generate", {"model": OLLAMA_MODEL, "prompt": "Hi", "stream": False,
                        "options": {"seed": -31974.0, "num_predict": 1}}),
+    ("/api/conversations", {"settings": {"tool_choice": "required", "tools": [WEATHER]}}),
+    ("/api/conversations", {"settings": {"tool_choice": "auto", "json_mode": True}}),
+    (CHAT, {"messages": HI, "tools": [WEATHER], "tool_choice": "required", "max_tokens": 1}),
+    ("/api/generate", {"model": OLLAMA_MODEL, "prompt": "Hi", "stream": False, "keep_alive": "-1m",
+                       "options": {"num_predict": 1}}),  # negative: loaded for good, as the shared server is
+    ("/api/chat", {"model": OLLAMA_MODEL, "messages": HI, "stream": False, "keep_alive": "-1",
+                   "options": {"num_predict": 1}}),
 ]
 
 
@@ -102,7 +121,19 @@ TAKEN = [
 def test_what_the_schema_allows_here_the_server_takes(schema, api, path, body):
     assert body_validator(schema, path).is_valid(body)
     response = api.post(path, json=body)
-    assert response.status_code == 200, response.text
+    assert response.status_code in (200, 201), response.text
+
+
+def test_a_conversations_settings_follow_the_same_rules_when_changed(schema, api):
+    cid = api.post("/api/conversations", json={}).json()["id"]
+    update = body_validator(schema, "/api/conversations/{conversation_id}", "patch")
+    required = {"tool_choice": "required"}
+    for settings, status in [(required, 400), ({**required, "tools": [WEATHER]}, 200)]:
+        assert update.is_valid({"settings": settings}) == (status == 200)
+        assert api.patch(f"/api/conversations/{cid}", json={"settings": settings}).status_code == status
+    send = schema["components"]["schemas"]["SendMessage"]["properties"]
+    # stated where no schema can check them: a parent that does not exist is a 404, a call not the parent's a 400
+    assert "404" in json.dumps(send["parent_id"]) and "400" in json.dumps(send["tool_call_id"])
 
 
 def test_a_fraction_is_still_refused_for_an_integer_field(api):

@@ -3,6 +3,7 @@
 whole and streamed, forked (n=4), and tool calls make a round trip."""
 
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Literal
 
@@ -90,6 +91,23 @@ def test_parse_returns_a_pydantic_object_whole_and_streamed(client):
         final = stream.get_final_completion()
     assert len(chunks) > 5  # streamed as it was written
     assert isinstance(final.choices[0].message.parsed, Person)
+
+
+class City(BaseModel):
+    name: str = Field(max_length=40)
+    country: str = Field(max_length=40)
+    population_millions: float
+
+
+def test_parse_with_a_float_field_at_temperature_zero_ends_its_number(client):
+    """The embedded model at temperature 0 writes "population_millions": 3111111... for as long as a number may go:
+    the grammar bounds a number's digits (engine/structured_output.py), so the reply ends and parses."""
+    reply = client.chat.completions.parse(model=MODEL, messages=[{"role": "user", "content": "Describe Paris."}],
+                                          response_format=City, temperature=0, max_tokens=400)
+    city = reply.choices[0].message.parsed
+    assert reply.choices[0].finish_reason == "stop" and isinstance(city, City), reply.choices[0].message.content
+    number = re.search(r'"population_millions": ([^,}]*)', reply.choices[0].message.content).group(1)
+    assert re.fullmatch(r"-?[0-9]{1,15}(\.[0-9]{1,9})?", number), number  # within the grammar's bounds
 
 
 def test_a_hundred_replies_over_ten_schemas_at_temperature_one_all_validate(client):

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from localchat.app.protocol.openai import FunctionCall, FunctionDefinition, Tool, ToolCall
+from localchat.app.server.template_messages import TemplateMessage
 from localchat.app.server.tool_calls import (
     HERMES,
     IN_SYSTEM_PROMPT,
@@ -30,8 +31,8 @@ def test_the_syntax_follows_the_template():
 
 
 def test_a_template_that_renders_tools_gets_them_and_structured_messages():
-    messages = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "", "tool_calls": [CALL]},
-                {"role": "tool", "content": "sunny", "tool_call_id": "call_1"}]
+    messages = [TemplateMessage("user", "Weather?"), TemplateMessage("assistant", "", tool_calls=[CALL]),
+                TemplateMessage("tool", "sunny", tool_call_id="call_1")]
     chat, tools = template_chat(messages, [WEATHER], HERMES)
     assert tools == [{"type": "function", "function": {"name": "get_weather", "description": "",
                                                        "parameters": WEATHER.function.parameters}}]
@@ -41,9 +42,8 @@ def test_a_template_that_renders_tools_gets_them_and_structured_messages():
 
 
 def test_a_template_without_tools_is_taught_them_in_a_system_message():
-    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather?"},
-                {"role": "assistant", "content": "Let me look.", "tool_calls": [CALL]},
-                {"role": "tool", "content": "sunny"}]
+    messages = [TemplateMessage("system", "Be brief."), TemplateMessage("user", "Weather?"),
+                TemplateMessage("assistant", "Let me look.", tool_calls=[CALL]), TemplateMessage("tool", "sunny")]
     chat, tools = template_chat(messages, [WEATHER], IN_SYSTEM_PROMPT)
     assert tools is None
     assert chat[0]["content"].startswith("Be brief.\n\n") and '"name": "get_weather"' in chat[0]["content"]
@@ -55,7 +55,7 @@ def test_a_template_without_tools_is_taught_them_in_a_system_message():
 def test_bad_arguments_in_an_earlier_call_are_a_clear_error():
     bad = ToolCall(id="call_2", function=FunctionCall(name="get_weather", arguments="[1, 2]"))
     with pytest.raises(ValueError, match="call_2: arguments must be a JSON object"):
-        template_chat([{"role": "assistant", "content": "", "tool_calls": [bad]}], [WEATHER], HERMES)
+        template_chat([TemplateMessage("assistant", "", tool_calls=[bad])], [WEATHER], HERMES)
 
 
 @pytest.mark.parametrize("syntax, text, content", [

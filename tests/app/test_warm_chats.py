@@ -22,8 +22,10 @@ def system_prompt(name: str, rules: int = 24) -> str:
 
 
 def new_chat(api, name: str, rules: int = 24) -> tuple[str, dict]:
-    """A chat with a long system prompt and one exchange: (its id, its reply)."""
-    cid = api.post("/api/conversations", json={"system_prompt": system_prompt(name, rules), "settings": SHORT}).json()
+    """A chat with a long system prompt and one exchange: (its id, its reply). Named here, so that no title is written
+    in the background: a title's request computes the chat's history again, between a warmth read and the turn."""
+    cid = api.post("/api/conversations", json={"title": f"Chat {name}", "system_prompt": system_prompt(name, rules),
+                                               "settings": SHORT}).json()
     return cid["id"], next_turn(api, cid["id"], None, f"Hello, chat {name}. What is a cat?")
 
 

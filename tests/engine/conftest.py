@@ -10,10 +10,16 @@ import torch
 from safetensors.torch import save_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from localchat.engine.loading.loader import embedded_gguf_path
+from localchat.engine.loading.loader import embedded_gguf_path, resolve_model
 from support import SESSION_HOME
 
 __all__ = ["embedded_gguf_path"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """The embedded model's tokenizer (tiny random models of other architectures borrow it)."""
+    return resolve_model(None).tokenizer
 
 
 @pytest.fixture(scope="session")

@@ -65,3 +65,19 @@ def test_dev_leaves_another_localchat_alone(tmp_path):
     result = dev(tmp_path, f"{bin_dir}:{SYSTEM_PATH}")
     assert result.returncode == 0 and "is another localchat: left as it is" in result.stderr
     assert not (bin_dir / "localchat").is_symlink()
+
+
+def test_dev_links_into_the_users_own_folder_whatever_else_on_the_path_is_writable(tmp_path):
+    """As pipx does: ~/.local/bin, never another folder of the PATH (~/bin, or /usr/local/bin for root: a link there
+    is machine-wide), and how to put ~/.local/bin on the PATH when it is not."""
+    other = tmp_path / "bin"
+    other.mkdir()
+    system_link = Path("/usr/local/bin/localchat")
+    existed = system_link.exists() or system_link.is_symlink()
+    result = dev(tmp_path, f"{other}:/usr/local/bin:{SYSTEM_PATH}")
+    assert result.returncode == 0, result.stderr
+    link = tmp_path / ".local" / "bin" / "localchat"
+    assert os.readlink(link) == str(ROOT / ".venv" / "bin" / "localchat")
+    assert not (other / "localchat").exists() and (system_link.exists() or system_link.is_symlink()) == existed
+    assert f"{link.parent} is not on your PATH: add it, e.g. echo 'export PATH=\"{link.parent}:$PATH\"'" in (
+        result.stderr)

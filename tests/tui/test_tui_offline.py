@@ -9,7 +9,7 @@ import pytest
 from fake_engine import SORT_CODE, FakeEngine
 from textual.command import CommandPalette
 from textual.widgets import DataTable, Label, Tree
-from tui_pilot import chat_screen, switcher_text, wait_until
+from tui_pilot import chat_screen, screen_lines, switcher_text, wait_until
 
 from localchat.tui.app import LocalChatApp
 from localchat.tui.config import TuiConfig
@@ -181,3 +181,19 @@ async def test_a_base_model_is_named_above_the_message_box_and_nothing_is_sent(t
         await wait_until(pilot, lambda: any(expected in n.message for n in app._notifications), what="the refusal")
         assert screen.composer.text == "Hello"  # kept, not sent
         assert len(engine.messages["c_sort"]) == 5 and screen.generating_in is None
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [(80, 24), (60, 20)])
+async def test_an_engine_error_wraps_whole_on_a_small_terminal(tmp_path, size):
+    """The issue's message was cut at 80 columns ("...port 8741 on 127"), and the buttons under it were cut too."""
+    message = ("The engine could not start: the engine exited (localchat: port 8741 on 127.0.0.1 is in use by "
+               "another program; pick one with --port); see /home/someone/.local/state/localchat/engine.log")
+    app = LocalChatApp(client=FakeEngine(), config_file=tmp_path / "tui.toml")
+    async with app.run_test(size=size) as pilot:
+        await opened(pilot)
+        app.show_engine_error(message)
+        await wait_until(pilot, lambda: error_shown(app))
+        await pilot.pause()
+        shown_text = " ".join(" ".join(line.strip(" │╭╮╰╯─").split()) for line in screen_lines(pilot))
+        assert " ".join(message.split()) in shown_text and "Quit (q) Retry (r)" in shown_text  # its buttons too

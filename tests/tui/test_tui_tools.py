@@ -1,6 +1,7 @@
 """Search, export and the settings modal of the terminal UI, against a real engine process."""
 
 import json
+import re
 import secrets
 
 import pytest
@@ -52,17 +53,19 @@ async def test_search_finds_a_message_and_opens_its_chat(client, tmp_path):
 @pytest.mark.asyncio
 async def test_export_writes_markdown_and_json_files(client, tmp_path):
     conversation, messages = await chat_with_reply(client, "Hello exporter.")
+    conversation = await client.name_chat(conversation.id)  # the model's title, once written: the file's name
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", conversation.title).strip("-")
     async with LocalChatApp(client=client, config_file=tmp_path / "tui.toml").run_test(size=SIZE) as pilot:
         await chat_screen(pilot, conversation.id)
         await pilot.press("ctrl+o")
         export = await screen_of(pilot, ExportScreen)
-        assert export.query_one("#path", Input).value.endswith("Hello-exporter.md")
+        assert export.query_one("#path", Input).value.endswith(f"{stem}.md")
         export.query_one("#path", Input).value = str(tmp_path / "chat.md")
         await pilot.press("enter")
         markdown = tmp_path / "chat.md"
         await wait_until(pilot, markdown.exists, what="the Markdown file")
         text = markdown.read_text()
-        assert text.startswith("# Hello exporter.") and messages[1].content in text
+        assert text.startswith(f"# {conversation.title}") and messages[1].content in text
         await wait_until(pilot, lambda: any(f"Exported to {markdown}" in n.message
                                             for n in pilot.app._notifications), what="the notification")
 

@@ -18,6 +18,7 @@ def test_the_model_names_a_chat_after_its_first_reply(chat_at_both_sizes, api):
     expect(page.locator("#chat-title")).to_have_text("New chat")
     chat.send(QUESTION)
     chat.wait_replies()
+    wait_until(lambda: chat.conversation_id, 30)  # the page's address names the chat
     cid = chat.conversation_id
     wait_until(lambda: api.get(f"/api/conversations/{cid}").json()["conversation"]["title"] != QUESTION, 60)
     title = api.get(f"/api/conversations/{cid}").json()["conversation"]["title"]

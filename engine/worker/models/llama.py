@@ -161,7 +161,12 @@ class MLP(nn.Module):
         self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+        gate_up = self.gate_up_proj(x)
+        kernels = native_kernels.load()
+        if (kernels is not None and self.activation is nn.functional.silu and gate_up.dtype == torch.float32
+                and gate_up.device.type == "cpu" and gate_up.is_contiguous()):
+            return self.down_proj(kernels.silu_mul(gate_up))  # the fused layers' SiLU (fused_decoder.py): same bits
+        gate, up = gate_up.split(self.intermediate_size, dim=-1)
         return self.down_proj(self.activation(gate) * up)
 
 

@@ -172,3 +172,53 @@ def test_a_slow_grammar_compiles_while_the_other_replies_go_on(async_llm, monkey
         return deltas_while_compiling
 
     assert asyncio.run(scenario()) >= 5
+
+
+def test_a_caller_that_stops_waiting_during_a_long_step_fails_no_reply(async_llm, monkeypatch):
+    """A step held in the test (longer than any caller waits): the stats come at once, from the snapshot; calls
+    whose callers give up (end-thinking, a deleted chat's forget) still run once the step ends, and the replies
+    running meanwhile all finish whole."""
+    ids = async_llm.engine.apply_chat_template(PROMPT)
+    step, in_long_step, release = async_llm.engine.step, threading.Event(), threading.Event()
+
+    def long_step():
+        if len(async_llm.engine.requests) == 2 and not in_long_step.is_set():  # both replies are in the engine
+            in_long_step.set()
+            release.wait()
+        return step()
+
+    monkeypatch.setattr(async_llm.engine, "step", long_step)
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+
+    async def scenario():
+        replies = [asyncio.create_task(collect(async_llm, ids, params, f"held-{i}")) for i in range(2)]
+        await asyncio.to_thread(in_long_step.wait)
+        try:
+            stats = await asyncio.wait_for(async_llm.stats(), 30)  # the snapshot: the held step is not waited for
+            assert not release.is_set() and stats.num_running + stats.num_waiting == 2
+            for gives_up in (async_llm.end_thinking("held-0"), async_llm.forget([ids], [])):
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(gives_up, 0.05)  # its caller leaves while the step still runs
+        finally:
+            release.set()
+        return await asyncio.gather(*replies)
+
+    for _, tokens, _, last in asyncio.run(scenario()):
+        assert len(tokens) == 24 and last.finished and last.error is None
+        assert last.outputs[0].finish_reason == "length"
+    assert async_llm.alive and asyncio.run(async_llm.stats()).kv.used == 0
+
+
+def test_a_stream_whose_event_loop_has_closed_is_aborted_alone(async_llm):
+    """A caller's event loop that closes with its stream unread: the engine cannot hand that stream its deltas, so it
+    aborts that request, and the next caller's reply is whole."""
+    ids = async_llm.engine.apply_chat_template(PROMPT)
+
+    async def leave():
+        await async_llm.add_request(ids, SamplingParams(max_tokens=400, ignore_eos=True), "left")
+
+    asyncio.run(leave())  # the loop closes; the stream was never read
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    _, tokens, _, last = asyncio.run(asyncio.wait_for(collect(async_llm, ids, params), 120))
+    assert len(tokens) == 16 and last.error is None and async_llm.alive
+    assert "left" not in async_llm.engine.requests and asyncio.run(async_llm.stats()).kv.used == 0

@@ -114,7 +114,8 @@ def test_n_replies_allocate_the_prompt_blocks_once(llm, prompts):
     ids = prompts[2]  # 52 tokens: three full blocks and a partial one
     assert len(ids) % 16 != 0
     engine.add_request(ids, SamplingParams(n=4, seed=3, temperature=1.0, max_tokens=8, ignore_eos=True))
-    engine.step()  # prefill once, fork, sample four first tokens
+    while len(engine.scheduler.running) < 4:
+        engine.step()  # prefill once (in chunks the pace allows), fork, sample four first tokens
     prompt_blocks = -(-len(ids) // 16)
     assert len(engine.scheduler.running) == 4
     assert engine.scheduler.kv.pool.num_used == prompt_blocks
@@ -194,6 +195,16 @@ def test_reply_seeds_wrap_around_the_generator_range():
     params = SamplingParams(n=3, seed=2**64 - 2)
     assert [params.seed_for(k) for k in range(3)] == [2**64 - 2, 2**64 - 1, 0]
     assert SamplingParams(seed=-1).seed_for(0) == 2**64 - 1
+
+
+def test_a_top_k_beyond_the_vocabulary_is_no_top_k_and_fails_no_step(llm, prompts):
+    """top_k has no upper limit (any count of the best tokens): one past 64 bits overflowed the sampler's tensor and
+    failed the step of every request in it (Schemathesis found it, issue 53). At least the vocabulary, it is none."""
+    seeded = dict(temperature=1.0, seed=5, max_tokens=8, ignore_eos=True)
+    huge, beside = llm.generate(prompts[:2], [SamplingParams(top_k=2**70, **seeded), SamplingParams(**seeded)])
+    (unlimited,) = llm.generate(prompts[:1], SamplingParams(top_k=0, **seeded))
+    assert huge.error is None and beside.error is None
+    assert huge.outputs[0].token_ids == unlimited.outputs[0].token_ids and len(beside.outputs[0].token_ids) == 8
 
 
 def test_prompt_longer_than_max_model_len_is_rejected_and_nothing_runs():

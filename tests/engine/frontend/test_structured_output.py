@@ -10,6 +10,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from localchat.engine import LLM, SamplingParams, StructuredOutput
+from localchat.engine.frontend.structured_output import GrammarFailed
 
 pytestmark = pytest.mark.slow  # the embedded model: left out of `./dev test --fast`
 
@@ -162,6 +163,47 @@ def test_json_is_written_compact(llm, prompt):
             json.loads(reply.text)
             skeleton = re.sub(r'"(?:\\.|[^"\\])*"', '""', reply.text)
             assert "\n" not in reply.text and not re.search(r"\s", re.sub(r"[,:] ", "", skeleton)), reply.text
+
+
+def writes(llm, structured: StructuredOutput, text: str) -> bool:
+    """Whether the grammar lets a reply begin with `text` (token by token, as the model's tokenizer splits it)."""
+    matcher = llm.engine.grammars.matcher(structured)
+    try:
+        for token in llm.engine.tokenize(text):
+            matcher.advance(token)
+    except GrammarFailed:
+        return False
+    return True
+
+
+BOUNDED = {  # text: whether a grammar lets a number (or the layout) be so
+    "123456789012345,": True, "-123456789012345.123456789,": True, "0.5,": True, "2,": True,
+    "1234567890123456": False,  # 16 digits before the point
+    "1.1234567891": False,  # 10 after it
+    "1e5": False, "1.5E-3": False,  # no exponent
+    "1,  ": False, "1 ,": False,  # no whitespace but the separators'
+}
+
+
+@pytest.mark.parametrize("text, allowed", BOUNDED.items(), ids=BOUNDED.keys())
+def test_numbers_and_layout_are_bounded_wherever_a_number_may_be(llm, text, allowed):
+    """A number's digits (NUMBER_DIGITS before the point, NUMBER_DECIMALS after, no exponent) and the whitespace
+    between tokens are bounded: in a schema's number, in any JSON object's values at any depth, in an untyped value
+    and in a tool call's arguments. A schema's own bounds stand (a multipleOf of its own, a range of its own)."""
+    number = {"type": "object", "properties": {"n": {"type": "number"}, "m": {"type": "number"}},
+              "required": ["n", "m"]}
+    places = [
+        (StructuredOutput.json_schema(number), '{"n": ' + text),
+        (StructuredOutput.json_object(), '{"a": [{"b": ' + text),
+        (StructuredOutput.json_schema({"type": "object", "properties": {"n": {}}}), '{"n": [' + text),
+        (StructuredOutput.json_schema({"type": "object", "properties": {"n": True, "m": True}}), '{"n": ' + text),
+        (StructuredOutput.tool_calls({"f": number}, "", ""), '{"name": "f", "arguments": {"n": ' + text),
+    ]
+    for structured, written in places:
+        assert writes(llm, structured, written) == allowed, written
+    own = {"type": "object", "properties": {"n": {"type": "number", "multipleOf": 0.25, "maximum": 1e17}}}
+    assert writes(llm, StructuredOutput.json_schema(own), '{"n": 12345678901234567.25}')
+    assert not writes(llm, StructuredOutput.json_schema(own), '{"n": 0.3')
 
 
 def test_tool_calls_are_prefix_call_suffix(llm):

@@ -20,11 +20,13 @@ from localchat.engine.worker.attention import (
 BLOCK, KV_HEADS, GROUP, DIM, CONTEXT = 16, 3, 3, 64, 37
 
 
-@pytest.fixture(params=["native", "torch"])
-def backend(request):
-    if request.param == "native" and native_kernels.load() is None:
-        pytest.skip("the native kernels cannot run here")
-    return NativePagedAttention if request.param == "native" else TorchPagedAttention
+@pytest.fixture(params=[*(f"native-{isa}" for isa in native_kernels.ISAS), "torch"])
+def backend(request, use_isa):
+    """The native kernel as built for each instruction set the CPU runs, then the PyTorch path."""
+    if request.param == "torch":
+        return TorchPagedAttention
+    use_isa(request.param.removeprefix("native-"))
+    return NativePagedAttention
 
 
 def decode(backend, table: list[int], keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor,
@@ -147,11 +149,9 @@ def test_a_tokens_result_does_not_depend_on_how_its_sequence_is_stepped(backend,
 
 
 @pytest.mark.parametrize("dim", [64, 128, 256])
-def test_the_native_kernel_over_a_bfloat16_cache_matches_the_torch_path_at_any_thread_count(dim):
+def test_the_native_kernel_over_a_bfloat16_cache_matches_the_torch_path_at_any_thread_count(native, dim):
     """The cache the engine keeps under packed weights (bfloat16, widened exactly), the head sizes of the families
     (Gemma 3: 256); the kernel splits its work among threads, never a token's sums."""
-    if native_kernels.load() is None:
-        pytest.skip("the native kernels cannot run here")
     gen = torch.Generator().manual_seed(5)
     block, kv_heads, group = 16, 2, 4
     seqs, tables = [(1, 300), (40, 40), (7, 23)], [list(range(30, 49)), [3, 1, 2], [60, 10]]

@@ -27,7 +27,7 @@ from transformers import (
 from localchat.engine import LLM, SamplingParams
 from localchat.engine.frontend import llm_engine
 from localchat.engine.loading.gguf_header import read_header
-from localchat.engine.loading.loader import ModelSource, resolve_model
+from localchat.engine.loading.loader import ModelSource
 from localchat.engine.worker.models.families import family_for
 
 # KV caches of 1,024 blocks (4,096 tokens of 4, past every model's context here): by default a tiny model's cache
@@ -81,11 +81,6 @@ def randomize_norms(model: torch.nn.Module) -> None:
         for name, p in model.named_parameters():
             if name.endswith("bias") or "norm" in name:
                 p.add_(torch.randn_like(p) * 0.1)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return resolve_model(None).tokenizer
 
 
 def saved(reference: torch.nn.Module, tokenizer, path) -> str:

@@ -1,6 +1,7 @@
 """Packed GGUF weights: every type's product is float32's on gguf's dequantized weights within the stated bound, a
 row's product is bit-identical whatever batch it is in, and packs stack, reorder rows and survive safetensors; each
-on both paths, the integer kernels (native_kernels) and torch's weight-only kernels they fall back to."""
+on both paths, the integer kernels (native_kernels, as built for each instruction set the CPU runs) and torch's
+weight-only kernels they fall back to."""
 
 from contextlib import contextmanager
 
@@ -29,12 +30,13 @@ ROWS, COLS = 64, 512
 BATCH_SIZES = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 32, 33, 64, 100, 255, 512)
 
 
-@pytest.fixture(autouse=True, params=["integer kernels", "torch kernels"])
-def kernels(request, monkeypatch) -> str:
+@pytest.fixture(autouse=True, params=[*native_kernels.ISAS, "torch kernels"])
+def kernels(request, monkeypatch, use_isa) -> str:
+    """The integer kernels as built for each instruction set the CPU runs, then torch's."""
     if request.param == "torch kernels":
         monkeypatch.setattr(native_kernels, "load", lambda: None)
-    elif native_kernels.load() is None:
-        pytest.skip("the integer kernels cannot run on this machine (the log says why)")
+    else:
+        use_isa(request.param)
     return request.param
 
 
@@ -205,14 +207,14 @@ def test_a_tied_embedding_reads_the_int8_heads_rows_or_keeps_its_own(qtype, weig
 def test_the_quantized_types_run_the_integer_kernels_where_they_can(qtype, weight, kernels):
     tensors = pack([GGUFMatrix(gguf_data(qtype, weight), qtype, weight.shape)])
     uses_panels = "0.panels" in tensors
-    assert uses_panels == (kernels == "integer kernels" and REPRESENTATIONS[qtype] is not packed_linear.WeightForm.BF16)
+    assert uses_panels == (kernels != "torch kernels" and REPRESENTATIONS[qtype] is not packed_linear.WeightForm.BF16)
 
 
 @pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q6_K, Q.Q8_0])
 def test_a_second_int8_pass_leaves_the_weights_own_error(qtype, weight, kernels):
     """precise_input (and the head): x's int8 codes and those of their rounding's remainder, side by side in one
     call; the product is then float32's on the file's weights, far closer than one pass, and batch-invariant."""
-    if kernels != "integer kernels":
+    if kernels == "torch kernels":
         pytest.skip("a choice of the integer kernels")
     data = gguf_data(qtype, weight)
     one, two, head = (PackedLinear(pack([GGUFMatrix(data, qtype, weight.shape)], **how))
