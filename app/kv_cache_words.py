@@ -7,9 +7,8 @@ from localchat.app.protocol.system import KVCacheSize, PinBudget
 from localchat.engine.stats import PinUsage
 from localchat.engine.stats import Warmth as EngineWarmth
 
-# how each place of a chat's history reads in a list, and the wait below which a warm chat is "instant"
+# how each place of a chat's history reads in a list
 WARMTH_WORDS = {"resident": "warm", "on_disk": "on disk", "cold": "cold"}
-INSTANT_S = 0.15
 
 
 def kv_cache_size(blocks: int, block_size: int, max_bytes: int, context_tokens: int) -> KVCacheSize:
@@ -27,10 +26,10 @@ def warmth_of(warmth: EngineWarmth) -> Warmth:
     """The engine's report of where a chat's history is, as the API gives it and both UIs show it: "warm · instant",
     "on disk · about 0.4 s", "cold · about 4 s" (the wait its history adds to the next first token)."""
     word, wait = WARMTH_WORDS[warmth.state], warmth.predicted_s
-    if wait is None:
-        summary = word
-    elif wait < INSTANT_S and warmth.state == "resident":
+    if warmth.state == "resident":  # at most a block to compute: no more than any turn's own first step
         summary = f"{word} · instant"
+    elif wait is None:
+        summary = word
     else:
         summary = f"{word} · about {about(wait)}"
     return Warmth(state=warmth.state, tokens=warmth.tokens, resident_tokens=warmth.resident,

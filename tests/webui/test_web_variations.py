@@ -2,9 +2,11 @@
 (issue 57): the Fork box's panel (a field per reply, presets), the cards labelled with what each reply was asked, the
 chat list's warmth and its pin button."""
 
+import re
+
 import pytest
 from playwright.sync_api import expect
-from webui_page import assert_fits
+from webui_page import assert_fits, wait_until
 
 pytestmark = pytest.mark.slow  # headless chromium against a real `localchat serve`: left out of `./dev test --fast`
 
@@ -16,7 +18,8 @@ def open_panel(chat, replies: int):
     page.dispatch_event("#replies", "input")
     panel = page.locator("#fork-panel")
     expect(panel).to_be_visible()
-    panel.locator("summary").click()
+    if not panel.locator("details").evaluate("details => details.open"):
+        panel.locator("summary").click()
     fields = panel.locator("input.variation")
     expect(fields).to_have_count(replies)
     return fields
@@ -34,10 +37,13 @@ def test_the_fork_panel_asks_each_reply_its_own_way_and_the_cards_say_how(chat_a
     fields.nth(2).fill("Answer in French.")
     expect(page.locator("#fork-panel summary")).to_have_text("Ask each reply its own way · 2 of 3 asked")
     assert_fits(page)
-    page.fill("#message", "Name a fruit.")
+    page.fill("#message", f"Name a fruit for a {page.viewport_size['width']} px screen.")  # a prompt not yet cached
     page.press("#message", "Enter")
     chat.wait_replies()
     expect(chat.cards).to_have_count(3)
+    # sent: the panel folds to its line (the replies get the room), its fields kept for the next message
+    assert not page.locator("#fork-panel details").evaluate("details => details.open")
+    expect(page.locator("#fork-panel summary")).to_have_text("Ask each reply its own way · 2 of 3 asked")
     expect(chat.page.locator(".fork-hint")).to_contain_text("3 replies, each asked its own way")
     for at, label in enumerate(["asked: Answer in one word.", "asked: as the others", "asked: Answer in French."]):
         expect(chat.cards.nth(at).locator("header .variation")).to_have_text(label)
@@ -56,7 +62,7 @@ def test_the_fork_panel_asks_each_reply_its_own_way_and_the_cards_say_how(chat_a
 
 
 def test_a_preset_fills_the_fields_and_the_fields_shown_can_be_saved_as_one(chat):
-    conversation_id = chat.create_chat()
+    chat.create_chat()
     fields = open_panel(chat, 2)
     page = chat.page
     page.locator("#fork-panel button.preset", has_text="shorter / longer / as a list").click()
@@ -66,7 +72,8 @@ def test_a_preset_fills_the_fields_and_the_fields_shown_can_be_saved_as_one(chat
     fields.nth(2).fill("In French.")
     page.locator("#fork-panel button.save-preset").click()
     expect(page.locator("#fork-panel button.preset", has_text="shorter / longer / in french")).to_have_count(1)
-    chat.open(conversation_id)  # a page loaded again: kept in this browser
+    page.reload()  # a page loaded again: kept in this browser
+    expect(page).to_have_title(re.compile(r" · localchat$"))  # the chat shown, its Fork box at 1 again
     open_panel(chat, 2)
     expect(page.locator("#fork-panel button.preset", has_text="shorter / longer / in french")).to_have_count(1)
     page.locator("#fork-keep").check()
@@ -84,9 +91,11 @@ def test_the_chat_list_shows_warmth_and_pins_a_chat(chat_at_both_sizes):
     conversation_id = chat.create_chat()
     chat.send("What is a cat?")
     chat.wait_replies()
+    wait_until(lambda: chat.stored()["conversation"]["title"] != "What is a cat?")  # the model named the chat
+    expect(chat.page.locator("#chat-title")).to_have_text(chat.stored()["conversation"]["title"])
     chat.show_sidebar()
     item = chat.page.locator(f'#chats li[data-id="{conversation_id}"]')
-    expect(item.locator(".chat-warmth")).to_have_text("● warm · instant")
+    expect(item.locator(".chat-warmth")).to_have_text("● warm · instant")  # kept when the chat was named
     assert "tokens of history" in item.locator(".chat-warmth").get_attribute("title")
     item.locator("button.pin").click()
     expect(item).to_have_class("chat current pinned")

@@ -326,7 +326,7 @@ class App {
     const parentId = fork ? fork.ids[0] : this.session.savedLeaf();
     const firstExchange = !parentId;  // the chat's first message: once answered, the model names the chat
     const events = api.sendMessage(conversation.id, content, parentId, replies, documents,
-      this.forkPanel.variations(replies));
+      this.forkPanel.take(replies));
     if (await this.stream(events)) {
       if (firstExchange) this.nameChat(conversation.id);
       return;
@@ -352,13 +352,13 @@ class App {
     if (this.streaming) return;
     const replies = this.forkSize.value;
     await this.stream(api.editMessage(this.session.conversation.id, id, content, replies,
-      this.forkPanel.variations(replies)));
+      this.forkPanel.take(replies)));
   }
 
   async regenerate(id) {
     if (this.streaming) return;
     const replies = this.forkSize.value;
-    await this.stream(api.regenerate(this.session.conversation.id, id, replies, this.forkPanel.variations(replies)));
+    await this.stream(api.regenerate(this.session.conversation.id, id, replies, this.forkPanel.take(replies)));
   }
 
   /** Pin a chat (kept warm: its history is evicted last, within the pin budget) or unpin it; a refusal is shown. */
@@ -539,7 +539,8 @@ class App {
     } catch {
       return;
     }
-    this.changeChats((chats) => chats.map((c) => (c.id === id ? named : c)));
+    // the list's warmth stays (one chat's answer carries none, and a new title leaves the history as it was)
+    this.changeChats((chats) => chats.map((c) => (c.id === id ? { ...named, warmth: named.warmth ?? c.warmth } : c)));
     if (this.session.conversation?.id === id) {
       this.session.conversation = named;
       this.showTitle();
@@ -596,6 +597,7 @@ class App {
       this.changeChats((chats) => chats.map((c) => (c.id === open.id ? conversation : c)));
       this.showTitle();
       this.showContext();
+      this.refreshChats().catch((e) => this.showError(e));  // its warmth, for a system prompt changed
     });
   }
 

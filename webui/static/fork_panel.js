@@ -32,12 +32,13 @@ export class ForkPanel {
     this.keep = h("input", { type: "checkbox", id: "fork-keep" });
     this.presets = h("div", { class: "fork-presets" });
     this.summary = h("summary", {});
-    panel.replaceChildren(h("details", {}, this.summary,
+    this.details = h("details", {}, this.summary,
       h("p", { class: "fork-panel-title", text: "A line per reply, after the whole chat; empty: as asked" }),
       this.fields,
       h("div", { class: "fork-panel-foot" }, this.presets,
         h("label", { class: "fork-keep", title: "The reply you pick goes on with its instruction as a turn of the " +
-          "chat (else without it)" }, this.keep, " Keep the instruction in the chat"))));
+          "chat (else without it)" }, this.keep, " Keep the instruction in the chat")));
+    panel.replaceChildren(this.details);
     forkSize.input.addEventListener("input", () => this.show());
     this.fields.addEventListener("input", () => this.summarize());
     this.show();
@@ -97,6 +98,13 @@ export class ForkPanel {
     if (!lines.length) return;
     localStorage.setItem(PRESETS_KEY, JSON.stringify({ ...this.savedPresets, [presetName(lines)]: lines }));
     this.showPresets();
+  }
+
+  /** The variations of a message being sent (variations()); the panel folds to its line, so that the replies have
+   * the room, and its fields stay for the next message. */
+  take(count) {
+    this.details.open = false;
+    return this.variations(count);
   }
 
   /** One variation per reply (`count` of them), or null where no field says anything (a plain fork). */
