@@ -92,8 +92,10 @@ def machine_peaks() -> dict:
 
     from localchat.engine.worker import native_kernels
 
-    kernel = ("int8 AVX-512 VNNI over dynamically quantized activations (engine/worker/native/int8_matmul.c)"
-              if native_kernels.load() is not None else "torch (no native kernels on this CPU)")
+    kernels = native_kernels.load()
+    kernel = (f"native {kernels.isa} kernels over activations quantized once per step (engine/worker/native/; the "
+              "prompt rows' choice: GET /health's kernels)" if kernels is not None
+              else "torch (no native kernels on this CPU)")
     return {"bf16 TFLOP/s": round(gemm_peak_tflops(torch_dtype("bfloat16")), 3),
             "int8 TOP/s": round(gemm_peak_tflops(torch_dtype("int8")), 3),
             "read GB/s": round(read_bandwidth_gbs(), 1), "localchat kernel": kernel}
@@ -430,6 +432,10 @@ def tables(runs: dict[str, dict], meta: dict) -> tuple[str, dict]:
         rows = comparison_rows(lc, ll, bars_for(meta["gguf"]))
         data[title] = rows
         out += ["", f"**{title}** (ratio: localchat / llama.cpp)", "", markdown(rows, columns)]
+        kernels = ((lc or {}).get("server") or {}).get("health", {}).get("kernels")
+        if kernels:  # what ran localchat's rows, as its /health said
+            out.append(f"\nlocalchat's kernels: decode rows {kernels['decode']}, prompt rows {kernels['prompt']} "
+                       f"(its own measure of this machine: {kernels['peaks']})")
         turns = next(row["per_turn"] for row in rows if "per_turn" in row)
         if turns:
             out.append(f"\nmulti-turn TTFT ratio by turn: {' '.join(fmt(r) for r in turns)}")

@@ -233,23 +233,20 @@ def test_a_fork_gives_different_replies_and_says_how_it_sampled(api):
     forked = replies(events)
     assert start["temperature"] == fork_temperature == 0.7
     assert len({m["content"] for m in forked}) == 3 and {m["stats"]["temperature"] for m in forked} == {0.7}
-    # seeded: a reply comes out the same as a sibling, is sampled again, wider, and differs
-    seeded = replies(stream_api(api, f"/api/conversations/{cid}/messages", {
-        "content": "Say the word red.", "n": 3, "settings": {"temperature": 0.3, "seed": 5, "max_tokens": 16}}))
-    assert len({m["content"] for m in seeded}) == 3, [m["content"] for m in seeded]
-    assert sum(m["stats"]["resampled"] for m in seeded) > 0
-    for reply in seeded:
-        stats, times = reply["stats"], reply["stats"]["resampled"]
-        assert stats["temperature"] == round(0.3 + WIDEN_TEMPERATURE * times, 3)
-        assert (stats.get("top_p"), stats.get("min_p")) == ((None, None) if not times else (
-            round(0.9 + 0.1 * times / MAX_RESAMPLES, 3), round(0.05 * (1 - times / MAX_RESAMPLES), 3)))
-    # sampling so narrow that new seeds alone give the same reply: the repeats widen until they differ
-    narrow = replies(stream_api(api, f"/api/conversations/{cid}/messages", {
-        "content": "Say the word red.", "n": 3,
-        "settings": {"temperature": 0.1, "top_p": 0.3, "min_p": 0.5, "max_tokens": 8, "seed": 1}}))
-    assert len({m["content"] for m in narrow}) == 3, [m["content"] for m in narrow]
-    widened = [m["stats"] for m in narrow if m["stats"]["resampled"]]
-    assert widened and all(s["temperature"] > 0.1 and s["top_p"] > 0.3 and s["min_p"] < 0.5 for s in widened)
+    # seeded and sampling so narrow that new seeds alone give the same reply: a repeat is sampled again, wider each
+    # time (hotter, top_p and min_p toward every token), until it differs; its stats say how
+    for temperature, top_p, min_p, must_repeat in ((0.3, 0.9, 0.05, False), (0.1, 0.3, 0.5, True)):
+        sampled = replies(stream_api(api, f"/api/conversations/{cid}/messages", {
+            "content": "Say the word red.", "n": 3, "settings": {
+                "temperature": temperature, "top_p": top_p, "min_p": min_p, "seed": 5, "max_tokens": 8}}))
+        assert len({m["content"] for m in sampled}) == 3, [m["content"] for m in sampled]
+        assert not must_repeat or sum(m["stats"]["resampled"] for m in sampled) > 0
+        for reply in sampled:
+            stats, times = reply["stats"], reply["stats"]["resampled"]
+            assert stats["temperature"] == round(temperature + WIDEN_TEMPERATURE * times, 3)
+            assert (stats.get("top_p"), stats.get("min_p")) == (
+                (None, None) if not times else (round(top_p + (1 - top_p) * times / MAX_RESAMPLES, 3),
+                                                  round(min_p * (1 - times / MAX_RESAMPLES), 3))), stats
     # a model that cannot write another reply (top_k 1): sampled again at most MAX_RESAMPLES times, then kept
     same = replies(stream_api(api, f"/api/conversations/{cid}/messages", {
         "content": "Say the word red.", "n": 3, "settings": {"temperature": 0.3, "top_k": 1, "max_tokens": 8}}))

@@ -327,9 +327,12 @@ JSON_BODIES = [  # every endpoint that takes a JSON body
 
 
 def conversation_with_a_message(api) -> tuple[str, str]:
-    """A new conversation (replies of one token) and the id of its user message."""
+    """A new conversation (replies of one token) and the id of its user message, once the model has named it (its
+    title is written in the background after the first reply: a check that nothing changed must not race it)."""
     cid = api.post("/api/conversations", json={"settings": {"max_tokens": 1}}).json()["id"]
-    return cid, stream_api(api, f"/api/conversations/{cid}/messages", {"content": "Hi"})[0]["message"]["id"]
+    mid = stream_api(api, f"/api/conversations/{cid}/messages", {"content": "Hi"})[0]["message"]["id"]
+    assert api.post(f"/api/conversations/{cid}/title").status_code == 200
+    return cid, mid
 
 
 @pytest.mark.parametrize("depth", [900, 1000, 100_000])

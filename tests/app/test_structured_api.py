@@ -130,9 +130,12 @@ def test_a_hundred_replies_over_ten_schemas_at_temperature_one_all_validate(clie
 
 def test_json_object_mode_and_four_forked_replies_each_valid(client):
     # at T=1 the 135M model can write one string value for all 400 tokens; T=1 is covered by the schema tests
-    reply = ask(client, messages=[{"role": "user", "content": "Describe a cat as JSON."}],
-                response_format={"type": "json_object"}, temperature=0.7, seed=1)
-    assert isinstance(json.loads(reply.choices[0].message.content), dict)
+    # (a string value may run past max_tokens whatever the grammar: of four seeds, those that close are objects)
+    choices = [ask(client, messages=[{"role": "user", "content": "Describe a cat as JSON."}],
+                   response_format={"type": "json_object"}, temperature=0.7, seed=seed).choices[0]
+               for seed in range(1, 5)]
+    closed = [json.loads(c.message.content) for c in choices if c.finish_reason == "stop"]
+    assert closed and all(isinstance(obj, dict) for obj in closed)
 
     # a seed whose four replies close within 400 tokens at T=1
     forked = ask(client, messages=[{"role": "user", "content": "Give a point as JSON."}], n=4, temperature=1.0,

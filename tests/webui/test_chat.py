@@ -176,7 +176,8 @@ def test_branches_regenerate_edit_fork_and_reload(chat):
     expect(chat.message(edited["id"]).locator(".switcher .position")).to_have_text("2/2")
     expect(chat.message(picked).locator(".switcher .position")).to_have_text(picked_position)
 
-    # export: the shown branch as Markdown, the whole tree as JSON
+    # export: the shown branch as Markdown, the whole tree as JSON (once the model has named the chat)
+    named = chat.api.post(f"/api/conversations/{chat.conversation_id}/title").json()["title"]
     with page.expect_download() as download:
         page.click("#export-markdown")
     markdown = open(download.value.path(), encoding="utf-8").read()
@@ -185,7 +186,8 @@ def test_branches_regenerate_edit_fork_and_reload(chat):
     for message_id in path:  # each message of the branch, in order
         position = markdown.index(stored[message_id]["content"], position)
     title, body = markdown.split("\n", 1)
-    assert title == "# Name a fruit." and "Name a fruit." not in body  # the other branch is left out
+    # the chat's title (its first words, or the model's) heads it; the other branch is left out
+    assert title == f"# {named}" and "Name a fruit." not in body
     with page.expect_download() as download:
         page.click("#export-json")
     exported = json.loads(open(download.value.path(), encoding="utf-8").read())

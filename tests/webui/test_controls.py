@@ -206,7 +206,7 @@ def test_the_fork_box_keeps_its_number_for_each_chat(chat, api):
     expect(fork).to_have_value("1")  # a chat not forked yet
     fork.fill("3")
     page.locator(f'#chats li[data-id="{forked}"] .title').click()
-    expect(page.locator("#chat-title")).to_have_text("Hi.")
+    expect(page.locator(f'#chats li.current[data-id="{forked}"]')).to_have_count(1)
     expect(fork).to_have_value("2")
     page.locator(f'#chats li[data-id="{other["id"]}"] .title').click()
     expect(fork).to_have_value("3")

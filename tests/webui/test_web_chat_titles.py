@@ -29,14 +29,14 @@ def test_the_model_names_a_chat_after_its_first_reply(chat_at_both_sizes, api):
 
 def test_reopening_the_page_opens_the_chat_it_showed_last(chat_at_both_sizes, api):
     chat = chat_at_both_sizes
-    first, second = (api.post("/api/conversations", json={"settings": {**FAST, "max_tokens": 4}}).json()
-                     for _ in range(2))
+    first, second = (api.post("/api/conversations", json={"title": title, "settings": {**FAST, "max_tokens": 4}}).json()
+                     for title in ("Greetings", "Salutations"))  # named by the user: the model leaves them be
     for conversation, text in [(first, "Hi."), (second, "Hello.")]:
         stream_api(api, f"/api/conversations/{conversation['id']}/messages", {"content": text})
     chat.open(first["id"])  # not the newest chat
     chat.page.goto(f"{chat.server.url}/")  # the page again, without a chat in its address
     expect(chat.page.locator(f'#chats li.current[data-id="{first["id"]}"]')).to_have_count(1)
-    expect(chat.page.locator("#chat-title")).to_have_text("Hi.")
+    expect(chat.page.locator("#chat-title")).to_have_text("Greetings")
     expect(chat.messages).to_have_count(2)
     assert chat.conversation_id == first["id"]
 

@@ -155,13 +155,17 @@ def test_bounded_strings_are_json_strings(llm):
 
 
 def test_json_is_written_compact(llm, prompt):
-    """As json.dumps writes it: ", " and ": " between items, no other whitespace outside strings, no newline."""
+    """As json.dumps writes it: ", " and ": " between items, no other whitespace outside strings, no newline; a
+    reply cut at max_tokens (T=1 may write a long string) is checked up to where it was cut."""
     for structured in (StructuredOutput.json_object(), StructuredOutput.json_schema(Person.model_json_schema())):
-        (out,) = llm.generate(prompt, SamplingParams(n=4, seed=13, structured=structured,  # four that close at T=1
+        (out,) = llm.generate(prompt, SamplingParams(n=4, seed=13, structured=structured,
                                                      **{**SAMPLED, "max_tokens": 400}))
+        closed = [reply for reply in out.outputs if reply.finish_reason == "stop"]
+        assert closed, [reply.text for reply in out.outputs]
         for reply in out.outputs:
-            json.loads(reply.text)
-            skeleton = re.sub(r'"(?:\\.|[^"\\])*"', '""', reply.text)
+            if reply in closed:
+                json.loads(reply.text)
+            skeleton = re.sub(r'"(?:\\.|[^"\\])*("|$)', '""', reply.text)
             assert "\n" not in reply.text and not re.search(r"\s", re.sub(r"[,:] ", "", skeleton)), reply.text
 
 
