@@ -220,15 +220,34 @@ def status(args) -> int:
         print(f"{report.status}: pid {state.pid}, {state.url}, {report.backend} model {report.model}"
               + (f" ({report.error})" if report.error else ""))
         if report.status == "ready":
-            print(_kv_cache_line(asyncio.run(_metrics())))
+            metrics, chats = asyncio.run(_metrics_and_chats())
+            print(_kv_cache_line(metrics))
+            print("\n".join(_warm_chat_lines(chats, report.pins)))
     return 0
 
 
-async def _metrics() -> dict[str, float]:
+async def _metrics_and_chats() -> tuple[dict[str, float], list]:
     from localchat.app.client.engine_client import EngineClient
 
     async with EngineClient.running() as client:
-        return await client.metrics()
+        return await client.metrics(), await client.list_conversations()
+
+
+WARM_CHATS_SHOWN = 10  # of `localchat status`'s list of warm chats
+
+
+def _warm_chat_lines(chats: list, pins) -> list[str]:
+    """The chats whose history is warm (in memory or on disk) or pinned, newest first, and the pin budget."""
+    warm = [c for c in chats if c.warmth is not None and (c.warmth.state != "cold" or c.pinned)]
+    lines = [f"warm chats: {len(warm)}" + (f" (the newest {WARM_CHATS_SHOWN})" if len(warm) > WARM_CHATS_SHOWN else "")
+             if warm else "warm chats: none"]
+    for chat in warm[:WARM_CHATS_SHOWN]:
+        title = chat.title if len(chat.title) <= 40 else chat.title[:39] + "…"
+        lines.append(f"  {'pinned ' if chat.pinned else '       '}{title:<40}  {chat.warmth.summary} "
+                     f"({chat.warmth.tokens:,} tokens)")
+    if pins is not None:
+        lines.append(pins.summary)
+    return lines
 
 
 def _kv_cache_line(metrics: dict[str, float]) -> str:

@@ -1,6 +1,6 @@
 """Conversations and messages as Markdown, for people: the export (GET .../export) and the terminal UI's messages."""
 
-from localchat.app.protocol.conversations import Conversation, Message
+from localchat.app.protocol.conversations import SAMPLING_FIELDS, Conversation, Message, Variation
 
 
 def author(message: Message) -> str:
@@ -14,6 +14,14 @@ def message_markdown(message: Message) -> str:
     calls = [f"Calls `{call.function.name}`:\n\n```json\n{call.function.arguments}\n```"
              for call in message.tool_calls or []]
     return "\n\n".join(part for part in (message.content, *calls) if part)
+
+
+def variation_words(variation: Variation) -> str:
+    """What a fork's reply was asked for, in a few words: its instruction, then its sampling values ("Shorter ·
+    temperature 1.0"); "as the others" for a variation that names nothing."""
+    values = [f"{name.replace('_', ' ')} {getattr(variation, name):g}" for name in (*SAMPLING_FIELDS, "seed")
+              if getattr(variation, name) is not None]
+    return " · ".join(filter(None, [variation.instruction, *values])) or "as the others"
 
 
 def thinking_markdown(message: Message) -> str:
@@ -31,6 +39,11 @@ def export_markdown(conversation: Conversation, path: list[Message]) -> str:
     for message in path:
         who = f"Assistant ({message.model})" if message.role == "assistant" and message.model else author(message)
         note = " — stopped" if message.stopped else ""
+        variation = message.variation
+        if variation is not None and variation.keep and variation.instruction:  # a turn of the history
+            lines += ["**You** — the fork's instruction, kept", "", variation.instruction, ""]
+        elif variation is not None:
+            note += f" — asked: {variation_words(variation)}"
         thinking = thinking_markdown(message)
         lines += [f"**{who}**{note}", "", *([thinking, ""] if thinking else []), message_markdown(message), ""]
     return "\n".join(lines)

@@ -16,6 +16,52 @@ class KVCacheUsage:
     block_size: int
 
 
+@dataclass(frozen=True)
+class PinUsage:
+    """What pinned chats keep of the KV cache, and the most they may (the pin budget), in blocks."""
+
+    blocks: int
+    limit_blocks: int
+    block_size: int
+    block_bytes: int  # the memory of one block
+
+    @property
+    def tokens(self) -> int:
+        return self.blocks * self.block_size
+
+    @property
+    def limit_tokens(self) -> int:
+        return self.limit_blocks * self.block_size
+
+    @property
+    def bytes(self) -> int:
+        return self.blocks * self.block_bytes
+
+    @property
+    def limit_bytes(self) -> int:
+        return self.limit_blocks * self.block_bytes
+
+
+@dataclass(frozen=True)
+class Warmth:
+    """Where a chat's history is (LLMEngine.warmth): how many of its tokens the next request that continues it finds
+    in memory, then reads from the disk tier; the rest it computes. `state` says which costs most: "resident" (at most
+    a block's worth of tokens to compute, nothing to read), "on_disk" (blocks to read, at most a block to compute) or
+    "cold" (more to compute, or none of it held); predicted_s is what the history adds to the next first token's wait,
+    from the engine's measured prefill time per token and disk read time per block (None: not measured yet)."""
+
+    tokens: int
+    resident: int
+    on_disk: int
+    state: str
+    predicted_s: float | None
+    pinned: bool = False
+
+    @property
+    def cold(self) -> int:
+        return self.tokens - self.resident - self.on_disk
+
+
 @dataclass
 class DiskTierStats:
     enabled: int = 1  # 0 once the folder could not be used (a read-only or full disk): the engine goes on without
@@ -66,6 +112,7 @@ class EngineStats:
     cpu: CPUThreadStats | None = None  # on the CPU
     disk: DiskTierStats | None = None  # with a disk tier
     kernels: KernelStats | None = None  # on the CPU with the native kernels
+    pins: PinUsage | None = None  # the embedded engine's pinned chats and their budget
 
     @property
     def prefix_hit_rate(self) -> float | None:

@@ -54,10 +54,14 @@ class LocalChatApp(App):
 
     def remember_theme(self, theme) -> None:
         self.config.theme = theme.name
+        self.save_config()
+
+    def save_config(self) -> None:
+        """tui.toml as the config is now (the theme chosen, the fork presets saved)."""
         try:
             self.config.save(self.config_path)
         except OSError as error:
-            self.notify(f"Could not save the theme in {self.config_path}: {error.strerror}", severity="warning")
+            self.notify(f"Could not save {self.config_path}: {error.strerror}", severity="warning")
 
     async def connect_engine(self, on_progress) -> EngineClient:
         if self.client is not None:  # a retry with the client we were given: is its engine back?

@@ -165,8 +165,10 @@ class ChatSession:
         if event.continued and (stored := self.tree.messages.get(event.message_ids[0])) is not None:
             replies = (msgspec.structs.replace(stored, finish_reason=None, stopped=False, stats=None),)
         else:
+            variations = event.variations or [None] * len(event.message_ids)  # a fork that varies: each reply's
             replies = tuple(Message(id=i, conversation_id=self.conversation.id, parent_id=event.parent_id,
-                                    role="assistant", content="", created_at=time.time()) for i in event.message_ids)
+                                    role="assistant", content="", created_at=time.time(), variation=variation)
+                            for i, variation in zip(event.message_ids, variations))
         for reply in replies:
             self.tree.add(reply)
         self.show(replies[0].id)

@@ -33,6 +33,7 @@ from localchat.app.protocol.conversations import (
     StopResult,
     StreamEvent,
     SummarizeRequest,
+    Variation,
 )
 from localchat.app.protocol.documents import Document, DocumentText
 from localchat.app.protocol.limits import Limits
@@ -167,24 +168,36 @@ class EngineClient:
 
     def send(self, conversation_id: str, content: str, parent_id: str | None = None, n: int = 1,
              settings: SamplingSettings | None = None, tool_call_id: str | None = None,
-             reply: bool = True, documents: list[str] = ()) -> AsyncIterator[StreamEvent]:
+             reply: bool = True, documents: list[str] = (),
+             variations: list[Variation] | None = None) -> AsyncIterator[StreamEvent]:
         """A user message (or, with tool_call_id, a tool's result) under parent_id, then n replies (none without
-        reply). documents: the ids of the documents the message carries, before its text."""
+        reply), or one per variation. documents: the ids of the documents the message carries, before its text."""
         return self._events(f"/api/conversations/{conversation_id}/messages",
                             SendMessage(content=content, parent_id=parent_id, n=n, settings=settings,
-                                        tool_call_id=tool_call_id, reply=reply, documents=list(documents)))
+                                        tool_call_id=tool_call_id, reply=reply, documents=list(documents),
+                                        variations=variations))
 
-    def regenerate(self, conversation_id: str, message_id: str, n: int = 1,
-                   settings: SamplingSettings | None = None) -> AsyncIterator[StreamEvent]:
+    def regenerate(self, conversation_id: str, message_id: str, n: int = 1, settings: SamplingSettings | None = None,
+                   variations: list[Variation] | None = None) -> AsyncIterator[StreamEvent]:
+        """n more replies beside `message_id`, or one per variation (each with its instruction and sampling)."""
         return self._events(f"/api/conversations/{conversation_id}/messages/{message_id}/regenerate",
-                            Regenerate(n=n, settings=settings))
+                            Regenerate(n=n, settings=settings, variations=variations))
 
     def edit(self, conversation_id: str, message_id: str, content: str, n: int = 1,
-             settings: SamplingSettings | None = None) -> AsyncIterator[StreamEvent]:
-        """Your message edited: a new branch beside it and its n replies; a reply edited: the edited reply beside it
-        (an EditedEvent), nothing generated."""
+             settings: SamplingSettings | None = None,
+             variations: list[Variation] | None = None) -> AsyncIterator[StreamEvent]:
+        """Your message edited: a new branch beside it and its n replies (or one per variation); a reply edited: the
+        edited reply beside it (an EditedEvent), nothing generated."""
         return self._events(f"/api/conversations/{conversation_id}/messages/{message_id}/edit",
-                            EditMessage(content=content, n=n, settings=settings))
+                            EditMessage(content=content, n=n, settings=settings, variations=variations))
+
+    async def pin(self, conversation_id: str) -> Conversation:
+        """Keep the chat warm (its KV blocks evicted last), within the pin budget (/health): an EngineError 409
+        beyond it."""
+        return await self._call("POST", f"/api/conversations/{conversation_id}/pin", kind=Conversation)
+
+    async def unpin(self, conversation_id: str) -> Conversation:
+        return await self._call("DELETE", f"/api/conversations/{conversation_id}/pin", kind=Conversation)
 
     def continue_reply(self, conversation_id: str, message_id: str, settings: SamplingSettings | None = None
                        ) -> AsyncIterator[StreamEvent]:

@@ -8,6 +8,7 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 from localchat.app.protocol.documents import Document
 from localchat.app.protocol.limits import (
+    NOT_BLANK,
     FrequencyPenalty,
     MaxTokens,
     MinP,
@@ -25,9 +26,12 @@ from localchat.app.protocol.limits import (
 )
 from localchat.app.protocol.openai import Tool, ToolCall
 from localchat.app.protocol.sampling import SamplingDefaults
+from localchat.engine.sampling_limits import LIMITS
 
 MAX_DOCUMENTS = 16  # of a conversation's start, or of one message
 DocumentIds = Annotated[list[str], msgspec.Meta(max_length=MAX_DOCUMENTS)]
+MAX_INSTRUCTION_CHARS = 1000  # of a fork's variation: a short last turn after the history
+Instruction = Annotated[str, msgspec.Meta(max_length=MAX_INSTRUCTION_CHARS, pattern=NOT_BLANK)]
 
 
 class SamplingSettings(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -70,6 +74,45 @@ def filled(settings: SamplingSettings, base: SamplingSettings | SamplingDefaults
     return msgspec.structs.replace(settings, **unset) if unset else settings
 
 
+class Variation(Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """One reply of a fork that differs on purpose: an instruction for it alone ("shorter", "as a table"), placed
+    after the whole history as a short last user turn so that every reply of the fork shares the history's KV blocks,
+    and sampling values of its own (each left out: the request's, else the conversation's). The reply stores what it
+    was asked for. The chat goes on from a reply without its instruction, unless `keep` (then the instruction is a
+    turn of the history before the reply, shown as such)."""
+
+    instruction: Instruction | None = None
+    keep: bool = False
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
+    min_p: MinP | None = None
+    repetition_penalty: RepetitionPenalty | None = None
+    presence_penalty: PresencePenalty | None = None
+    frequency_penalty: FrequencyPenalty | None = None
+    seed: Seed | None = None
+
+
+Variations = Annotated[list[Variation], msgspec.Meta(min_length=1, max_length=LIMITS["n"][1])]
+
+
+class Warmth(Struct, kw_only=True):
+    """Where a chat's history is, as the engine reports it (its shown branch, up to its last message): how many of its
+    tokens the next reply finds in memory (`resident`), reads from the disk tier (`on_disk`) or computes (`cold`);
+    `state` says which costs most, and predicted_s what the history adds to the next first token's wait, from the
+    engine's measured prefill and disk read times (None: not measured yet). summary: the same in words, as both UIs
+    show it (app/kv_cache_words.py)."""
+
+    state: Literal["resident", "on_disk", "cold"]
+    tokens: int
+    resident_tokens: int
+    on_disk_tokens: int
+    cold_tokens: int
+    predicted_s: float | None
+    pinned: bool  # the engine keeps it warm (the conversation's pin, as the engine holds it now)
+    summary: str
+
+
 class Conversation(Struct, kw_only=True):
     id: str
     title: str
@@ -83,6 +126,9 @@ class Conversation(Struct, kw_only=True):
     summary_of: str | None = None  # the conversation it was started from, by a summary of it (POST .../summarize)
     documents: list[str] = msgspec.field(default_factory=list)  # the documents it starts with (ids): after the system
     # prompt, before the first message
+    pinned: bool = False  # kept warm: its history's KV blocks are evicted last (POST .../pin), across restarts too
+    warmth: Warmth | None = None  # in the list (GET /api/conversations): where its history is; None elsewhere, for a
+    # chat with nothing in it yet, and where the engine cannot say (a remote one)
 
 
 class ConversationCreate(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -163,6 +209,7 @@ class Message(Struct, kw_only=True, omit_defaults=True):
     tool_call_id: str | None = None  # a tool message: the call whose result it is
     documents: list[str] = msgspec.field(default_factory=list)  # a user message: the documents it carries, before
     # its text
+    variation: Variation | None = None  # a fork's reply that varied on purpose: what it was asked for
 
 
 def continuable(message: Message) -> bool:
@@ -210,17 +257,20 @@ class SendMessage(Struct, kw_only=True, forbid_unknown_fields=True):
     tool_call_id: ToolCallId | None = None
     reply: bool = True  # False: store the message, write no reply (a first result of several)
     documents: DocumentIds = msgspec.field(default_factory=list)  # ids from POST /api/documents, before its text
+    variations: Variations | None = None  # one per reply (n is their number), each with what it varies
 
 
 class Regenerate(Struct, kw_only=True, forbid_unknown_fields=True):
     n: ReplyCount = 1
     settings: SamplingSettings | None = None
+    variations: Variations | None = None
 
 
 class EditMessage(Struct, kw_only=True, forbid_unknown_fields=True):
     content: NonBlankText
     n: ReplyCount = 1  # replies to an edited user message (an edited reply gets none)
     settings: SamplingSettings | None = None
+    variations: Variations | None = None
 
 
 
@@ -280,6 +330,7 @@ class StartEvent(Struct, tag="start", tag_field="type"):
     retokenized_from: list[str] = msgspec.field(default_factory=list)
     temperature: float | None = None  # what the replies sample at (a fork's: the fork temperature at least)
     continued: bool = False  # the stored reply message_ids[0] goes on: its deltas add to its text
+    variations: list[Variation] = msgspec.field(default_factory=list)  # a fork that varies: each reply's, in order
 
 
 class DeltaEvent(Struct, tag="delta", tag_field="type"):

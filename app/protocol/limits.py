@@ -60,3 +60,4 @@ class Limits(Struct, kw_only=True):
     max_stop_strings: int
     max_document_bytes: int  # of an upload to /api/documents
     max_documents: int  # that a conversation starts with, or one message carries
+    max_instruction_chars: int  # of a fork's variation's instruction

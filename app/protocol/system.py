@@ -33,6 +33,8 @@ class Health(Struct, kw_only=True):
     # (None until it is ready, or a remote engine's)
     sampling: SamplingDefaults | None = None
     kv_cache: "KVCacheSize | None" = None
+    # what pinned chats keep of the KV cache, and the most they may (None until it is ready, or a remote engine's)
+    pins: "PinBudget | None" = None
     # what runs the model's matrix products, chosen by measuring this machine, and what its cores gave (None until it
     # is ready, or where the native kernels do not run)
     kernels: "Kernels | None" = None
@@ -79,3 +81,14 @@ class KVCacheSize(Struct, kw_only=True):
     full_context_chats: float  # tokens / context_tokens
     max_bytes: int
     summary: str  # the same in words, as the start line and both UIs say it (app/kv_cache_words.py)
+
+
+class PinBudget(Struct, kw_only=True):
+    """What pinned chats keep warm of the KV cache, and the budget they share (a pin beyond it is refused): tokens and
+    memory; summary: the same in words (app/kv_cache_words.py)."""
+
+    tokens: int
+    limit_tokens: int
+    bytes: int
+    limit_bytes: int
+    summary: str

@@ -20,8 +20,9 @@ from litestar.response import Redirect
 from litestar.routes import HTTPRoute
 
 from localchat.app import paths
+from localchat.app.kv_cache_words import pin_budget
 from localchat.app.protocol import ollama
-from localchat.app.protocol.conversations import MAX_DOCUMENTS
+from localchat.app.protocol.conversations import MAX_DOCUMENTS, MAX_INSTRUCTION_CHARS
 from localchat.app.protocol.limits import Limit, Limits
 from localchat.app.protocol.system import ErrorBody, ErrorDetail, Health, LoginCode, SessionsRevoked
 from localchat.app.server.active_requests import ActiveRequests
@@ -85,7 +86,8 @@ class SystemController(Controller):
                       thinking=backend.thinks if status == "ready" else None,
                       sampling=backend.sampling if status == "ready" else None,
                       kv_cache=backend.kv_cache if status == "ready" else None,
-                      kernels=backend.kernels if status == "ready" else None)
+                      kernels=backend.kernels if status == "ready" else None,
+                      pins=pin_budget(usage) if status == "ready" and (usage := backend.pin_usage()) else None)
 
     @get("/metrics", media_type=MediaType.TEXT)
     async def metrics(self, backend: BackendDep, throughput: NamedDependency["Throughput"]) -> str:
@@ -176,7 +178,8 @@ def engine_limits() -> Limits:
     """The engine's sampling limits (sampling_params.LIMITS and friends) as GET /api/limits answers them."""
     return Limits(sampling={name: Limit(low, high) for name, (low, high) in LIMITS.items()},
                   min_temperature=MIN_TEMPERATURE, max_stop_strings=MAX_STOP_STRINGS,
-                  max_document_bytes=MAX_DOCUMENT_BYTES, max_documents=MAX_DOCUMENTS)
+                  max_document_bytes=MAX_DOCUMENT_BYTES, max_documents=MAX_DOCUMENTS,
+                  max_instruction_chars=MAX_INSTRUCTION_CHARS)
 
 
 class LimitsController(Controller):
@@ -302,8 +305,10 @@ class ServerParts:
             log.warning("%d replies were being written when the engine last stopped; kept as interrupted",
                         interrupted)
         self.backend.start()
+        self.conversations.warmth.start_watching()
 
     async def on_shutdown(self, app: Litestar) -> None:
+        self.conversations.warmth.stop_watching()
         await self.stop_all()
         await self.backend.close()
         self.store.close()

@@ -26,7 +26,8 @@ from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.tool_calls import ToolSyntax
 from localchat.engine.frontend.outputs import CompletionOutput
 from localchat.engine.sampling_params import SamplingParams
-from localchat.engine.stats import EngineStats
+from localchat.engine.stats import EngineStats, PinUsage
+from localchat.engine.stats import Warmth as EngineWarmth
 
 
 class BackendNotReady(RuntimeError):
@@ -133,6 +134,13 @@ class Backend(Protocol):
     async def stats(self) -> EngineStats: ...
     async def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> None: ...
     async def close(self) -> None: ...
+
+    # --- where chats' histories are, and pins that keep them warm (a remote engine's cache is its own: its warmth
+    # is None, its pin_usage None, and a pin is refused) ---
+    def warmth(self, key: str, token_ids: list[int]) -> EngineWarmth | None: ...
+    async def pin(self, key: str, token_ids: list[int]) -> None: ...
+    async def unpin(self, key: str) -> None: ...
+    def pin_usage(self) -> PinUsage | None: ...
 
     # --- prompts as token ids (renders_templates) ---
     async def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,

@@ -13,6 +13,8 @@ most drop an earlier reply's thinking, some keep it. Its prompts are the templat
 tokenized (prompt()); the prefix cache then serves every token up to where the rendering changed.
 """
 
+import os
+
 from transformers import PreTrainedTokenizerBase
 
 from localchat.app.server.tool_calls import ToolSyntax, tool_syntax
@@ -43,6 +45,13 @@ class ChatTemplate:
         """A reply's prompt as the template renders the whole chat, tokenized (a thinking model's: see the module
         docstring); the same token ids as transformers' apply_chat_template(tokenize=True)."""
         return self.encode(self.render(chat, add_generation_prompt=True))
+
+    def history(self, chat: Chat) -> list[int]:
+        """What a thinking model's next prompt after `chat` starts with, whatever its next message says: the
+        template's rendering of the chat once a user message follows it (most drop the last reply's thinking then),
+        up to that message's text, tokenized."""
+        one, two = (self.render([*chat, {"role": "user", "content": text}]) for text in ("a", "b"))
+        return self.encode(os.path.commonprefix([one, two]))
 
     def render(self, chat: Chat, add_generation_prompt: bool = False) -> str:
         if not chat and not add_generation_prompt:

@@ -31,6 +31,7 @@ from localchat.app.protocol.conversations import (
     SamplingSettings,
     StartEvent,
     StreamEvent,
+    Variation,
     branch_tokens,
     continuable,
     filled,
@@ -39,12 +40,19 @@ from localchat.app.server.active_requests import ActiveRequest, ActiveRequests
 from localchat.app.server.backends import Backend, BackendRequestError, Update, failure_message
 from localchat.app.server.chat_template import ChatTemplate
 from localchat.app.server.chat_titles import DEFAULT_TITLE, TITLE_LENGTH, ChatTitles, first_words_title
+from localchat.app.server.chat_warmth import ChatWarmth
 from localchat.app.server.context_budget import DEFAULT_POLICY, Cut, choose_cut, reply_room
 from localchat.app.server.engine_job import EngineJob
 from localchat.app.server.sampling import Sampling, reply_sampling
 from localchat.app.server.store import Store, StoreError, new_id
-from localchat.app.server.template_messages import TemplateMessage, branch_messages
+from localchat.app.server.template_messages import TemplateMessage, branch_messages, kept_instruction
 from localchat.app.server.tool_calls import finish_reason, template_chat, template_tools
+from localchat.app.server.variations import (
+    VariationRequest,
+    instruction_message,
+    shared_history,
+    variation_settings,
+)
 from localchat.engine.frontend.outputs import CompletionOutput
 from localchat.engine.sampling_limits import LIMITS
 from localchat.engine.sampling_params import SamplingParams
@@ -89,6 +97,7 @@ class Conversations:
         self.store, self.backend, self.active = store, backend, active
         self.thinking_token_budget, self.context_overflow = thinking_token_budget, context_overflow
         self.titles = ChatTitles(self)
+        self.warmth = ChatWarmth(self)  # where each chat's history is, and the pins that keep chats warm
 
     # --- the branch as a chat and as token ids (pure: run off the event loop, see to_thread) ---
 
@@ -137,31 +146,55 @@ class Conversations:
         """The conversation's template, and the ids of the chat's system message (its documents with it), rendered
         once for every cut tried (a thinking template renders the whole chat instead: none)."""
         template = self.template(conversation)
-        has_system = len(chat) > len(path)
+        has_system = len(chat) > sum(1 + bool(kept_instruction(m)) for m in path)
         return template, template.segment([], chat[0]) if has_system and not template.thinks else []
 
     def _rendered(self, path: list[Message], chat: list[dict], template: ChatTemplate, system_ids: list[int],
-                  cut: Cut | None) -> tuple[list[int], list[tuple[str, list[int]]]]:
-        """prompt()'s work, from the branch as the template takes it (chat) and its system message's ids."""
-        system = len(chat) - len(path)
+                  cut: Cut | None, header: bool = True) -> tuple[list[int], list[tuple[str, list[int]]]]:
+        """prompt()'s work, from the branch as the template takes it (chat) and its system message's ids; without the
+        generation prompt (header False): the branch's history as the next turn starts with it."""
+        turns, at = [], len(chat) - sum(1 + bool(kept_instruction(m)) for m in path)
+        system = chat[:at]
+        for message in path:
+            width = 1 + bool(kept_instruction(message))
+            turns.append(chat[at : at + width])
+            at += width
         kept = [i for i in range(len(path)) if cut is None or not cut.start <= i < cut.first_kept]
         if template.thinks:
-            return template.prompt(chat[:system] + [chat[system + i] for i in kept]), []
-        ids, history, repaired = list(system_ids), chat[:system], []
+            branch = system + [turn for i in kept for turn in turns[i]]
+            return template.prompt(branch) if header else template.history(branch), []
+        ids, history, repaired = list(system_ids), list(system), []
         for i in kept:
             message = path[i]
             segment = message.token_ids
             after_cut = cut is not None and cut.num_messages > 0 and i == cut.first_kept
             if after_cut or not segment or message.model != self.backend.model_name:  # or another model's
-                if message.role == "assistant" and not message.tool_calls:
-                    segment = template.assistant_segment(history, message.content, template.encode(message.content))
-                else:
-                    segment = template.segment(history, chat[system + i])
+                segment = self._segment(template, history, message, turns[i])
                 if not after_cut and message.model in (None, self.backend.model_name):
                     repaired.append((message.id, segment))
-            history.append(chat[system + i])
+            history += turns[i]
             ids += segment
-        return ids + template.generation_prompt(history), repaired
+        return ids + (template.generation_prompt(history) if header else []), repaired
+
+    @staticmethod
+    def _segment(template: ChatTemplate, history: list[dict], message: Message, turns: list[dict]) -> list[int]:
+        """The ids a message adds after `history`, rendered (a kept instruction's turn first)."""
+        ids = template.segment(history, turns[0]) if len(turns) > 1 else []
+        history = history + turns[:-1]
+        if message.role == "assistant" and not message.tool_calls:
+            return ids + template.assistant_segment(history, message.content, template.encode(message.content))
+        return ids + template.segment(history, turns[-1])
+
+    def history_tokens(self, conversation: Conversation, path: list[Message]) -> list[int]:
+        """The branch's tokens as the next turn after it starts with them (its prompt without the generation prompt):
+        what the prefix cache can serve of the chat, for its warmth and its pin. Empty where prompts are chat
+        messages (a remote engine's), or where there is nothing yet."""
+        if not self.renders_now:
+            return []
+        chat = self.chat(conversation, path)
+        if not chat:
+            return []
+        return self._rendered(path, chat, *self._start(conversation, path, chat), None, header=False)[0]
 
     def fitted_prompt(self, conversation: Conversation, path: list[Message], settings: SamplingSettings
                       ) -> tuple[list[int] | list[dict[str, str]], list[tuple[str, list[int]]], "Fit | None"]:
@@ -307,11 +340,13 @@ class Conversations:
         return template.assistant_segment(self.chat(conversation, path), content, template.encode(content))
 
     async def start_replies(self, conversation: Conversation, parent: Message, n: int,
-                            override: SamplingSettings | None = None) -> "Replies":
+                            override: SamplingSettings | None = None,
+                            variations: list[Variation] | None = None) -> "Replies":
         """Validate and start n replies to `parent` with the conversation's settings (`override`: this request's,
-        each sampling value it leaves out the conversation's); raises ValueError, BackendRequestError or
-        BackendNotReady before anything streams. The replies are stored at once (empty, unfinished) and saved as
-        they grow."""
+        each sampling value it leaves out the conversation's), or one reply per variation, each varying on purpose
+        (variations.py); raises ValueError, BackendRequestError or BackendNotReady before anything streams. The
+        replies are stored at once (empty, unfinished) and saved as they grow."""
+        n = len(variations) if variations else n
         settings = fork_settings(conversation.settings, override, n, self.backend.sampling.fork_temperature)
         sampling = reply_sampling(settings, n, self.backend.tool_syntax, self.thinking_token_budget,
                                   self.backend.sampling)
@@ -320,7 +355,9 @@ class Conversations:
         prompt, repaired, fit = await asyncio.to_thread(self.fitted_prompt, conversation, path, settings)
         if repaired:
             self.store.set_token_ids(repaired)
-        replies = Replies(self, conversation, path, parent, sampling, fit, prompt)
+        replies = Replies(self, conversation, path, parent, sampling, fit, prompt, variations=variations)
+        if variations:
+            replies.requests, replies.shared = await asyncio.to_thread(self._plan_variations, replies, settings)
         beside = self.store.replies_beside(conversation.id, parent, MAX_DRAFT_SOURCES)
         await replies.open(beside)
         try:
@@ -376,6 +413,24 @@ class Conversations:
             raise ValueError(f"the reply fills the model's context of {fit.limit:,} tokens: it cannot go on")
         return ids + generated, repaired, fit, generated
 
+    def _plan_variations(self, replies: "Replies", settings: SamplingSettings
+                         ) -> tuple[list[VariationRequest], list[int]]:
+        """Each variation's prompt (the history, then its instruction), sampling and fit; and the history they all
+        start with, which their job computes first (empty where prompts are chat messages: a remote engine's own
+        prefix cache shares it)."""
+        conversation, path, parent = replies.conversation, replies.path, replies.parent
+        requests = []
+        for i, variation in enumerate(replies.variations):
+            own = variation_settings(settings, variation, i)
+            sampling = reply_sampling(own, 1, self.backend.tool_syntax, self.thinking_token_budget,
+                                      self.backend.sampling)
+            branch = path + ([instruction_message(conversation, parent, variation.instruction)]
+                             if variation.instruction else [])
+            prompt, _, fit = self.fitted_prompt(conversation, branch, own)
+            requests.append(VariationRequest(prompt, sampling, fit))
+        history = self.history_tokens(conversation, path)
+        return requests, history and shared_history(history, [r.prompt for r in requests])
+
     async def summarize(self, conversation: Conversation, leaf_id: str | None) -> Conversation:
         """A new conversation that starts from the model's summary of a branch (default: the one shown): the summary
         closes its system prompt, and it links to this one (summary_of). The branch is cut to fit the context as
@@ -408,7 +463,7 @@ class Conversations:
         replies are saved."""
         matching = self.active.matching(conversation_id, message_id)
         await self._abort(matching, wait)
-        return [message_id for r in matching.values() for message_id in r.message_ids]
+        return list(dict.fromkeys(message_id for r in matching.values() for message_id in r.message_ids))
 
     async def end_thinking(self, conversation_id: str, message_id: str | None = None) -> EndThinkingResult:
         """The conversation's running replies (or the one writing message_id) close their thinking now and go on
@@ -417,7 +472,7 @@ class Conversations:
         for request_id, request in self.active.matching(conversation_id, message_id).items():
             if await self.backend.end_thinking(request_id):
                 ended += request.message_ids
-        return EndThinkingResult(ended=ended)
+        return EndThinkingResult(ended=list(dict.fromkeys(ended)))
 
     async def stop_all(self, wait: bool = False) -> None:
         """Abort every request, /v1 ones and a title's included (before the model is switched, or the process
@@ -485,6 +540,8 @@ class PartialReply:
     saved_reasoning: int = 0
     resampled: int = 0  # times it was sampled again for being the same as a sibling
     params: SamplingParams | None = None  # what it was sampled with at last, where not its request's (sampled again)
+    prompt_tokens: int | None = None  # of its prompt (a varying fork's replies each have their own), once known
+    cached_tokens: int = 0
 
     def add(self, out: CompletionOutput) -> None:
         now = time.monotonic()
@@ -508,11 +565,15 @@ class Replies:
     def __init__(self, conversations: Conversations, conversation: Conversation, path: list[Message],
                  parent: Message, sampling: Sampling, fit: Fit | None = None,
                  prompt: list[int] | list[dict] | None = None,
-                 continued: tuple[Message, list[int]] | None = None):
-        """continued: the stored reply that goes on (one, in place of new ones), and the ids it wrote so far."""
+                 continued: tuple[Message, list[int]] | None = None, variations: list[Variation] | None = None):
+        """continued: the stored reply that goes on (one, in place of new ones), and the ids it wrote so far;
+        variations: one per reply, of a fork that varies on purpose (variations.py)."""
         self.conversations, self.conversation, self.path, self.parent = conversations, conversation, path, parent
         self.store = conversations.store
         self.sampling, self.fit, self.prompt = sampling, fit, prompt
+        self.variations = variations or []  # a fork that varies on purpose: one per reply
+        self.requests: list[VariationRequest] = []  # then each reply's own prompt, sampling and fit
+        self.shared: list[int] = []  # and the history their prompts start with, computed first
         self.repeats: list[PartialReply] = []  # finished the same as a sibling: sampled again once the others end
         self.continued = continued is not None
         if continued is None:
@@ -527,19 +588,20 @@ class Replies:
         # siblings are listed by created_at: replies in the order they were asked for (a continued one keeps its place)
         self.created_at = continued[0].created_at if continued else time.time()
         self.saved_at = self.started
-        self.prompt_tokens: int | None = None
-        self.cached_tokens = 0
 
     @property
     def message_ids(self) -> list[str]:
         return [r.message_id for r in self.replies]
 
     async def open(self, draft_sources: list[str] = ()) -> None:
-        """Start the engine request that writes the replies (draft_sources: the replies they replace, to draft
-        from)."""
-        self.job = await EngineJob.open(self.conversations.backend, self.conversations.active, [self.prompt],
-                                        self.sampling.params, conversation_id=self.conversation.id,
-                                        message_ids=self.message_ids, draft_sources=draft_sources)
+        """Start the engine request that writes the replies, or a varying fork's, one per reply after their shared
+        history (draft_sources: the replies they replace, to draft from)."""
+        prompts, params = [self.prompt], self.sampling.params
+        if self.requests:
+            prompts, params = [r.prompt for r in self.requests], [r.sampling.params for r in self.requests]
+        self.job = await EngineJob.open(self.conversations.backend, self.conversations.active, prompts, params,
+                                        conversation_id=self.conversation.id, message_ids=self.message_ids,
+                                        draft_sources=draft_sources, prefix=self.shared)
 
     @functools.cached_property
     def template(self) -> ChatTemplate:
@@ -550,6 +612,9 @@ class Replies:
         """The branch replied to, as the template takes it (the same for each of the n replies)."""
         return self.conversations.chat(self.conversation, self.path)
 
+    def variation(self, reply: PartialReply) -> Variation | None:
+        return self.variations[self.message_ids.index(reply.message_id)] if self.variations else None
+
     def store_started(self) -> None:
         """Every reply as an empty, unfinished message: a crash from now on leaves it marked interrupted."""
         for reply in self.replies:
@@ -559,10 +624,11 @@ class Replies:
         model = self.conversations.backend.model_name
         others = sorted({m.model for m in self.path if m.model and m.model != model})
         yield StartEvent(parent_id=self.parent.id, message_ids=self.message_ids, model=model, retokenized_from=others,
-                         temperature=self.sampling.params.temperature, continued=self.continued)
+                         temperature=self.sampling.params.temperature, continued=self.continued,
+                         variations=self.variations)
         try:
-            async for _, update in self.job.updates():
-                for event in self._take(update):
+            async for prompt, update in self.job.updates():
+                for event in self._take(prompt, update):
                     yield event
                 if self.repeats and all(r.done or r in self.repeats for r in self.replies):
                     for reply in list(self.repeats):  # the others have ended: sampled again, the request still open
@@ -579,14 +645,18 @@ class Replies:
             await self.job.close()
             if self.parent.parent_id is None and not self.continued:  # the chat's first exchange: it can be named
                 self.conversations.titles.start(self.conversation.id)
+            await self.conversations.warmth.refresh(self.conversation.id)  # a pinned chat's pin follows its branch
         for message in unfinished:
             yield DoneEvent(message=message)
 
-    def _take(self, update: Update) -> Iterator[StreamEvent]:
-        """The update's text into its replies, as a delta event each; then a done event for each reply that has
-        finished, once the prompt's size is known (a remote server reports it only at the end)."""
+    def _take(self, prompt: int, update: Update) -> Iterator[StreamEvent]:
+        """The update of the job's prompt `prompt` into its replies (a varying fork's: each reply its own prompt),
+        its text as a delta event each; then a done event for each reply that has finished, once its prompt's size is
+        known (a remote server reports it only at the end)."""
         if update.prompt_tokens is not None:
-            self.prompt_tokens, self.cached_tokens = update.prompt_tokens, update.cached_tokens or 0
+            n = self.job.n
+            for reply in self.replies[prompt * n : (prompt + 1) * n]:
+                reply.prompt_tokens, reply.cached_tokens = update.prompt_tokens, update.cached_tokens or 0
         for out in update.outputs:
             reply = self.replies[out.index]
             thought = reply.reasoning_tokens
@@ -594,18 +664,18 @@ class Replies:
             if out.text or out.reasoning or reply.reasoning_tokens != thought:  # a token of thinking, space or not
                 yield DeltaEvent(message_id=reply.message_id, index=out.index, text=out.text, reasoning=out.reasoning,
                                  reasoning_tokens=reply.reasoning_tokens)
-        if self.prompt_tokens is not None:
-            for reply in self.replies:
-                if reply.finish_reason and not reply.done and reply not in self.repeats:
-                    if self._repeats_a_sibling(reply):
-                        self.repeats.append(reply)
-                    else:
-                        yield DoneEvent(message=self._finish(reply))
+        for reply in self.replies:
+            if reply.prompt_tokens is not None and reply.finish_reason and not reply.done and reply not in self.repeats:
+                if self._repeats_a_sibling(reply):
+                    self.repeats.append(reply)
+                else:
+                    yield DoneEvent(message=self._finish(reply))
 
     def _repeats_a_sibling(self, reply: PartialReply) -> bool:
         """Whether a fork's sampled reply, just finished, is the same as a sibling that finished before it."""
         params = self.sampling.params
-        if params.n == 1 or params.greedy or self.prompt is None or reply.finish_reason not in ("stop", "length"):
+        if params.n == 1 or params.greedy or self.prompt is None or reply.finish_reason not in ("stop", "length") \
+                or self.variations:  # replies that differ on purpose are not sampled again
             return False
         return any(other is not reply and (other.done or other in self.repeats) and other.text == reply.text
                    and other.reasoning == reply.reasoning for other in self.replies)
@@ -623,7 +693,7 @@ class Replies:
             job = await EngineJob.open(self.conversations.backend, self.conversations.active, [self.prompt], again,
                                        conversation_id=self.conversation.id, message_ids=[reply.message_id])
             fresh = PartialReply(reply.message_id, first_token_at=reply.first_token_at, resampled=reply.resampled + 1,
-                                 params=again)
+                                 params=again, prompt_tokens=reply.prompt_tokens, cached_tokens=reply.cached_tokens)
             async with job:
                 async for _, update in job.updates():
                     for out in update.outputs:
@@ -646,7 +716,7 @@ class Replies:
                        role="assistant", content=reply.text, reasoning_content=reply.reasoning.strip() or None,
                        created_at=self.created_at + self.message_ids.index(reply.message_id) * 1e-6,
                        finish_reason=reply.finish_reason, stopped=reply.finish_reason == "abort",
-                       model=self.conversations.backend.model_name)
+                       model=self.conversations.backend.model_name, variation=self.variation(reply))
 
     def _finish(self, reply: PartialReply) -> Message:
         """Store the reply whole: its text, finish reason, stats and token ids."""
@@ -655,26 +725,32 @@ class Replies:
         num_tokens = reply.num_tokens
         decode_time = now - reply.first_token_at if reply.first_token_at else 0.0
         message = self._message(reply)
+        own = self.requests[self.message_ids.index(reply.message_id)] if self.requests else None
+        sampling, fit = (own.sampling, own.fit) if own else (self.sampling, self.fit)
+        prompt_tokens = reply.prompt_tokens or 0
         message.stats = ReplyStats(
-            prompt_tokens=self.prompt_tokens or 0, cached_tokens=self.cached_tokens, completion_tokens=num_tokens,
+            prompt_tokens=prompt_tokens, cached_tokens=reply.cached_tokens, completion_tokens=num_tokens,
             time_to_first_token_s=round(reply.first_token_at - self.started, 4) if reply.first_token_at else None,
             tokens_per_s=round((num_tokens - 1) / decode_time, 2) if num_tokens > 1 and decode_time > 0 else None,
             duration_s=round(now - self.started, 4), draft_tokens=reply.draft_tokens,
             accepted_draft_tokens=reply.accepted_draft_tokens, reasoning_tokens=reply.reasoning_tokens,
             thinking_s=round((reply.thinking_ended_at or now) - reply.first_token_at, 2)
             if reply.reasoning_tokens and reply.first_token_at else None,
-            context_tokens=(self.prompt_tokens or 0) + num_tokens, context_limit=self.fit.limit if self.fit else None,
-            temperature=(reply.params or self.sampling.params).temperature, resampled=reply.resampled)
+            context_tokens=prompt_tokens + num_tokens, context_limit=fit.limit if fit else None,
+            temperature=(reply.params or sampling.params).temperature, resampled=reply.resampled)
         if reply.params is not None:  # sampled again, wider: how
             message.stats.top_p, message.stats.min_p = reply.params.top_p, reply.params.min_p
-        if self.fit is not None and self.fit.dropped_messages:
-            message.stats.dropped_messages, message.stats.dropped_tokens = (self.fit.dropped_messages,
-                                                                            self.fit.dropped_tokens)
-            message.stats.first_kept_id = self.fit.first_kept
+        if fit is not None and fit.dropped_messages:
+            message.stats.dropped_messages, message.stats.dropped_tokens = fit.dropped_messages, fit.dropped_tokens
+            message.stats.first_kept_id = fit.first_kept
         token_ids = []
         if self.conversations.renders_now:  # the tokens as generated, tool calls included
-            token_ids = self.template.assistant_segment(self.history, reply.text, reply.token_ids)
-        reader = self.sampling.calls
+            history, kept = self.history, kept_instruction(message)
+            if kept:  # the instruction is a turn of the history from now on, before the reply
+                turn = {"role": "user", "content": kept}
+                token_ids, history = self.template.segment(history, turn), [*history, turn]
+            token_ids += self.template.assistant_segment(history, reply.text, reply.token_ids)
+        reader = sampling.calls
         content, calls = reader.read(reply.text) if reader else (reply.text, [])
         message.content = content or ""
         if calls:

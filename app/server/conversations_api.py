@@ -35,6 +35,7 @@ from localchat.app.protocol.conversations import (
     StreamEvent,
     SummarizeRequest,
     UserEvent,
+    Variation,
     filled,
 )
 from localchat.app.server.backends import BackendDep, BackendRequestError
@@ -67,9 +68,10 @@ class ConversationController(Controller):
                                          documents=data.documents)
 
     @get("/")
-    async def list(self, store: StoreDep) -> list[Conversation]:
-        """Newest activity first."""
-        return store.list_conversations()
+    async def list(self, store: StoreDep, conversations: ConversationsDep) -> list[Conversation]:
+        """Newest activity first; the newest 100 each with its warmth: where its history is (resident, on disk, cold)
+        and what it adds to the next first token's wait, from the engine's measured rates."""
+        return await conversations.warmth.listed(store.list_conversations())
 
     @get("/{conversation_id:str}")
     async def tree(self, conversation_id: Id, store: StoreDep, conversations: ConversationsDep,
@@ -105,13 +107,29 @@ class ConversationController(Controller):
         after = store.get_conversation(conversation_id)
         if after.system_prompt != before.system_prompt or after.settings.tools != before.settings.tools:
             await conversations.retokenize(after)  # both are written into the prompt's first segment
+        await conversations.warmth.refresh(conversation_id)  # a pinned chat's pin follows the branch shown
         return after
+
+    @post("/{conversation_id:str}/pin", status_code=200)
+    async def pin(self, conversation_id: Id, store: StoreDep, conversations: ConversationsDep) -> Conversation:
+        """Keep the chat warm: its history's KV blocks are evicted last (and read back from disk now), within the pin
+        budget that /health reports (409 beyond it); it stays pinned across restarts, following the branch shown."""
+        await conversations.warmth.pin(store.get_conversation(conversation_id))
+        return store.get_conversation(conversation_id)
+
+    @delete("/{conversation_id:str}/pin", status_code=200)
+    async def unpin(self, conversation_id: Id, store: StoreDep, conversations: ConversationsDep) -> Conversation:
+        """The chat's blocks go back to the LRU, as the most recently used."""
+        store.get_conversation(conversation_id)
+        await conversations.warmth.unpin(conversation_id)
+        return store.get_conversation(conversation_id)
 
     @delete("/{conversation_id:str}")
     async def remove(self, conversation_id: Id, store: StoreDep, conversations: ConversationsDep) -> None:
         """Stops its replies first (their streams end cleanly), drops the KV blocks only it used, then deletes it."""
         conversation = store.get_conversation(conversation_id)
         await conversations.stop(conversation_id, wait=True)
+        await conversations.warmth.forget(conversation_id)  # its pin
         await conversations.forget(conversation)  # its own cached KV blocks, in memory and on disk
         store.delete_conversation(conversation_id)
 
@@ -124,7 +142,7 @@ class ConversationController(Controller):
         parent = store.get_message(conversation_id, data.parent_id) if data.parent_id is not None else None
         if data.tool_call_id is not None:
             _check_tool_result(store, parent, data.tool_call_id)
-        return await _send(conversations, conversation, data.parent_id, data.content, data.n, data.settings,
+        return await _send(conversations, conversation, data.parent_id, data.content, _replies(data), data.settings,
                            data.tool_call_id, data.reply, data.documents)
 
     @post("/{conversation_id:str}/messages/{message_id:str}/edit", status_code=200, operation_class=EventStream)
@@ -141,8 +159,8 @@ class ConversationController(Controller):
             return _event_stream(_only(EditedEvent(message=edited)))
         if original.role != "user":
             raise ValidationException(f"message {quoted(message_id)} is a tool's result: it cannot be edited")
-        return await _send(conversations, conversation, original.parent_id, data.content, data.n, data.settings,
-                           documents=original.documents)  # the edited message carries the same documents
+        return await _send(conversations, conversation, original.parent_id, data.content, _replies(data),
+                           data.settings, documents=original.documents)  # the edited message carries its documents
 
     @post("/{conversation_id:str}/messages/{message_id:str}/regenerate", status_code=200,
           operation_class=EventStream)
@@ -152,7 +170,8 @@ class ConversationController(Controller):
         conversation = store.get_conversation(conversation_id)
         message = store.get_message(conversation_id, message_id)
         parent = store.get_message(conversation_id, message.parent_id) if message.role == "assistant" else message
-        replies = await _started(conversations.start_replies(conversation, parent, data.n, data.settings))
+        n, variations = _replies(data)
+        replies = await _started(conversations.start_replies(conversation, parent, n, data.settings, variations))
         return _event_stream(replies.events())
 
     @post("/{conversation_id:str}/messages/{message_id:str}/continue", status_code=200, operation_class=EventStream)
@@ -257,6 +276,16 @@ def _checked(settings: SamplingSettings) -> SamplingSettings:
     return settings
 
 
+def _replies(data: SendMessage | EditMessage | Regenerate) -> tuple[int, list[Variation] | None]:
+    """What a request asks for: n replies, or one per variation (n, where given, their number)."""
+    if data.variations is None:
+        return data.n, None
+    if data.n not in (1, len(data.variations)):
+        raise ValidationException(f"n is {data.n} but {len(data.variations)} variations were given: leave n out, or "
+                                  "give one variation per reply")
+    return len(data.variations), data.variations
+
+
 async def _started(replies: Awaitable[Replies]) -> Replies:
     """Replies that start, or the 400 of a ValueError (a BackendRequestError keeps its own status)."""
     try:
@@ -279,8 +308,9 @@ def _check_tool_result(store: Store, parent: Message | None, tool_call_id: str) 
 
 
 async def _send(conversations: Conversations, conversation: Conversation, parent_id: str | None, content: str,
-                n: int, settings: SamplingSettings | None, tool_call_id: str | None = None,
-                reply: bool = True, documents: list[str] = ()) -> ServerSentEvent:
+                replies: tuple[int, list[Variation] | None], settings: SamplingSettings | None,
+                tool_call_id: str | None = None, reply: bool = True, documents: list[str] = ()) -> ServerSentEvent:
+    """replies: their number, and a variation for each (or None: _replies)."""
     if not content.strip() and tool_call_id is None and not documents:
         raise ValidationException("the message is empty")
     conversations.backend.ensure_ready()
@@ -288,11 +318,12 @@ async def _send(conversations: Conversations, conversation: Conversation, parent
     if not reply:
         return _event_stream(_only(UserEvent(message=user)))
     try:
-        replies = await _started(conversations.start_replies(conversation, user, n, settings))
+        n, variations = replies
+        started = await _started(conversations.start_replies(conversation, user, n, settings, variations))
     except Exception:
         conversations.store.delete_message(conversation.id, user.id)  # nothing was answered: leave no trace
         raise
-    return _event_stream(_prepend(UserEvent(message=user), replies.events()))
+    return _event_stream(_prepend(UserEvent(message=user), started.events()))
 
 
 async def _only(event: StreamEvent) -> AsyncIterator[StreamEvent]:

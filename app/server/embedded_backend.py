@@ -20,7 +20,8 @@ from localchat.engine.frontend.structured_output import StructuredOutput
 from localchat.engine.loading.model_catalog import EMBEDDED_NAME, chosen_model
 from localchat.engine.memory import release_freed_memory
 from localchat.engine.sampling_params import SamplingParams
-from localchat.engine.stats import EngineStats
+from localchat.engine.stats import EngineStats, PinUsage
+from localchat.engine.stats import Warmth as EngineWarmth
 
 LOAD_POLL_S = 0.05
 
@@ -237,6 +238,27 @@ class EmbeddedBackend:
         """Drop the cached KV blocks (memory and disk) of the token sequences `dropped` that `kept` do not share."""
         if self.llm is not None and self.llm.alive:
             await self.llm.forget(dropped, kept)
+
+    def warmth(self, key: str, token_ids: list[int]) -> EngineWarmth | None:
+        """Where a chat's history is (None while no model is loaded): read on this thread, waiting for no step."""
+        llm = self.llm
+        return llm.warmth(key, token_ids) if llm is not None and llm.alive else None
+
+    async def pin(self, key: str, token_ids: list[int]) -> None:
+        """Keep a chat's history warm (in place of the key's earlier pin); a 409 over the pin budget."""
+        llm = self.ensure_ready()
+        try:
+            await llm.pin(key, token_ids)
+        except ValueError as error:
+            raise BackendRequestError(str(error), 409) from None
+
+    async def unpin(self, key: str) -> None:
+        if self.llm is not None and self.llm.alive:
+            await self.llm.unpin(key)
+
+    def pin_usage(self) -> PinUsage | None:
+        llm = self.llm
+        return llm.pin_usage() if llm is not None else None
 
     async def close(self) -> None:
         self.stopping = True

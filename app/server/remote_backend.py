@@ -230,6 +230,19 @@ class RemoteBackend:
     async def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> None:
         """The remote server's cache is its own: nothing is kept here."""
 
+    def warmth(self, key: str, token_ids: list[int]) -> None:
+        """Where a chat's history is in the remote server's cache is not known here."""
+
+    async def pin(self, key: str, token_ids: list[int]) -> None:
+        raise BackendRequestError("the engine is another server (--engine-url), whose cache is its own: chats cannot "
+                                  "be pinned")
+
+    async def unpin(self, key: str) -> None:
+        """Nothing is pinned here."""
+
+    def pin_usage(self) -> None:
+        """No pins here."""
+
     async def close(self) -> None:
         self.stopping = True
         if self._task is not None:

@@ -24,6 +24,7 @@ from localchat.app.protocol.conversations import (
     SamplingSettings,
     SearchHit,
     SnippetRun,
+    Variation,
 )
 from localchat.app.protocol.documents import Document
 from localchat.app.protocol.openai import ToolCall
@@ -132,11 +133,17 @@ MIGRATIONS = [
     ALTER TABLE conversations ADD COLUMN documents TEXT NOT NULL DEFAULT '[]';
     ALTER TABLE messages ADD COLUMN documents TEXT NOT NULL DEFAULT '[]';
     """,
+    # a pinned conversation (kept warm in the KV cache, pinned again at every start), and what a fork's reply that
+    # varied on purpose was asked for (a JSON Variation)
+    """
+    ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE messages ADD COLUMN variation TEXT;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _MESSAGE_COLUMNS = ("id, conversation_id, parent_id, role, content, token_ids, finish_reason, stopped, model, "
-                    "stats, created_at, tool_calls, tool_call_id, reasoning_content, documents")
+                    "stats, created_at, tool_calls, tool_call_id, reasoning_content, documents, variation")
 # a conversation's row, its message count and the model of its latest reply
 _CONVERSATION_COLUMNS = (
     "c.*, (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count, "
@@ -300,6 +307,18 @@ class Store:
         return self.db.execute("UPDATE conversations SET title = ? WHERE id = ? AND title = ?",
                                (title, conversation_id, only_if)).rowcount == 1
 
+    def set_pinned(self, conversation_id: str, pinned: bool) -> None:
+        """Whether the conversation is kept warm (pinned again at every start); not an activity."""
+        cursor = self.db.execute("UPDATE conversations SET pinned = ? WHERE id = ?", (int(pinned), conversation_id))
+        if cursor.rowcount == 0:
+            raise StoreError(f"no conversation {quoted(conversation_id)}")
+
+    def pinned_conversations(self) -> list[Conversation]:
+        """The pinned conversations, newest activity first."""
+        rows = self.db.execute(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations c WHERE pinned "
+                               "ORDER BY updated_at DESC, rowid DESC").fetchall()
+        return [_conversation(row) for row in rows]
+
     def set_active_leaf(self, conversation_id: str, message_id: str) -> None:
         """The branch shown when the conversation is opened again; not an activity (updated_at stays)."""
         cursor = self.db.execute("UPDATE conversations SET active_leaf = ? WHERE id = ?", (message_id, conversation_id))
@@ -319,11 +338,12 @@ class Store:
         try:
             with self._transaction():
                 self.db.execute(f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES "
-                                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                 (message.id, message.conversation_id, message.parent_id, message.role,
                                  message.content, pack_tokens(token_ids), message.finish_reason, int(message.stopped),
                                  message.model, _json(message.stats), message.created_at, _json(message.tool_calls),
-                                 message.tool_call_id, message.reasoning_content, _json(message.documents)))
+                                 message.tool_call_id, message.reasoning_content, _json(message.documents),
+                                 _json(message.variation)))
                 self.db.execute("UPDATE conversations SET updated_at = max(updated_at, ?) WHERE id = ?",
                                 (message.created_at, message.conversation_id))
         except sqlite3.IntegrityError:  # a foreign key: nothing else in the row can fail
@@ -497,7 +517,8 @@ def _conversation(row: sqlite3.Row) -> Conversation:
                         settings=msgspec.json.decode(row["settings"], type=SamplingSettings),
                         created_at=row["created_at"], updated_at=row["updated_at"],
                         message_count=row["message_count"], active_leaf=row["active_leaf"], model=row["model"],
-                        summary_of=row["summary_of"], documents=msgspec.json.decode(row["documents"], type=list[str]))
+                        summary_of=row["summary_of"], documents=msgspec.json.decode(row["documents"], type=list[str]),
+                        pinned=bool(row["pinned"]))
 
 
 _DOCUMENT_COLUMNS = "id, name, media_type, tokens, empty_pages, length(text) AS chars, created_at"
@@ -531,4 +552,4 @@ def _message(row: sqlite3.Row, with_tokens: bool) -> Message:
                    stats=_from_json(row["stats"], ReplyStats), tool_calls=_from_json(row["tool_calls"], list[ToolCall]),
                    tool_call_id=row["tool_call_id"], reasoning_content=row["reasoning_content"],
                    documents=msgspec.json.decode(row["documents"], type=list[str]),
-                   token_ids=token_ids if with_tokens else None)
+                   variation=_from_json(row["variation"], Variation), token_ids=token_ids if with_tokens else None)

@@ -50,13 +50,23 @@ def prompt_messages(system: str | None, prompt: str) -> list[TemplateMessage]:
     return [*([TemplateMessage("system", system)] if system else []), TemplateMessage("user", prompt)]
 
 
+def kept_instruction(message: Message) -> str | None:
+    """The instruction of a fork's reply that the chat keeps as a turn before it (Variation.keep), if any."""
+    variation = message.variation
+    return variation.instruction if variation is not None and variation.keep else None
+
+
 def branch_messages(conversation: Conversation, path: list[Message],
                     document_texts: Callable[[list[str]], list[tuple[str, str]]]) -> list[TemplateMessage]:
     """A conversation's branch: its system prompt and documents as the system message (none where it has neither),
-    then each message of `path`, its own documents before its text. document_texts(ids): (name, text) of each of those
-    documents."""
+    then each message of `path`, its own documents before its text (a fork's reply whose instruction was kept: that
+    instruction as a user message before it). document_texts(ids): (name, text) of each of those documents."""
     system = system_with_documents(conversation.system_prompt, document_texts(conversation.documents))
-    return [*([TemplateMessage("system", system)] if system else []),
-            *(TemplateMessage(m.role, message_with_documents(m.content, document_texts(m.documents))
-                              if m.documents else m.content, m.tool_calls, m.tool_call_id, m.reasoning_content)
-              for m in path)]
+    messages = [TemplateMessage("system", system)] if system else []
+    for m in path:
+        if instruction := kept_instruction(m):
+            messages.append(TemplateMessage("user", instruction))
+        messages.append(TemplateMessage(m.role, message_with_documents(m.content, document_texts(m.documents))
+                                        if m.documents else m.content, m.tool_calls, m.tool_call_id,
+                                        m.reasoning_content))
+    return messages

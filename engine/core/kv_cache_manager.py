@@ -1,7 +1,10 @@
 """Which KV blocks each sequence owns: prefix hits on admission (in memory, then on disk, then a kept partial
-block), slots for new tokens with copy-on-write, forks that share every block, and tail-first freeing."""
+block), slots for new tokens with copy-on-write, forks that share every block, and tail-first freeing. Also which
+chats' blocks are pinned (kept warm, within a budget), and where a chat's history is (held())."""
 
+from bisect import bisect_left
 from collections.abc import Callable
+from collections.abc import Sequence as TokenIds
 from dataclasses import dataclass, field
 
 import torch
@@ -9,7 +12,28 @@ import torch
 from localchat.engine.core.block_pool import BlockPool, hash_chain
 from localchat.engine.core.kv_disk_tier import KVDiskTier
 from localchat.engine.core.sequence import Sequence
-from localchat.engine.stats import KVCacheUsage
+from localchat.engine.stats import KVCacheUsage, PinUsage
+
+# The share of the KV cache's blocks that pinned chats may keep (pins beyond it are refused): the rest stays for the
+# chats being written and the LRU of every other one
+PIN_SHARE_OF_CACHE = 0.5
+
+
+class PinRefused(ValueError):
+    """A pin that would take more than the pin budget."""
+
+
+@dataclass(frozen=True)
+class Pin:
+    """What one key's pin holds: full blocks' hashes, and the kept partial block after `partial_after` (the hash of
+    the last full block, or the root hash; None when the tokens end on a block's edge)."""
+
+    hashes: tuple[bytes, ...]
+    partial_after: bytes | None
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.hashes) + (self.partial_after is not None)
 
 
 @dataclass
@@ -52,6 +76,8 @@ class KVCacheManager:
                               self._save_block if self.disk is not None else None)
         self.pending_copies: list[tuple[int, int]] = []  # (src, dst) blocks to copy before the next forward
         self.copied_partials: list[int] = []  # kept partial blocks held until their copies are handed out
+        self.pins: dict[str, Pin] = {}  # by key (a chat)
+        self.pin_limit = int(config.num_blocks * PIN_SHARE_OF_CACHE)  # blocks
 
     def reset(self) -> None:
         """Every block free and new, nothing cached or pending: after a failed step (no sequence holds a block then;
@@ -71,6 +97,11 @@ class KVCacheManager:
         bs, done = self.block_size, len(seq.block_hashes)
         parent = seq.block_hashes[-1] if seq.block_hashes else self.pool.root_hash
         seq.block_hashes.extend(hash_chain(parent, seq.token_ids[done * bs : len(seq) // bs * bs], bs))
+
+    @property
+    def disk_seconds_per_block(self) -> float | None:
+        """A block's read from the disk tier, as measured (None: no tier, or nothing read yet)."""
+        return self.disk.seconds_per_block if self.disk is not None else None
 
     def usage(self) -> KVCacheUsage:
         pool = self.pool
@@ -119,13 +150,94 @@ class KVCacheManager:
         if not self.enable_prefix_caching:
             return None, 0
         bs = self.block_size
-        partial = self.pool.lookup_partial(seq.block_hashes[start - 1] if start else self.pool.root_hash)
+        return self._partial_after(seq.block_hashes[start - 1] if start else self.pool.root_hash,
+                                   seq.token_ids[start * bs : min((start + 1) * bs, len(seq) - 1)])
+
+    def _partial_after(self, parent_hash: bytes, wanted: TokenIds[int]) -> tuple[int | None, int]:
+        """The kept partial block after the full block parent_hash, and how many of the `wanted` tokens it holds from
+        their first; (None, 0) if none."""
+        partial = self.pool.lookup_partial(parent_hash)
         if partial is None:
             return None, 0
-        wanted = seq.token_ids[start * bs : min((start + 1) * bs, len(seq) - 1)]
         kept = self.pool.partial_tokens(partial)
         held = next((i for i, (a, b) in enumerate(zip(kept, wanted)) if a != b), min(len(kept), len(wanted)))
         return (partial, held) if held else (None, 0)
+
+    def held(self, hashes: TokenIds[bytes], token_ids: TokenIds[int]) -> tuple[int, int]:
+        """Of token_ids (whose full blocks' chained hashes are `hashes`), how many tokens a request that continues them
+        would find in memory and then read from disk, as find_prefix() finds them: (resident, on disk). Safe to call
+        from another thread than the engine's, as an estimate: the pool is read, never changed.
+
+        A chat's blocks are evicted tail first (freed last block first, and a prefix is shared by every chat that
+        holds a block after it), and the disk tier drops a chain tail first too (save()), so what each tier holds of
+        a chain is a prefix of it: found by bisection, a few lookups for any length."""
+        if not self.enable_prefix_caching:
+            return 0, 0
+        bs = self.block_size
+        resident = bisect_left(range(len(hashes)), True, key=lambda i: self.pool.lookup(
+            hashes[i], token_ids[i * bs : (i + 1) * bs]) is None)
+        on_disk = 0
+        if self.disk is not None:
+            rest = range(resident, len(hashes))
+            on_disk = bisect_left(rest, True, key=lambda i: not self.disk.contains(hashes[i]))
+        partial = 0 if on_disk else self._partial_after(hashes[resident - 1] if resident else self.pool.root_hash,
+                                                        token_ids[resident * bs : (resident + 1) * bs])[1]
+        return resident * bs + partial, on_disk * bs
+
+    def chain(self, token_ids: TokenIds[int], start: TokenIds[bytes] = ()) -> list[bytes]:
+        """The chained hashes of token_ids' full blocks, the first len(start) of them given (already hashed)."""
+        bs, done = self.block_size, len(start)
+        parent = start[-1] if start else self.pool.root_hash
+        return [*start, *hash_chain(parent, token_ids[done * bs : len(token_ids) // bs * bs], bs)]
+
+    # --- pins ---
+
+    def pin(self, key: str, hashes: TokenIds[bytes], token_ids: TokenIds[int]) -> None:
+        """Keep the blocks of token_ids (their full blocks' hashes, then their partial last block) warm under `key`,
+        in place of the key's earlier pin: they are evicted last, and blocks of them on disk are read back into memory
+        now, while unpinned blocks are free to take. PinRefused, changing nothing, where the pins would then hold more
+        than the budget."""
+        new = Pin(tuple(hashes), (hashes[-1] if hashes else self.pool.root_hash)
+                  if len(token_ids) % self.block_size else None)
+        old = self.pins.get(key, Pin((), None))
+        needed = self.pool.num_pinned_after(old.hashes, old.partial_after, new.hashes, new.partial_after)
+        if needed > self.pin_limit:
+            raise PinRefused(f"pinning this chat needs {new.num_blocks * self.block_size:,} tokens of the pin budget, "
+                             f"and pins would then hold {needed * self.block_size:,} tokens: more than the "
+                             f"{self.pin_limit * self.block_size:,} the budget allows ({PIN_SHARE_OF_CACHE:.0%} of "
+                             "the KV cache); unpin another chat first")
+        self.pool.pin(new.hashes, new.partial_after)
+        self.pool.unpin(old.hashes, old.partial_after)
+        self.pins[key] = new
+        self._prefetch(hashes, token_ids)
+
+    def unpin(self, key: str) -> bool:
+        """Take back the key's pin: its blocks go back to the LRU as the most recently used. False if it had none."""
+        old = self.pins.pop(key, None)
+        if old is not None:
+            self.pool.unpin(old.hashes, old.partial_after)
+        return old is not None
+
+    def pin_usage(self, block_bytes: int) -> PinUsage:
+        """The pins' share of the cache and its budget (block_bytes: the memory of one block)."""
+        return PinUsage(self.pool.num_pinned, self.pin_limit, self.block_size, block_bytes)
+
+    def _prefetch(self, hashes: TokenIds[bytes], token_ids: TokenIds[int]) -> None:
+        """Read the blocks of a chat that are on disk but not in memory back into free unpinned blocks, made findable
+        and released into the pinned queue (a pinned chat warm again after a restart)."""
+        if self.disk is None or self.block_view is None:
+            return
+        bs = self.block_size
+        resident, on_disk = self.held(hashes, token_ids)
+        first = resident // bs
+        count = min(on_disk // bs, self.pool.num_unpinned_free)
+        if count <= 0:
+            return
+        blocks = [self.pool.allocate() for _ in range(count)]
+        tokens = [token_ids[i * bs : (i + 1) * bs] for i in range(first, first + count)]
+        self._read(list(hashes[first : first + count]), tokens, blocks)
+        for block_id in reversed(blocks):  # tail first: the head is the last to go, as after a reply
+            self.pool.release(block_id)
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int, hit: PrefixHit | None = None) -> bool:
         """Make room for seq's next num_new_tokens tokens after its computed ones (and, on admission, after what
@@ -169,10 +281,14 @@ class KVCacheManager:
         many were read (from the first that fails on, seq's tokens are left to compute)."""
         bs, first = self.block_size, len(seq.block_table)
         tokens = [seq.token_ids[i * bs : (i + 1) * bs] for i in range(first, first + len(on_disk))]
+        return self._read(on_disk, tokens, blocks)
+
+    def _read(self, hashes: list[bytes], tokens: list[TokenIds[int]], blocks: list[int]) -> int:
+        """Read these blocks from disk into `blocks` and make them findable; how many were read, from the first."""
         num_read = self.disk.read_into([(block_hash, ids, self.block_view(block_id))
-                                        for block_hash, ids, block_id in zip(on_disk, tokens, blocks)])
+                                        for block_hash, ids, block_id in zip(hashes, tokens, blocks)])
         self.pool.filled(set(blocks[:num_read]))
-        for block_hash, ids, block_id in zip(on_disk[:num_read], tokens, blocks):
+        for block_hash, ids, block_id in zip(hashes[:num_read], tokens, blocks):
             self.pool.register(block_id, block_hash, ids)
         return num_read
 
@@ -192,11 +308,13 @@ class KVCacheManager:
             self.pool.release(seq.block_table.pop())
 
     def save(self, seq: Sequence) -> None:
-        """Write seq's computed full blocks that the disk tier lacks, behind (a finished reply's)."""
+        """Write seq's computed full blocks that the disk tier lacks, behind (a finished reply's), tail first: the
+        tier's LRU then holds every block of the chat as used now, its head the most recently (it drops a chain tail
+        first, as the pool does)."""
         if self.disk is None:
             return
         bs = self.block_size
-        for i in range(seq.num_computed_tokens // bs):
+        for i in reversed(range(seq.num_computed_tokens // bs)):
             self._save_block(seq.block_hashes[i], seq.token_ids[i * bs : (i + 1) * bs], seq.block_table[i])
 
     def _save_block(self, block_hash: bytes, token_ids: list[int] | tuple[int, ...], block_id: int) -> None:

@@ -17,6 +17,7 @@ import shutil
 import stat
 import struct
 import threading
+import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -35,6 +36,7 @@ FORMAT_VERSION = 1  # of the file layout; it is part of the model fingerprint to
 MAGIC = b"LCKV"
 HEADER = struct.Struct("<4sIIQI")  # magic, version, number of token ids, payload bytes, CRC-32 of the payload
 SUFFIX = ".kv"
+READ_TIME_WEIGHT = 0.3  # of the newest read in the measured time per block
 
 
 class KVDiskTier:
@@ -44,6 +46,7 @@ class KVDiskTier:
         self.block_shape, self.dtype = block_shape, dtype
         self.payload_bytes = torch.Size(block_shape).numel() * torch.empty(0, dtype=dtype).element_size()
         self._stats = DiskTierStats(limit_bytes=limit_bytes)
+        self.seconds_per_block: float | None = None  # a block's read, as measured (a moving average); None: none yet
         self._lock = threading.Lock()  # guards _files, _pending and stats between the engine and the writer
         self._files: OrderedDict[Path, int] = OrderedDict()  # every block file under root, least recently used first
         self._pending: dict[bytes, tuple[tuple[int, ...], torch.Tensor]] = {}  # queued, not yet on disk
@@ -77,9 +80,13 @@ class KVDiskTier:
             return self._holds(block_hash)
 
     def write_behind(self, block_hash: bytes, token_ids: Sequence[int], copy: Callable[[], torch.Tensor]) -> None:
-        """Queue a block for writing unless the tier holds it; copy() gives its K and V, taken only then."""
+        """Queue a block for writing unless the tier holds it (then it is used now: the last of the files to go);
+        copy() gives its K and V, taken only then."""
         with self._lock:
             if self._holds(block_hash):
+                path = self.path(block_hash)
+                if path in self._files:
+                    self._files.move_to_end(path)
                 return
             self._pending[block_hash] = (tuple(token_ids), copy())
         self._queue.put(block_hash)
@@ -90,9 +97,11 @@ class KVDiskTier:
 
     def read_into(self, blocks: list[tuple[bytes, Sequence[int], torch.Tensor]]) -> int:
         """Read blocks (hash, token ids, the cache's memory their K and V go into: a block_shape view) into place;
-        returns how many of them, from the first, were on disk and intact (the rest hold garbage)."""
+        returns how many of them, from the first, were on disk and intact (the rest hold garbage). The time each took
+        is measured (seconds_per_block)."""
         with self._lock:
             self._stats.lookups += len(blocks)
+        started = time.perf_counter()
         reads = [self._readers.submit(self._read_one, *block) for block in blocks]
         found = 0
         for read in reads:
@@ -102,8 +111,16 @@ class KVDiskTier:
         for read in reads[found:]:
             read.cancel()
         wait(reads)  # no read still writes into the cache's memory once this returns
+        if found:
+            sample = (time.perf_counter() - started) / found
+            old = self.seconds_per_block
+            self.seconds_per_block = sample if old is None else (1 - READ_TIME_WEIGHT) * old + READ_TIME_WEIGHT * sample
         with self._lock:
             self._stats.hits += found
+            for block_hash, _, _ in reversed(blocks[:found]):  # a chain's head the most recently used, as save()'s
+                path = self.path(block_hash)
+                if path in self._files:
+                    self._files.move_to_end(path)
         return found
 
     def drop(self, hashes: Iterable[bytes]) -> int:

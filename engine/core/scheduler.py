@@ -9,12 +9,13 @@ from dataclasses import dataclass
 
 import torch
 
-from localchat.engine.core.kv_cache_manager import KVCacheConfig, KVCacheManager
+from localchat.engine.core.block_chains import BlockChains
+from localchat.engine.core.kv_cache_manager import KVCacheConfig, KVCacheManager, PrefixHit
 from localchat.engine.core.sequence import Sequence, SequenceStatus
 from localchat.engine.core.speculator import STEP_ROWS, Speculator
 from localchat.engine.core.step_outputs import LogitRows, SamplerOutput, SampleRows, ScheduledBatch, VerifiedTokens
 from localchat.engine.frontend.structured_output import GrammarFailed
-from localchat.engine.stats import KVCacheUsage, SpeculationStats
+from localchat.engine.stats import KVCacheUsage, PinUsage, SpeculationStats, Warmth
 
 
 @dataclass(frozen=True)
@@ -44,14 +45,25 @@ class StepPace:
         self.decode_target_s, self.limit_s = decode_target_s, limit_s
         self.seconds_per_token: float | None = None
         self.decode_cost = DecodeCost()
+        self.prefill_cost = StepCost()  # of the steps that prefill: what a prompt's tokens will take (prefill_s)
 
     def observe(self, batch: ScheduledBatch, seconds: float) -> None:
         if batch.num_tokens - batch.num_draft_tokens == len(batch.seqs):  # decodes only: what a row costs
             self.decode_cost.observe(batch.num_tokens, seconds)
             return
+        self.prefill_cost.observe(batch.num_tokens, seconds)
         sample = seconds / batch.num_tokens
         old = self.seconds_per_token
         self.seconds_per_token = sample if old is None else (1 - self.WEIGHT) * old + self.WEIGHT * sample
+
+    def prefill_s(self, tokens: int) -> float | None:
+        """About how long computing `tokens` prompt tokens takes now: a step's fixed cost and each token's, fitted
+        from the steps that prefilled (the time per token while steps of one size were seen); None before any."""
+        fitted = self.prefill_cost.fit()
+        if fitted is not None:
+            fixed, per_token = fitted
+            return fixed + per_token * tokens
+        return self.seconds_per_token * tokens if self.seconds_per_token is not None else None
 
     def target_s(self, decoding: int, waiting: int) -> float | None:
         """The time a step aims at with `decoding` replies being written and `waiting` prompts before their first
@@ -72,11 +84,9 @@ class StepPace:
         return budget if budget < self.ROWS else budget // self.ROWS * self.ROWS
 
 
-class DecodeCost:
-    """What a step of decodes alone costs, fitted as the steps run: seconds = fixed + per_row * rows (weighted least
-    squares, the newest steps weighing most). A decode step reads every weight once whatever its rows, so `fixed` is
-    most of it while the rows are few; each row (a reply's token, or a draft token) adds its compute, `per_row`.
-    Drafts pay where a kept token saves more than a drafted one costs (min_acceptance)."""
+class StepCost:
+    """What a kind of step costs, fitted as the steps run: seconds = fixed + per_row * rows (weighted least squares,
+    the newest steps weighing most)."""
 
     DECAY = 0.97  # of the older steps' weight at each new step (about the last 30 steps count)
 
@@ -100,6 +110,12 @@ class DecodeCost:
         fixed = (self.seconds - per_row * self.rows) / self.weight
         return max(fixed, 0.0), max(per_row, 0.0)
 
+
+class DecodeCost(StepCost):
+    """What a step of decodes alone costs. A decode step reads every weight once whatever its rows, so `fixed` is most
+    of it while the rows are few; each row (a reply's token, or a draft token) adds its compute, `per_row`. Drafts pay
+    where a kept token saves more than a drafted one costs (min_acceptance)."""
+
     def min_acceptance(self, replies: int) -> float:
         """The share of its draft a reply must keep for drafting to pay in a step that decodes `replies` replies: a
         drafted token costs a row; a kept one saves the reply a row in a later step and its share of that step's
@@ -115,6 +131,7 @@ class Scheduler:
     def __init__(self, kv_cache: KVCacheConfig, max_num_seqs: int, max_num_batched_tokens: int,
                  pace: StepPace | None = None, stop: StopRules | None = None, speculative: bool = False):
         self.kv = KVCacheManager(kv_cache)  # read by tests and stats; driven by the scheduler alone
+        self.chains = BlockChains(self.kv.chain)  # each chat's block hashes, for its warmth and its pin
         self.speculator = Speculator(enabled=speculative)
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -151,6 +168,39 @@ class Scheduler:
     def kv_usage(self) -> KVCacheUsage:
         return self.kv.usage()
 
+    # --- chats: where their history is, and pins that keep it warm ---
+
+    def warmth(self, key: str, token_ids: list[int]) -> Warmth:
+        """Where the history token_ids of the chat `key` is, and what it adds to the next first token's wait (see
+        Warmth); read from any thread (an estimate: nothing waits for a step, nothing changes)."""
+        bs = self.kv.block_size
+        resident, on_disk = self.kv.held(self.chains.get(key, token_ids), token_ids)
+        cold = len(token_ids) - resident - on_disk
+        held = resident + on_disk
+        state = "cold" if cold > bs or (cold and not held) else "on_disk" if on_disk else "resident"
+        return Warmth(len(token_ids), resident, on_disk, state, self._wait_s(cold, on_disk // bs),
+                      key in self.kv.pins)
+
+    def _wait_s(self, cold_tokens: int, disk_blocks: int) -> float | None:
+        """What computing cold_tokens and reading disk_blocks adds to a first token's wait, from the measured prefill
+        and disk read times; None while either is needed and not yet measured."""
+        compute = self.pace.prefill_s(cold_tokens) if cold_tokens else 0.0
+        per_block = self.kv.disk_seconds_per_block
+        if compute is None or (disk_blocks and per_block is None):
+            return None
+        return compute + disk_blocks * (per_block or 0.0)
+
+    def pin(self, key: str, token_ids: list[int]) -> None:
+        """Keep the chat `key`'s history warm, in place of its earlier pin (KVCacheManager.pin; PinRefused over the
+        budget)."""
+        self.kv.pin(key, self.chains.get(key, token_ids), token_ids)
+
+    def unpin(self, key: str) -> bool:
+        return self.kv.unpin(key)
+
+    def pin_usage(self, block_bytes: int) -> PinUsage:
+        return self.kv.pin_usage(block_bytes)
+
     @property
     def speculation(self) -> SpeculationStats:
         return self.speculator.stats
@@ -184,26 +234,51 @@ class Scheduler:
 
     def _admit(self, budget: int, scheduled: dict[Sequence, int]) -> int:
         """Admit waiting sequences in order, each with what it finds of its tokens already held (KVCacheManager
-        find_prefix), while the budget, the batch's slots and the free blocks allow; the tokens scheduled."""
-        used = 0
+        find_prefix), while the budget, the batch's slots and the free blocks allow; the tokens scheduled. A sequence
+        whose next block a running sequence is computing waits, in its place, until that block is cached (_waits):
+        prompts that share a prefix and arrive together (a fork's variations, 32 chats with one system prompt)
+        compute it once."""
+        used, held = 0, []
+        in_flight = {h for s in self.running if s.num_uncomputed_tokens > 1 for h in self._computing(s)}
         while self.waiting and used < budget and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             hit = self.kv.find_prefix(seq)
+            if self._waits(seq, hit, in_flight):
+                held.append(self.waiting.popleft())
+                continue
             num_new = min(len(seq) - hit.num_tokens, budget - used)
             if not self.kv.allocate_slots(seq, num_new, hit):
                 break
             self.waiting.popleft()
-            seq.num_computed_tokens += hit.num_tokens  # as many as the hit held once read (a failed disk block not)
-            if seq.num_admissions == 0:
-                seq.num_cached_tokens = seq.num_computed_tokens  # found in memory or read from disk
-                self.prompt_tokens += len(seq)
-                self.cached_prompt_tokens += seq.num_cached_tokens
-            seq.num_admissions += 1
-            seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
+            self._start(seq, hit)
             scheduled[seq] = num_new
             used += num_new
+            in_flight.update(self._computing(seq))
+        self.waiting.extendleft(reversed(held))
         return used
+
+    def _computing(self, seq: Sequence) -> list[bytes]:
+        """The hashes of seq's full blocks that it has yet to compute."""
+        return seq.block_hashes[seq.num_computed_tokens // self.kv.block_size :]
+
+    def _waits(self, seq: Sequence, hit: PrefixHit, in_flight: set[bytes]) -> bool:
+        """Whether seq's next block, past what it finds held, is one that a running sequence computes (in_flight), and
+        one a hit could give it (never the block of its last token)."""
+        k = hit.num_tokens // self.kv.block_size
+        hashed = min(len(seq.block_hashes), (len(seq) - 1) // self.kv.block_size)  # none without prefix caching
+        return k < hashed and seq.block_hashes[k] in in_flight
+
+    def _start(self, seq: Sequence, hit: PrefixHit) -> None:
+        """seq runs from now on, the tokens of its hit computed (as many as the hit held once read: a failed disk block
+        not); at its first admission they are its cached tokens, and the prompt counters take it in."""
+        seq.num_computed_tokens += hit.num_tokens
+        if seq.num_admissions == 0:
+            seq.num_cached_tokens = seq.num_computed_tokens  # found in memory or read from disk
+            self.prompt_tokens += len(seq)
+            self.cached_prompt_tokens += seq.num_cached_tokens
+        seq.num_admissions += 1
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
 
     def _draft(self, decodes: list[Sequence], scheduled: dict[Sequence, int], drafts: dict[Sequence, list[int]],
                budget: int) -> None:

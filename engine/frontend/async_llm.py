@@ -13,7 +13,7 @@ from localchat.engine.frontend.llm_engine import LLMEngine
 from localchat.engine.frontend.outputs import EngineFailed, RequestFailed, RequestOutput
 from localchat.engine.frontend.structured_output import Matcher
 from localchat.engine.sampling_params import SamplingParams
-from localchat.engine.stats import EngineStats
+from localchat.engine.stats import EngineStats, PinUsage, Warmth
 
 log = logging.getLogger("localchat.engine")
 COMMAND_TIMEOUT_S = 60  # the longest step (a full prefill chunk on a slow machine) is far shorter
@@ -131,6 +131,21 @@ class AsyncLLM:
         """The snapshot the engine's thread took after its latest step or command (the pool is never read
         mid-step); it never waits for a step, however long one runs."""
         return self._stats
+
+    def warmth(self, key: str, token_ids: list[int]) -> Warmth:
+        """LLMEngine.warmth, on the caller's thread: an estimate that waits for no step."""
+        return self.engine.warmth(key, token_ids)
+
+    async def pin(self, key: str, token_ids: list[int]) -> PinUsage:
+        """LLMEngine.pin, between two steps (ValueError over the budget)."""
+        return await self._between_steps(lambda: self.engine.pin(key, token_ids))
+
+    async def unpin(self, key: str) -> PinUsage:
+        return await self._between_steps(lambda: self.engine.unpin(key))
+
+    def pin_usage(self) -> PinUsage:
+        """What pinned chats keep and their budget, read on the caller's thread."""
+        return self.engine.pin_usage()
 
     async def forget(self, dropped: list[list[int]], kept: list[list[int]]) -> int:
         """LLMEngine.forget, between two steps: a deleted conversation's own cached blocks go."""

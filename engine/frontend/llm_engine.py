@@ -27,7 +27,7 @@ from localchat.engine.loading.dirs import user_dir
 from localchat.engine.loading.loader import count_weights, load_packed, load_weights, model_identity, resolve_model
 from localchat.engine.memory import release_freed_memory
 from localchat.engine.sampling_params import SamplingParams
-from localchat.engine.stats import CPUThreadStats, EngineStats, KernelStats
+from localchat.engine.stats import CPUThreadStats, EngineStats, KernelStats, PinUsage, Warmth
 from localchat.engine.worker.model_runner import ModelRunner
 from localchat.engine.worker.models import head_dim
 from localchat.engine.worker.sampler import Sampler
@@ -249,6 +249,29 @@ class LLMEngine:
         """Forget every cached prefix in memory, as vLLM's reset_prefix_cache (the disk tier keeps its own)."""
         self.scheduler.reset_prefix_cache()
 
+    def warmth(self, key: str, token_ids: list[int]) -> Warmth:
+        """Where the history token_ids of a chat (named by `key`, e.g. its conversation's id) is: in memory, on disk or
+        to compute, and what it adds to the next first token's wait. Each key's block hashes are kept between calls
+        and only a chat's new blocks are hashed; the cache is found by a few lookups whatever the length. Callable
+        from any thread (an estimate: the pool is read as it is, not between steps)."""
+        return self.scheduler.warmth(key, list(token_ids))
+
+    def pin(self, key: str, token_ids: list[int]) -> PinUsage:
+        """Keep a chat's history warm (its blocks are evicted last; blocks on disk are read back now), in place of the
+        key's earlier pin; the pins' use after it. A ValueError (PinRefused) if the pins would hold more than their
+        budget (PIN_SHARE_OF_CACHE of the cache). Between steps only."""
+        self.scheduler.pin(key, list(token_ids))
+        return self.pin_usage()
+
+    def unpin(self, key: str) -> PinUsage:
+        """The key's pin goes (its blocks back to the LRU, as the most recently used); the pins' use after it."""
+        self.scheduler.unpin(key)
+        return self.pin_usage()
+
+    def pin_usage(self) -> PinUsage:
+        """What pinned chats keep and the budget (read from any thread)."""
+        return self.scheduler.pin_usage(self.runner.block_bytes)
+
     def close(self) -> None:
         """Finish writing the disk tier (the engine may be used no further)."""
         if self.disk is not None:
@@ -263,7 +286,8 @@ class LLMEngine:
             num_waiting=len(scheduler.waiting), num_preemptions=scheduler.num_preemptions, kv=scheduler.kv_usage,
             kv_cache_bytes=self.runner.kv_cache_bytes, speculation=dataclasses.replace(scheduler.speculation),
             cpu=CPUThreadStats(cpu_threads.threads, cpu_threads.others) if cpu_threads is not None else None,
-            disk=self.disk.stats if self.disk is not None else None, kernels=self._kernel_stats())
+            disk=self.disk.stats if self.disk is not None else None, kernels=self._kernel_stats(),
+            pins=self.pin_usage())
 
     def _kernel_stats(self) -> KernelStats | None:
         choice = self.runner.kernels

@@ -65,6 +65,11 @@ class ModelRunner:
     def kv_cache_bytes(self) -> int:
         return self.kv_cache.numel() * self.kv_cache.element_size()
 
+    @property
+    def block_bytes(self) -> int:
+        """The memory of one block (its K and V in every layer)."""
+        return torch.Size(self.block_shape).numel() * self.kv_cache.element_size()
+
     @torch.inference_mode()
     def run(self, step: ModelInput) -> torch.Tensor:
         """Compute a step's new tokens (each sequence's own, then its draft's); the logits at step.logit_positions."""

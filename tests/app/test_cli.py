@@ -2,7 +2,9 @@
 
 import pytest
 
-from localchat.app.cli import _kv_cache_line
+from localchat.app.cli import WARM_CHATS_SHOWN, _kv_cache_line, _warm_chat_lines
+from localchat.app.protocol.conversations import Conversation, SamplingSettings, Warmth
+from localchat.app.protocol.system import PinBudget
 from support import Server, make_home
 
 pytestmark = pytest.mark.slow  # real `localchat` processes: left out of `./dev test --fast`
@@ -43,6 +45,35 @@ def test_the_kv_cache_line_says_its_size_where_the_engine_reports_one():
     assert _kv_cache_line({**metrics, "kv_cache_bytes": 3 * 2**29}) == (
         "KV cache: 1.50 GiB in 4096 blocks, 3 in use, 40 cached; no disk tier")
     assert _kv_cache_line(metrics) == "KV cache: 4096 blocks, 3 in use, 40 cached; no disk tier"  # a remote engine
+
+
+def chat_in_list(title: str, state: str | None, summary: str = "", pinned: bool = False) -> Conversation:
+    """A chat as GET /api/conversations lists it (state None: the engine says nothing of it)."""
+    warmth = None if state is None else Warmth(state=state, tokens=1234, resident_tokens=0, on_disk_tokens=0,
+                                               cold_tokens=0, predicted_s=None, pinned=pinned, summary=summary)
+    return Conversation(id=f"c_{title}", title=title, system_prompt="", settings=SamplingSettings(), created_at=0,
+                        updated_at=0, pinned=pinned, warmth=warmth)
+
+
+def test_status_lists_the_warm_and_pinned_chats_and_the_pin_budget():
+    pins = PinBudget(tokens=1234, limit_tokens=8192, bytes=2**20, limit_bytes=8 * 2**20,
+                     summary="pinned chats keep 1,234 of 8,192 tokens (1 of 8 MiB)")
+    chats = [chat_in_list("Trip to Oslo", "resident", "warm · instant", pinned=True),
+             chat_in_list("Recipes", "on_disk", "on disk · about 0.4 s"),
+             chat_in_list("Old notes", "cold", "cold · about 4 s"),  # neither warm nor pinned: left out
+             chat_in_list("Kept", "cold", "cold · about 4 s", pinned=True),  # pinned, its blocks not yet read back
+             chat_in_list("Empty", None)]
+    assert _warm_chat_lines(chats, pins) == [
+        "warm chats: 3",
+        "  pinned Trip to Oslo                              warm · instant (1,234 tokens)",
+        "         Recipes                                   on disk · about 0.4 s (1,234 tokens)",
+        "  pinned Kept                                      cold · about 4 s (1,234 tokens)",
+        "pinned chats keep 1,234 of 8,192 tokens (1 of 8 MiB)"]
+    assert _warm_chat_lines(chats[2:3], None) == ["warm chats: none"]  # a remote engine: no pin budget
+    many = [chat_in_list(f"Chat {i}", "resident", "warm · instant") for i in range(WARM_CHATS_SHOWN + 2)]
+    lines = _warm_chat_lines(many, pins)
+    assert lines[0] == f"warm chats: {WARM_CHATS_SHOWN + 2} (the newest {WARM_CHATS_SHOWN})"
+    assert len(lines) == 1 + WARM_CHATS_SHOWN + 1 and "Chat 0 " in lines[1]
 
 
 def test_chat_through_the_engine_process_and_in_process_agree(server, api, tmp_path):

@@ -307,8 +307,10 @@ def disk_blocks(server) -> int:
 
 
 def test_deleting_a_conversation_drops_the_kv_blocks_only_it_used(api, server):
+    # titled here: no title is written in the background, whose blocks would reach the disk tier while it is counted
     shared = {"system_prompt": SYSTEM, "settings": {"max_tokens": 40, "temperature": 1.0}}
-    kept, deleted = (api.post("/api/conversations", json=shared).json()["id"] for _ in range(2))
+    kept, deleted = (api.post("/api/conversations", json={**shared, "title": f"Rivers {i}"}).json()["id"]
+                     for i in range(2))
     for cid, seed in ((kept, 1), (deleted, 2)):  # the same prompt, then replies of their own
         send(api, cid, "Tell me about rivers.", settings={**shared["settings"], "seed": seed})
     before = disk_blocks(server)

@@ -15,7 +15,7 @@ from localchat.app.sampling_defaults import UNKNOWN_MODEL
 from localchat.app.server.active_requests import ActiveRequests
 from localchat.app.server.backends import BackendRequestError, Update
 from localchat.app.server.conversations import Conversations
-from localchat.app.server.engine_job import EngineJob
+from localchat.app.server.engine_job import PREFIX_PARAMS, EngineJob
 from localchat.app.server.store import Store
 from localchat.app.server.tool_calls import IN_SYSTEM_PROMPT
 from localchat.engine.frontend.outputs import CompletionOutput
@@ -35,6 +35,7 @@ class RecordingBackend:
     def __init__(self, reply: str = "Fine words.", refuse: tuple = ()):
         self.reply, self.refuse = reply, refuse
         self.opened: list[tuple[str, object]] = []  # (request id, prompt)
+        self.params: dict[str, SamplingParams] = {}  # by request id
         self.aborted: list[str] = []
         self.release: asyncio.Event | None = None
 
@@ -51,6 +52,7 @@ class RecordingBackend:
         if prompt in self.refuse:
             raise BackendRequestError("refused")
         self.opened.append((request_id, prompt))
+        self.params[request_id] = params
         return self._stream(request_id)
 
     async def _stream(self, request_id: str) -> AsyncIterator[Update]:
@@ -133,6 +135,47 @@ async def test_a_reader_that_leaves_early_aborts_every_request_and_one_that_read
     outputs = await whole.collect()
     assert sorted((o.index, o.text) for o in outputs) == [(0, "one two three four"), (1, "one two three four")]
     assert whole.completion_tokens == 8 and whole.prompt_tokens == [5, 5] and active.requests == {}
+
+
+@pytest.mark.asyncio
+async def test_a_varying_fork_computes_its_history_first_then_opens_each_prompt_with_its_own_sampling():
+    """A fork whose replies vary on purpose: the history every prompt starts with runs first as a request of its own
+    (registered with the fork's replies), then a request per prompt, each with its sampling; reply i is prompt i's."""
+    backend, active = RecordingBackend("Fine words."), ActiveRequests()
+    hot, cool = SamplingParams(temperature=1.0, seed=1), SamplingParams(temperature=0.2, seed=2)
+    job = await EngineJob.open(backend, active, [[1, 2, 3, 7], [1, 2, 3, 8, 9]], [hot, cool], conversation_id="c_1",
+                               message_ids=["m_1", "m_2"], prefix=[1, 2, 3])
+    ((history_id, history),) = backend.opened  # the prompts wait for it
+    assert history == [1, 2, 3] and backend.params[history_id] == PREFIX_PARAMS
+    assert list(active.matching("c_1", "m_2")) == [history_id]
+    async with job:
+        texts = {}
+        async for prompt, update in job.updates():
+            for out in update.outputs:
+                assert out.index == prompt
+                texts[prompt] = texts.get(prompt, "") + out.text
+    assert texts == {0: "Fine words.", 1: "Fine words."}
+    _, *opened = backend.opened
+    assert [prompt for _, prompt in opened] == [[1, 2, 3, 7], [1, 2, 3, 8, 9]]
+    assert [backend.params[rid] for rid, _ in opened] == [hot, cool]
+    assert job.request_ids == [history_id] + [rid for rid, _ in opened] and job.prompt_tokens == [5, 5]
+    assert active.requests == {} and sorted(backend.aborted) == sorted(job.request_ids)
+
+
+@pytest.mark.asyncio
+async def test_a_varying_fork_stopped_while_its_history_computes_starts_none_of_its_prompts():
+    backend, active = RecordingBackend("Fine words."), ActiveRequests()
+    backend.release = asyncio.Event()
+    job = await EngineJob.open(backend, active, [[1, 2, 7], [1, 2, 8]], [SamplingParams(), SamplingParams()],
+                               conversation_id="c_1", message_ids=["m_1", "m_2"], prefix=[1, 2])
+    for request_id in active.matching("c_1", "m_1"):  # as a stop does
+        await backend.abort(request_id)
+    backend.release.set()
+    async with job:
+        ended = [(prompt, [(o.index, o.finish_reason) for o in update.outputs])
+                 async for prompt, update in job.updates()]
+    assert ended == [(0, [(0, "abort")]), (1, [(1, "abort")])]
+    assert len(backend.opened) == 1 and active.requests == {}
 
 
 @pytest.mark.asyncio

@@ -27,6 +27,8 @@ from localchat.app.protocol.conversations import (
     StopResult,
     StreamEvent,
     UserEvent,
+    Variation,
+    Warmth,
     filled,
 )
 from localchat.app.protocol.documents import Document, DocumentText
@@ -73,6 +75,17 @@ MODEL_TITLE = "Capitals of Europe"  # what the model names a chat after its firs
 CONTINUED = "And that is how it ends."  # what a continued reply goes on with
 FORK_TEMPERATURE = 0.7  # what the engine forks the embedded model at
 FORKED = ["A **red** apple.", "A *green* leaf: calm and fresh.", "Blue, like the sea."]
+
+
+def warmth(state: str, tokens: int, resident: int, on_disk: int, predicted_s: float, summary: str) -> Warmth:
+    return Warmth(state=state, tokens=tokens, resident_tokens=resident, on_disk_tokens=on_disk,
+                  cold_tokens=tokens - resident - on_disk, predicted_s=predicted_s, pinned=False, summary=summary)
+
+
+# where each chat's history is, as the engine says it in the list (the others: nothing yet)
+WARMTH = {"c_sort": warmth("resident", 140, 138, 0, 0.01, "warm · instant"),
+          "c_cats": warmth("on_disk", 1200, 0, 1184, 0.4, "on disk · about 0.4 s"),
+          "c_rust": warmth("cold", 3100, 0, 0, 4.2, "cold · about 4 s")}
 
 # a thinking model's chat (thinking=True): a question with two replies, each with its own thinking
 PRIME_THOUGHTS = ["91 is odd. Try 7: 7 × 13 = 91, so it has divisors.", "Check 3: 9 + 1 = 10, no. Check 7: yes, 13."]
@@ -150,6 +163,9 @@ class FakeEngine:
         self.regenerated: list[str] = []  # the message of every regenerate
         self.edited: list[tuple[str, str]] = []  # (message, new text) of every edit
         self.continued: list[str] = []  # the reply of every continue
+        self.forks: list[tuple[int, list[Variation] | None]] = []  # (n, variations) of every send and regenerate
+        self.pins: list[tuple[str, bool]] = []  # (chat, pinned) of every pin and unpin
+        self.pin_refusal: str | None = None  # where set, a pin is refused with it (the budget is full)
         self.named: list[str] = []  # the chat of every name_chat
         self.models_here = [ModelInfo(name="SmolLM2", served_name="SmolLM2", source="embedded", format="gguf",
                                       architecture="llama", quantization="Q4_1", size_bytes=98_000_000,
@@ -203,8 +219,20 @@ class FakeEngine:
         return msgspec.structs.replace(pulled)
 
     async def list_conversations(self) -> list[Conversation]:
+        """Newest first, each with its warmth (WARMTH, where the chat has one)."""
         self._check()
-        return sorted(self.conversations.values(), key=lambda c: -c.updated_at)
+        listed = sorted(self.conversations.values(), key=lambda c: -c.updated_at)
+        return [msgspec.structs.replace(c, warmth=WARMTH.get(c.id)) for c in listed]
+
+    async def pin(self, conversation_id: str) -> Conversation:
+        self.pins.append((conversation_id, True))
+        if self.pin_refusal is not None:
+            raise EngineError(409, self.pin_refusal)
+        return await self.update_conversation(conversation_id, pinned=True)
+
+    async def unpin(self, conversation_id: str) -> Conversation:
+        self.pins.append((conversation_id, False))
+        return await self.update_conversation(conversation_id, pinned=False)
 
     async def create_conversation(self, title: str | None = None, system_prompt: str = "", settings=None,
                                   documents: list[str] = ()) -> Conversation:
@@ -296,8 +324,9 @@ class FakeEngine:
                 for cid, messages in self.messages.items() for m in messages if words.search(m.content)][:limit]
 
     async def send(self, conversation_id: str, text: str, parent_id: str | None, n: int = 1, settings=None,
-                   documents: list[str] = ()) -> AsyncIterator[StreamEvent]:
+                   documents: list[str] = (), variations: list[Variation] | None = None) -> AsyncIterator[StreamEvent]:
         self.sent.append((conversation_id, text, list(documents)))
+        self.forks.append((n, variations))
         if self.refuse_with is not None:
             raise self.refuse_with
         chat = self.conversations[conversation_id]
@@ -307,7 +336,7 @@ class FakeEngine:
                        conversation_id, num_tokens=12, documents=documents)
         self.messages[conversation_id].append(user)
         yield UserEvent(message=user)
-        async for event in self._replies(conversation_id, user.id, n):
+        async for event in self._replies(conversation_id, user.id, n, variations):
             yield event
 
     async def stop(self, conversation_id: str, message_id: str | None = None) -> StopResult:
@@ -318,15 +347,16 @@ class FakeEngine:
         self.thinking_ended.set()
         return EndThinkingResult(ended=[])
 
-    def regenerate(self, conversation_id: str, message_id: str, n: int = 1, settings=None
-                   ) -> AsyncIterator[StreamEvent]:
+    def regenerate(self, conversation_id: str, message_id: str, n: int = 1, settings=None,
+                   variations: list[Variation] | None = None) -> AsyncIterator[StreamEvent]:
         self.regenerated.append(message_id)
+        self.forks.append((n, variations))
         parent = next(m for m in self.messages[conversation_id] if m.id == message_id)
         parent_id = parent.parent_id if parent.role == "assistant" else parent.id
-        return self._replies(conversation_id, parent_id, n)
+        return self._replies(conversation_id, parent_id, n, variations)
 
-    async def edit(self, conversation_id: str, message_id: str, content: str, n: int = 1, settings=None
-                   ) -> AsyncIterator[StreamEvent]:
+    async def edit(self, conversation_id: str, message_id: str, content: str, n: int = 1, settings=None,
+                   variations: list[Variation] | None = None) -> AsyncIterator[StreamEvent]:
         """A sibling of the user's message `message_id` with the new text, and its replies; or of the reply
         `message_id`, edited (finish_reason "edited"), and nothing after it."""
         self.edited.append((message_id, content))
@@ -341,7 +371,7 @@ class FakeEngine:
                        conversation_id, num_tokens=12)
         self.messages[conversation_id].append(user)
         yield UserEvent(message=user)
-        async for event in self._replies(conversation_id, user.id, n):
+        async for event in self._replies(conversation_id, user.id, n, variations):
             yield event
 
     async def continue_reply(self, conversation_id: str, message_id: str, settings=None
@@ -360,10 +390,14 @@ class FakeEngine:
                                                stats=stats(prompt, prompt - 1, len(CONTINUED.split(" "))))
         yield DoneEvent(message=messages[at])
 
-    async def _replies(self, conversation_id: str, parent_id: str, n: int) -> AsyncIterator[StreamEvent]:
+    async def _replies(self, conversation_id: str, parent_id: str, n: int, variations: list[Variation] | None = None
+                       ) -> AsyncIterator[StreamEvent]:
+        """n replies (one per variation, where there are variations: each stored with its own)."""
+        n = len(variations) if variations else n
         first = len(self.messages[conversation_id])
         ids = [f"m_f{first + i}" for i in range(1, n + 1)]
-        yield StartEvent(parent_id=parent_id, message_ids=ids, temperature=FORK_TEMPERATURE if n > 1 else None)
+        yield StartEvent(parent_id=parent_id, message_ids=ids, temperature=FORK_TEMPERATURE if n > 1 else None,
+                         variations=variations or [])
         thoughts: dict[str, list[str]] = {id: [] for id in ids}  # a reply's thinking, a token (word) an item
         for i, id in enumerate(ids):
             if self.thinking:
@@ -379,6 +413,7 @@ class FakeEngine:
             reply_stats = stats(88, 80, 8 + i + thought, thought, 2.5 if self.thinking else None)
             reply = message(id, parent_id, "assistant", FORKED[i % len(FORKED)], 20 + i, reply_stats,
                             conversation_id, "".join(thoughts[id]) or None)
+            reply.variation = variations[i] if variations else None
             self.messages[conversation_id].append(reply)
             yield DoneEvent(message=reply)
 

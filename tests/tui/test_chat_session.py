@@ -69,6 +69,9 @@ def observe(session: ChatSession, step: dict, answer) -> dict:
         seen["content"] = {message_id: session.tree.messages[message_id].content for message_id in expect["content"]}
     if "siblings" in expect:
         seen["siblings"] = {message_id: session.tree.siblings(message_id) for message_id in expect["siblings"]}
+    if "variation" in expect:
+        seen["variation"] = {message_id: msgspec.to_builtins(session.tree.messages[message_id].variation)
+                             for message_id in expect["variation"]}
     return seen
 
 

@@ -7,6 +7,7 @@ import pytest
 from tui_pilot import (
     chat_screen,
     chats_read,
+    fork,
     note_text,
     reply_written,
     screen_of,
@@ -152,7 +153,8 @@ async def test_fork_three_replies_and_pick_the_second(client, tmp_path):
     conversation = await client.create_conversation(settings=VARIED)
     async with app_for(client, tmp_path).run_test(size=SIZE) as pilot:
         screen = await chat_screen(pilot, conversation.id)
-        await type_and_send(pilot, "Name a colour.", key="ctrl+g")
+        await pilot.press(*"Name a colour.")
+        await fork(pilot)
         picker = await screen_of(pilot, ForkPicker)
         assert len(picker.cards) == 3
         await wait_until(pilot, lambda: not picker.streaming, what="three replies")
@@ -178,7 +180,8 @@ async def test_a_fork_in_a_chat_with_the_models_defaults_gives_different_replies
     conversation = await client.create_conversation()
     async with app_for(client, tmp_path).run_test(size=SIZE) as pilot:
         await chat_screen(pilot, conversation.id)
-        await type_and_send(pilot, "Name a colour.", key="ctrl+g")
+        await pilot.press(*"Name a colour.")
+        await fork(pilot)
         picker = await screen_of(pilot, ForkPicker)
         await wait_until(pilot, lambda: not picker.streaming, what="three replies")
         replies = [m for m in (await client.conversation(conversation.id)).messages if m.role == "assistant"]

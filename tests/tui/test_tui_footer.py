@@ -17,6 +17,7 @@ from tui_pilot import (
     branched_chat,
     footer_readable,
     footer_shows,
+    fork,
     screen_lines,
     screen_of,
     wait_until,
@@ -146,7 +147,8 @@ async def test_at_60x20_the_footers_leave_out_whole_keys_never_cut_one(tmp_path)
             line = screen_lines(pilot)[-1]
             assert "f1 Help" in line and not line.rstrip().endswith(("Ch", "^", "Se")), line
         screen.composer.focus()
-        await pilot.press(*"Colours?", "ctrl+g")  # N replies, side by side: the picker's footer
+        await pilot.press(*"Colours?")
+        await fork(pilot)  # N replies, side by side: the picker's footer
         picker = await screen_of(pilot, ForkPicker, what="the fork picker")
         footer = picker.query_one(Footer)
         await wait_until(pilot, lambda: footer.children and footer_readable(picker, 60), what="the picker's keys")

@@ -4,7 +4,7 @@ they do not (80), with its place and ←/→ to the others; its header shows who
 import pytest
 from fake_engine import FORK_TEMPERATURE, FORKED, FakeEngine
 from textual.widgets import Label
-from tui_pilot import SIZES, branched_chat, screen_lines, screen_of, wait_until, within
+from tui_pilot import SIZES, branched_chat, fork, screen_lines, screen_of, wait_until, within
 
 from localchat.tui.app import LocalChatApp
 from localchat.tui.screens.fork_picker import ForkPicker
@@ -15,7 +15,7 @@ HEADER = "Pick the reply to go on from: 1-3 or enter. The others stay as branche
 async def three_replies(pilot) -> ForkPicker:
     screen = await branched_chat(pilot)
     screen.view.views[-1].focus()
-    await pilot.press("ctrl+g")  # N (3) replies beside the focused (last) one
+    await fork(pilot)  # N (3) replies beside the focused (last) one
     picker = await screen_of(pilot, ForkPicker)
     await wait_until(pilot, lambda: not picker.streaming, what="three replies")
     await pilot.pause()

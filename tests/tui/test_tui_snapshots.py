@@ -8,13 +8,14 @@ import pytest
 from fake_engine import FakeEngine
 from textual.pilot import Pilot
 from textual.widgets import Footer, Input, TextArea
-from tui_pilot import SIZES, branched_chat, chat_screen, open_settings, screen_of, wait_until
+from tui_pilot import SIZES, branched_chat, chat_screen, fork, open_settings, screen_of, wait_until
 
 from localchat.tui.app import LocalChatApp
 from localchat.tui.screens import export
 from localchat.tui.screens.branch_tree import BranchTreeScreen
 from localchat.tui.screens.chat import ChatScreen
 from localchat.tui.screens.export import ExportScreen
+from localchat.tui.screens.fork_dialog import ForkDialog
 from localchat.tui.screens.fork_picker import ForkPicker
 from localchat.tui.screens.search import SearchScreen
 from localchat.tui.widgets.empty_chat import EmptyChat
@@ -79,7 +80,7 @@ def test_n_reply_picker(snap_compare, tmp_path, size):
         # the screenshot caught it empty or full: it is left out of this picture (test_tui_footer checks it)
         screen.query_one(Footer).display = False
         screen.view.views[-1].focus()
-        await pilot.press("ctrl+g")  # N (3) replies beside the focused (last) one
+        await fork(pilot)  # N (3) replies beside the focused (last) one
         picker = await screen_of(pilot, ForkPicker)
         await wait_until(pilot, lambda: not picker.streaming)
         picker.cards[1].focus()
@@ -88,7 +89,8 @@ def test_n_reply_picker(snap_compare, tmp_path, size):
     assert snap_compare(app(tmp_path), terminal_size=size, run_before=steady(three_replies))
 
 
-DIALOGS = {"branch_outline": ("ctrl+t", BranchTreeScreen), "export": ("ctrl+o", ExportScreen)}  # key, screen
+DIALOGS = {"branch_outline": ("ctrl+t", BranchTreeScreen), "export": ("ctrl+o", ExportScreen),
+           "fork": ("ctrl+g", ForkDialog)}  # key, screen
 
 
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
@@ -100,7 +102,9 @@ def test_a_dialog_over_the_branched_chat(snap_compare, tmp_path, monkeypatch, di
     async def open_dialog(pilot: Pilot) -> None:
         await branched_chat(pilot)
         await pilot.press(key)
-        await screen_of(pilot, kind)
+        shown = await screen_of(pilot, kind)
+        if isinstance(shown, ForkDialog):  # its lines, once mounted
+            await wait_until(pilot, lambda: shown.line_inputs)
         await pilot.pause()
 
     assert snap_compare(app(tmp_path), terminal_size=size, run_before=steady(open_dialog))

@@ -10,6 +10,7 @@ from textual.widgets import Checkbox, DataTable, Footer, Input, Label
 from textual.widgets._footer import FooterKey
 from tui_pilot import (
     chat_screen,
+    fork,
     note_text,
     open_settings,
     reply_written,
@@ -121,7 +122,8 @@ async def test_the_n_reply_picker_keeps_each_replys_thinking_and_ctrl_r_ends_it(
     engine.think_until_ended = True
     async with app_with(engine, tmp_path).run_test(size=SMALL) as pilot:
         screen = await primes_chat(pilot)
-        await pilot.press(*"Three colours", "ctrl+g")
+        await pilot.press(*"Three colours")
+        await fork(pilot)
         picker = await screen_of(pilot, ForkPicker)
         await wait_until(pilot, lambda: picker.cards[0].thinking, what="the first reply thinking")
         assert note_text(picker.cards[0]) == "thinking… ^r answers now"

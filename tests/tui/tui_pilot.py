@@ -13,6 +13,7 @@ from textual.widgets import Footer, Static
 from textual.widgets._footer import FooterLabel, KeyGroup
 
 from localchat.tui.screens.chat import ChatScreen
+from localchat.tui.screens.fork_dialog import ForkDialog
 from localchat.tui.screens.settings import SettingsScreen
 from localchat.tui.widgets.message_view import MessageView
 
@@ -44,6 +45,18 @@ async def open_settings(pilot: Pilot) -> SettingsScreen:
     """Ctrl+S on the chat: the settings dialog, once it shows."""
     await pilot.press("ctrl+s")
     return await screen_of(pilot, SettingsScreen, what="the settings dialog")
+
+
+async def fork(pilot: Pilot, lines: list[str] = ()) -> ForkDialog:
+    """Ctrl+G: the fork dialog, once it shows, its lines typed (where given) and sent with Enter; the dialog sent."""
+    await pilot.press("ctrl+g")
+    dialog = await screen_of(pilot, ForkDialog, what="the fork dialog")
+    await wait_until(pilot, lambda: dialog.line_inputs and dialog.focused is dialog.line_inputs[0],
+                     what="the dialog's lines")
+    for box, line in zip(dialog.line_inputs, lines):
+        box.value = line
+    await pilot.press("enter")
+    return dialog
 
 
 def shown(widget: Static) -> str:

@@ -54,6 +54,7 @@ function observe(session, step, answer) {
   const each = (ids, of) => Object.fromEntries(Object.keys(ids).map((id) => [id, of(id)]));
   if ("content" in expect) seen.content = each(expect.content, (id) => session.tree.get(id).content);
   if ("siblings" in expect) seen.siblings = each(expect.siblings, (id) => session.tree.siblings(id));
+  if ("variation" in expect) seen.variation = each(expect.variation, (id) => session.tree.get(id).variation ?? null);
   return seen;
 }
 

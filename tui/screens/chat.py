@@ -70,6 +70,8 @@ class ChatScreen(Screen):
         Binding("f5", "summarize", "New chat from a summary of this one", id="summarize", show=False),
         Binding("ctrl+l", "open_linked_chat", "Open the linked chat (summary)", id="open_linked_chat", show=False),
         Binding("f3", "attach_document", "Attach a document", id="attach_document", show=False),
+        Binding("f9", "pin", "Pin or unpin this chat (kept warm: its next reply never waits for its history)",
+                id="pin", show=False),
     ]
 
     def __init__(self, client: EngineClient):
@@ -448,13 +450,36 @@ class ChatScreen(Screen):
         self.reply_writer.send(n=1)
 
     def action_fork(self) -> None:
-        """N replies: beside the focused message, else to the text in the message box, else beside the last reply."""
+        """N replies, as the fork dialog asks (each with its own instruction, or none): beside the focused message,
+        else to the text in the message box, else beside the last reply."""
         conversation = self.session.conversation
-        n = self.query_one(SettingsControl).n_of(conversation and conversation.id)
-        if not isinstance(self.focused, ChatMessage) and (self.composer.text.strip() or self.target is None):
-            self.reply_writer.send(n=n)
-        else:
-            self.regenerate(n)
+        settings = self.query_one(SettingsControl)
+        n = settings.n_of(conversation and conversation.id)
+        to_text = not isinstance(self.focused, ChatMessage) and (self.composer.text.strip() or self.target is None)
+        if not to_text and self.target is None:
+            return
+        beside = None if to_text else self.target.message.id
+        self.reply_writer.fork(n, beside, focus_reply=isinstance(self.focused, ChatMessage),
+                               chosen=lambda n: settings.keep_n(conversation and conversation.id, n))
+
+    def action_pin(self) -> None:
+        self.pin_chat()
+
+    @engine_work()
+    async def pin_chat(self) -> None:
+        """Pin the open chat (its history's KV blocks are evicted last, within the pin budget), or unpin it."""
+        conversation = self.session.conversation
+        if conversation is None:
+            self.notify("Write a message first: a new chat has nothing to keep warm", severity="warning")
+            return
+        try:
+            changed = await (self.client.unpin if conversation.pinned else self.client.pin)(conversation.id)
+        except EngineError as error:
+            self.notify(str(error), title="Not pinned", severity="warning")
+            return
+        self.session.conversation = changed
+        self.notify("Pinned: this chat stays warm" if changed.pinned else "Unpinned: this chat ages as the others")
+        self.load_chats()
 
     def action_regenerate(self) -> None:
         self.regenerate(1)

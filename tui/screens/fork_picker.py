@@ -11,6 +11,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Label
 
+from localchat.app.markdown import variation_words
 from localchat.app.protocol.conversations import Message
 from localchat.tui.widgets.key_footer import KeyFooter
 from localchat.tui.widgets.message_view import MessageView
@@ -54,13 +55,18 @@ class ForkPicker(ModalScreen[str | None]):
         with Vertical(id="fork-picker"):
             yield Label(f"Pick the reply to go on from: 1-{len(self.replies)} or enter. The others stay as branches.",
                         classes="dialog-title", id="fork-title")
-            if self.temperature is not None:  # a reply the same as another's is sampled again by the engine
+            if any(reply.variation is not None for reply in self.replies):  # they differ on purpose
+                kept = any(r.variation.keep and r.variation.instruction for r in self.replies if r.variation)
+                yield Label(f"Each asked its own way; the one picked goes on {'with' if kept else 'without'} its "
+                            "instruction", id="fork-sampling")
+            elif self.temperature is not None:  # a reply the same as another's is sampled again by the engine
                 yield Label(f"{len(self.replies)} replies sampled at temperature {self.temperature:g}; a repeat "
                             "sampled again, wider until it differs", id="fork-sampling")
             yield Label(id="fork-position")  # shown one reply at a time: which one, of how many
             with ReplyRow(id="fork-replies"):
                 for i, reply in enumerate(self.replies, 1):
-                    yield ReplyCard(reply, title=f"Reply {i}")
+                    asked = f" · {variation_words(reply.variation)}" if reply.variation is not None else ""
+                    yield ReplyCard(reply, title=f"Reply {i}{asked}")
             yield KeyFooter()
 
     @property

@@ -12,10 +12,11 @@ from textual.message import Message as WidgetMessage
 from textual.widget import Widget
 
 from localchat.app.client.engine_client import EngineClient, EngineError
-from localchat.app.protocol.conversations import Message, StreamEvent
+from localchat.app.protocol.conversations import Message, StreamEvent, Variation
 from localchat.app.protocol.documents import Document
 from localchat.tui.chat_session import BranchShown, Failed, RepliesStarted, ReplyFinished, TextAdded, ThinkingAdded
 from localchat.tui.engine_work import engine_work
+from localchat.tui.screens.fork_dialog import ForkDialog, ForkRequest
 from localchat.tui.screens.fork_picker import ForkPicker
 
 if TYPE_CHECKING:
@@ -41,27 +42,56 @@ class ReplyWriter(Widget):
         self.generating_in: str | None = None  # the chat whose replies are being written
         self.focus_reply = False  # focus the new reply when it starts (a regenerate from a focused message)
         self.picker: ForkPicker | None = None
+        self.fork_lines: tuple[str, ...] = ()  # the fork dialog's lines, as last sent (its next opens with them)
+        self.keep_instructions = False
 
     @property
     def chat(self) -> "ChatScreen":
         return self.screen
 
-    def send(self, n: int) -> None:
+    def send(self, n: int, variations: list[Variation] | None = None) -> None:
         """The message box's text, with the documents attached: a chat without messages starts with them, else the
-        message carries them."""
+        message carries them. n replies, or one per variation."""
         chat = self.chat
         text = chat.composer.text.strip()
         if text and self.can_generate():
             chat.composer.clear()
             self.write(lambda conversation_id, documents: self.client.send(
-                conversation_id, text, chat.session.leaf, n=n, documents=documents),
+                conversation_id, text, chat.session.leaf, n=n, documents=documents, variations=variations),
                 typed=text, documents=chat.attached.documents)
 
-    def regenerate(self, message_id: str, n: int, focus_reply: bool) -> None:
+    def regenerate(self, message_id: str, n: int, focus_reply: bool, variations: list[Variation] | None = None
+                   ) -> None:
         """focus_reply: the new reply takes the focus (regenerated from a focused message: its keys stay at hand)."""
         if self.can_generate():
             self.focus_reply = focus_reply
-            self.write(lambda conversation_id, _: self.client.regenerate(conversation_id, message_id, n=n))
+            self.write(lambda conversation_id, _: self.client.regenerate(conversation_id, message_id, n=n,
+                                                                         variations=variations))
+
+    @engine_work()
+    async def fork(self, n: int, beside: str | None, focus_reply: bool, chosen: Callable[[int], None]) -> None:
+        """The fork dialog, starting at n replies (and the last fork's lines), then its replies: to the message box's
+        text, or (beside: a message) beside that message. chosen(n) hears the number the dialog ended with."""
+        if not self.can_generate():
+            return
+        config, most = self.app.config, int((await self.client.limits()).sampling["n"].max)
+
+        def save_preset(name: str, lines: list[str]) -> None:
+            config.fork_presets[name] = lines
+            self.app.save_config()
+
+        def forked(request: ForkRequest | None) -> None:
+            if request is None:
+                return
+            self.fork_lines, self.keep_instructions = request.lines, request.keep
+            chosen(request.n)
+            if beside is None:
+                self.send(request.n, request.variations)
+            else:
+                self.regenerate(beside, request.n, focus_reply, request.variations)
+
+        dialog = ForkDialog(n, most, self.fork_lines, dict(config.fork_presets), save_preset, self.keep_instructions)
+        self.app.push_screen(dialog, forked)
 
     def resend(self, message_id: str, content: str) -> None:
         """The message `message_id` edited to `content`: a new branch beside it (yours and its replies, or a reply)."""

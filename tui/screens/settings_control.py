@@ -35,6 +35,11 @@ class SettingsControl(Widget):
         """How many replies a fork writes in the chat (None: a new one)."""
         return self.fork_n.get(conversation_id, DEFAULT_FORK_N)
 
+    def keep_n(self, conversation_id: str | None, n: int) -> None:
+        """The chat's next fork starts with n replies (the fork dialog's last)."""
+        if conversation_id is not None:
+            self.fork_n[conversation_id] = n
+
     @engine_work()
     async def edit(self) -> None:
         chat: ChatScreen = self.screen

@@ -10,7 +10,7 @@ from textual.reactive import reactive
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownFence, MarkdownStream
 
-from localchat.app.markdown import author
+from localchat.app.markdown import author, variation_words
 from localchat.app.protocol.conversations import Message, ReplyStats, continuable
 from localchat.app.protocol.documents import Document
 from localchat.tui.reply_text import shown_markdown
@@ -31,6 +31,16 @@ def resampled_words(stats: ReplyStats) -> str:
     wider = (f", wider: temperature {stats.temperature:g}, top-p {stats.top_p:g}, min-p {stats.min_p:g}"
              if stats.top_p is not None else "")
     return f"sampled again ×{stats.resampled}{wider}"
+
+
+def title_of(message: Message) -> str:
+    """Who wrote the message, and for a fork's reply that varied on purpose what it was asked for ("Assistant · asked:
+    Shorter."; "kept": the instruction is a turn of the chat from there on)."""
+    variation = message.variation
+    if variation is None:
+        return author(message)
+    kept = " (kept in the chat)" if variation.keep and variation.instruction else ""
+    return f"{author(message)} · asked: {variation_words(variation)}{kept}"
 
 
 def describe_stats(stats: ReplyStats) -> str:
@@ -62,7 +72,7 @@ class MessageView(Vertical):
         super().__init__(**kwargs)
         self.message = message
         self.documents = [documents[i] for i in message.documents if i in documents] if documents else []
-        self.title = title or author(message)
+        self.title = title or title_of(message)
         self.stream: MarkdownStream | None = None
         self.end_thinking_key: str | None = None  # while it is written: the key that ends its thinking, to hint at
         self.next_code_block = 0  # the one the next copy takes

@@ -72,10 +72,15 @@ async function* stream(path, body) {
   yield* readEvents(await send("POST", path, body));
 }
 
-/** `documents`: the ids of the documents the message carries (before its text). */
-export const sendMessage = (id, content, parentId, n, documents = []) =>
-  stream(`${conversation(id)}/messages`, { content, parent_id: parentId, n, ...(documents.length && { documents }) });
-export const editMessage = (id, messageId, content, n) =>
-  stream(`${message(id, messageId)}/edit`, { content, n });
-export const regenerate = (id, messageId, n) => stream(`${message(id, messageId)}/regenerate`, { n });
+/** `documents`: the ids of the documents the message carries (before its text); `variations`: one per reply, each with
+ * its instruction (null: n replies as asked). */
+export const sendMessage = (id, content, parentId, n, documents = [], variations = null) =>
+  stream(`${conversation(id)}/messages`, { content, parent_id: parentId, n, ...(documents.length && { documents }),
+    ...(variations && { variations }) });
+export const editMessage = (id, messageId, content, n, variations = null) =>
+  stream(`${message(id, messageId)}/edit`, { content, n, ...(variations && { variations }) });
+export const regenerate = (id, messageId, n, variations = null) =>
+  stream(`${message(id, messageId)}/regenerate`, { n, ...(variations && { variations }) });
+export const pinChat = (id) => json("POST", `${conversation(id)}/pin`);
+export const unpinChat = (id) => json("DELETE", `${conversation(id)}/pin`);
 export const continueReply = (id, messageId) => stream(`${message(id, messageId)}/continue`, {});

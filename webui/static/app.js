@@ -8,6 +8,7 @@ import { ChatSummary } from "./chat_summary.js";
 import { Attachments, documentChips } from "./documents.js";
 import { copyText, fitPlaceholder, setRange } from "./dom.js";
 import { showEmptyState } from "./empty_state.js";
+import { ForkPanel } from "./fork_panel.js";
 import { ForkSize } from "./fork_size.js";
 import { fillHelp, installShortcuts } from "./keys.js";
 import { ModelInfo, modelInfoLines } from "./model_info.js";
@@ -60,10 +61,12 @@ class App {
       },
       onRename: (id, title) => this.rename(id, title),
       onDelete: (id) => this.remove(id),
+      onPin: (id, pinned) => this.pin(id, pinned),
       onSearch: (query) => this.search(query),
     });
     this.settings = new SettingsDialog($("settings-dialog"));
     this.forkSize = new ForkSize($("replies"));
+    this.forkPanel = new ForkPanel($("fork-panel"), this.forkSize);
     this.gauge = new ContextGauge({ gauge: $("context-gauge"), warning: $("context-warning"), summarize: $("summarize") },
       () => this.summarize());
     this.summaryLinks = new SummaryLinks($("summary-of"), $("continued-in"));
@@ -297,6 +300,7 @@ class App {
   /** The limits of the server's settings (GET /api/limits) on the inputs. */
   useLimits(limits) {
     setRange($("replies"), limits.sampling.n);
+    this.forkPanel.maxLength = limits.max_instruction_chars;
     this.settings.setLimits(limits.sampling);
     this.attachments.setLimits(limits.max_document_bytes, limits.max_documents);
   }
@@ -321,7 +325,8 @@ class App {
     this.forkSize.keep(conversation.id, replies);
     const parentId = fork ? fork.ids[0] : this.session.savedLeaf();
     const firstExchange = !parentId;  // the chat's first message: once answered, the model names the chat
-    const events = api.sendMessage(conversation.id, content, parentId, replies, documents);
+    const events = api.sendMessage(conversation.id, content, parentId, replies, documents,
+      this.forkPanel.take(replies));
     if (await this.stream(events)) {
       if (firstExchange) this.nameChat(conversation.id);
       return;
@@ -345,12 +350,25 @@ class App {
 
   async edit(id, content) {
     if (this.streaming) return;
-    await this.stream(api.editMessage(this.session.conversation.id, id, content, this.forkSize.value));
+    const replies = this.forkSize.value;
+    await this.stream(api.editMessage(this.session.conversation.id, id, content, replies,
+      this.forkPanel.take(replies)));
   }
 
   async regenerate(id) {
     if (this.streaming) return;
-    await this.stream(api.regenerate(this.session.conversation.id, id, this.forkSize.value));
+    const replies = this.forkSize.value;
+    await this.stream(api.regenerate(this.session.conversation.id, id, replies, this.forkPanel.take(replies)));
+  }
+
+  /** Pin a chat (kept warm: its history is evicted last, within the pin budget) or unpin it; a refusal is shown. */
+  async pin(id, pinned) {
+    try {
+      await (pinned ? api.pinChat(id) : api.unpinChat(id));
+    } catch (error) {
+      this.showError(error);
+    }
+    await this.refreshChats();
   }
 
   async continueReply(id) {
@@ -521,7 +539,8 @@ class App {
     } catch {
       return;
     }
-    this.changeChats((chats) => chats.map((c) => (c.id === id ? named : c)));
+    // the list's warmth stays (one chat's answer carries none, and a new title leaves the history as it was)
+    this.changeChats((chats) => chats.map((c) => (c.id === id ? { ...named, warmth: named.warmth ?? c.warmth } : c)));
     if (this.session.conversation?.id === id) {
       this.session.conversation = named;
       this.showTitle();
@@ -578,6 +597,7 @@ class App {
       this.changeChats((chats) => chats.map((c) => (c.id === open.id ? conversation : c)));
       this.showTitle();
       this.showContext();
+      this.refreshChats().catch((e) => this.showError(e));  // its warmth, for a system prompt changed
     });
   }
 

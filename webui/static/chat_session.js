@@ -151,8 +151,9 @@ export class ChatSession {
     const stored = event.continued ? this.tree.get(event.message_ids[0]) : null;
     const replies = stored
       ? [{ ...stored, finish_reason: null, stopped: false, stats: null, streaming: true }]
-      : event.message_ids.map((id) =>
-        ({ id, parent_id: event.parent_id, role: "assistant", content: "", streaming: true }));
+      : event.message_ids.map((id, at) =>  // a fork that varies: each reply with what it was asked for
+        ({ id, parent_id: event.parent_id, role: "assistant", content: "", streaming: true,
+          variation: event.variations?.[at] ?? null }));
     for (const reply of replies) this.tree.add(reply);
     this.show(replies[0].id);
     if (replies.length > 1) this.fork = new Fork(event.parent_id, event.message_ids);

@@ -21,12 +21,16 @@ export class ForkSize {
     if (chatId === this.chatId) return;
     this.chatId = chatId;
     this.input.value = String(this.sizes.get(chatId) ?? this.input.min);
+    this.input.dispatchEvent(new Event("input"));  // what follows the number (the fork panel) follows it here too
   }
 
   /** The number a message of the chat `chatId` was sent with (a new chat's first one: under the id it was written
    * with), kept for its next. */
   keep(chatId, size) {
     this.sizes.set(chatId, size);
-    if (chatId === this.chatId) this.input.value = String(size);
+    if (chatId === this.chatId && this.input.value !== String(size)) {
+      this.input.value = String(size);
+      this.input.dispatchEvent(new Event("input"));
+    }
   }
 }

@@ -2,6 +2,7 @@
 // thinking model's), its text, and under it its actions and its statistics' short line (reply_stats.js).
 import { documentChips } from "./documents.js";
 import { copyText, h } from "./dom.js";
+import { variationWords } from "./fork_panel.js";
 import { renderMarkdown } from "./markdown.js";
 import { StatsView } from "./reply_stats.js";
 import { ThinkingBlock } from "./thinking.js";
@@ -15,6 +16,16 @@ export function messageMarkdown(message) {
   const calls = (message.tool_calls ?? []).map((call) =>
     `Calls \`${call.function.name}\`:\n\n\`\`\`json\n${call.function.arguments}\n\`\`\``);
   return [message.content, ...calls].filter(Boolean).join("\n\n");
+}
+
+/** What a fork's reply was asked for, beside who wrote it ("asked: Shorter."; kept: its instruction is a turn of the
+ * chat from there on); null for any other message. */
+function asked(message) {
+  const { variation } = message;
+  if (!variation) return null;
+  const kept = variation.keep && variation.instruction ? " (kept in the chat)" : "";
+  const words = `asked: ${variationWords(variation)}${kept}`;
+  return h("span", { class: "variation", text: words, title: words });
 }
 
 /**
@@ -52,7 +63,8 @@ export class MessageView {
     const pick = card ? h("button", { type: "button", class: "pick", text: "Continue with this reply",
       onclick: () => actions.onPick(this.message.id) }) : null;
     this.element = h("article", { class: `message ${message.role}${card ? " card" : ""}` },
-      h("header", {}, h("span", { class: "role", text: AUTHORS[message.role] }), card ? null : this.switcher),
+      h("header", {}, h("span", { class: "role", text: AUTHORS[message.role] }), asked(message),
+        card ? null : this.switcher),
       documentChips(message.documents, documents), this.thinking.element, this.content,
       h("div", { class: "message-foot" },
         h("span", { class: "actions" }, copy, regenerate, edit, this.continueButton), this.stats.element), pick);

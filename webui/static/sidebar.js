@@ -1,5 +1,7 @@
 // The chat list (newest first), each chat with when it was last active and how many messages it has (chats named
-// alike tell apart by them), with rename and delete; and search results over every chat's messages.
+// alike tell apart by them), where its history is (its warmth: warm, on disk or cold, and about how long its next
+// reply waits for it) and whether it is pinned, with pin, rename and delete; and search results over every chat's
+// messages.
 import { h } from "./dom.js";
 
 const DAY_MS = 24 * 60 * 60 * 1000;
@@ -24,7 +26,23 @@ export function chatAbout(conversation, now = new Date()) {
   return `${chatTime(conversation.updated_at, now)} · ${messages}`;
 }
 
-/** `actions`: onOpen(conversationId, messageId?), onRename(id, title), onDelete(id), onSearch(query). */
+// a chat's warmth at a glance, before the engine's words for it (the terminal's glyphs)
+const WARMTH_GLYPHS = { resident: "●", on_disk: "◐", cold: "○" };
+
+/** "● warm · instant" (null: the engine says nothing of it: a new chat, a remote engine). */
+export function warmthLine(conversation) {
+  const { warmth } = conversation;
+  return warmth ? `${WARMTH_GLYPHS[warmth.state]} ${warmth.summary}` : null;
+}
+
+/** The tokens behind the line, for its tooltip. */
+function warmthDetails(warmth) {
+  return `${warmth.tokens.toLocaleString()} tokens of history: ${warmth.resident_tokens.toLocaleString()} in ` +
+    `memory, ${warmth.on_disk_tokens.toLocaleString()} on disk, ${warmth.cold_tokens.toLocaleString()} to compute`;
+}
+
+/** `actions`: onOpen(conversationId, messageId?), onRename(id, title), onDelete(id), onPin(id, pinned),
+ * onSearch(query). */
 export class Sidebar {
   constructor(list, searchInput, actions) {
     this.list = list;
@@ -65,11 +83,19 @@ export class Sidebar {
   }
 
   chatItem(conversation, current) {
+    const warmth = warmthLine(conversation);
     const open = h("button", { type: "button", class: "open-chat", onclick: () => this.actions.onOpen(conversation.id) },
       h("span", { class: "title", text: conversation.title, title: conversation.title }),
       h("span", { class: "chat-about", text: chatAbout(conversation),
-        title: `Last active ${new Date(conversation.updated_at * 1000).toLocaleString()}` }));
-    const item = h("li", { class: `chat${current ? " current" : ""}` }, open,
+        title: `Last active ${new Date(conversation.updated_at * 1000).toLocaleString()}` }),
+      warmth ? h("span", { class: `chat-warmth ${conversation.warmth.state}`, text: warmth,
+        title: warmthDetails(conversation.warmth) }) : null);
+    const pinned = conversation.pinned;
+    const item = h("li", { class: `chat${current ? " current" : ""}${pinned ? " pinned" : ""}` }, open,
+      h("button", { type: "button", class: "pin", "aria-pressed": String(pinned),
+        title: pinned ? "Unpin: the chat ages as the others" : "Pin: keep this chat warm (its next reply never waits " +
+          "for its history)", "aria-label": pinned ? "Unpin" : "Pin", text: pinned ? "◆" : "◇",
+        onclick: () => this.actions.onPin(conversation.id, !pinned) }),
       h("button", { type: "button", class: "rename", title: "Rename", "aria-label": "Rename", text: "✎",
         onclick: () => this.rename(item, conversation) }),
       h("button", { type: "button", class: "delete", title: "Delete", "aria-label": "Delete", text: "×",

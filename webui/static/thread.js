@@ -60,10 +60,15 @@ export class ThreadView {
       // what the fork sampled at: a reply sampled again (wider, hotter) says its own
       const temperature = fork.ids.map((id) => tree.get(id).stats).find((s) => s?.temperature != null && !s.resampled)
         ?.temperature ?? this.startTemperature;
+      const asked = fork.ids.map((id) => tree.get(id).variation).filter(Boolean);
+      const kept = asked.some((v) => v.keep && v.instruction);
+      const sampling = asked.length
+        ? h("span", { class: "fork-sampling", text: `${fork.ids.length} replies, each asked its own way`,
+          title: `The one you pick goes on ${kept ? "with" : "without"} its instruction` })
+        : h("span", { class: "fork-sampling", text: forkSampling(fork.ids.length, temperature),
+          title: forkTemperatureNote(this.sampling) });
       nodes.push(h("section", { class: "fork", "aria-label": `${fork.ids.length} replies: pick one to continue` },
-        h("p", { class: "fork-hint" },
-          h("span", { class: "fork-sampling", text: forkSampling(fork.ids.length, temperature),
-            title: forkTemperatureNote(this.sampling) }), " — pick one to continue"),
+        h("p", { class: "fork-hint" }, sampling, " — pick one to continue"),
         h("div", { class: "cards" }, ...cards)));
     }
     const atBottom = this.atBottom();

@@ -2,9 +2,9 @@
 
 A hypothesis state machine drives the real Scheduler over a KVCacheManager (admission with prefix hits,
 chunked prefills within a token budget, decodes with drafts kept in part and rolled back, preemptions when blocks
-run out, forks, frees) while it simulates the KV memory itself: every slot holds the whole token prefix its key
-and value were computed from, so a prefix hit or a copy-on-write that hands a sequence the wrong memory, or a
-rejected draft token's K and V found by hash, shows up as an unreadable token.
+run out, forks, frees, pins that move on and go) while it simulates the KV memory itself: every slot holds the whole
+token prefix its key and value were computed from, so a prefix hit or a copy-on-write that hands a sequence the wrong
+memory, or a rejected draft token's K and V found by hash, shows up as an unreadable token.
 """
 
 import torch
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from localchat.engine.core.block_pool import BlockPool, hash_block
-from localchat.engine.core.kv_cache_manager import KVCacheConfig, KVCacheManager, PrefixHit
+from localchat.engine.core.kv_cache_manager import KVCacheConfig, KVCacheManager, PinRefused, PrefixHit
 from localchat.engine.core.scheduler import ScheduledBatch, Scheduler
 from localchat.engine.core.sequence import Sequence, SequenceStatus
 from localchat.engine.core.step_outputs import LogitRows
@@ -47,6 +47,7 @@ def snapshot(kv: KVCacheManager, seqs: list[Sequence]) -> tuple:
     return (
         [(b.ref_count, b.hash, b.token_ids) for b in pool.blocks],
         list(pool.free_queue),
+        list(pool.pinned_free),
         dict(pool.cached),
         set(pool.never_used),
         list(pool.first_used),
@@ -125,13 +126,16 @@ class SchedulerMachine(RuleBasedStateMachine):
                 self.mem[self.slot(block_id, pos % self.bs)] = tuple(tokens[: pos + 1])
 
     def finish(self, seq: Sequence) -> None:
-        """scheduler.finish, checked: the cached blocks it frees join the back of the free queue, tail first."""
+        """scheduler.finish, checked: the cached blocks it frees join the back of their free queue (the pinned one if
+        a pin keeps them), tail first."""
         table = list(seq.block_table)
         self.scheduler.finish(seq, "stop")
         assert seq.block_table == [] and seq.num_computed_tokens == 0
         pool = self.kv.pool
-        freed = [b for b in reversed(table) if pool.blocks[b].ref_count == 0 and pool.blocks[b].hash is not None]
-        assert list(pool.free_queue)[len(pool.free_queue) - len(freed):] == freed
+        for queue in (pool.free_queue, pool.pinned_free):
+            freed = [b for b in reversed(table) if pool.blocks[b].ref_count == 0 and pool.blocks[b].hash is not None
+                     and b in queue]
+            assert list(queue)[len(queue) - len(freed):] == freed
         self.history.append(list(seq.token_ids))
 
     # ---- rules ---------------------------------------------------------------------------------------
@@ -215,6 +219,24 @@ class SchedulerMachine(RuleBasedStateMachine):
         running = self.scheduler.running
         self.scheduler.preempt(running[data.draw(st.integers(0, len(running) - 1), label="preempted")])
 
+    @precondition(lambda self: self.history)
+    @rule(data=st.data(), key=st.sampled_from(["a", "b", "c"]))
+    def pin_a_chat(self, data: st.DataObject, key: str) -> None:
+        """Pin a finished sequence's tokens (or a part of them) under a key, in place of its earlier pin, or unpin it;
+        over the budget the pin is refused and nothing changes."""
+        tokens = data.draw(st.sampled_from(self.history), label="pinned chat")
+        tokens = tokens[: data.draw(st.integers(0, len(tokens)), label="pinned part")]
+        if not tokens:
+            self.scheduler.unpin(key)
+            return
+        before = (dict(self.kv.pins), dict(self.kv.pool.pins), dict(self.kv.pool.partial_pins))
+        try:
+            self.scheduler.pin(key, tokens)
+        except PinRefused:
+            assert (dict(self.kv.pins), dict(self.kv.pool.pins), dict(self.kv.pool.partial_pins)) == before
+            return
+        assert self.kv.pins[key].hashes == tuple(chain_hashes(self.kv.pool, tokens, self.bs))
+
     @rule(really=st.integers(0, 4))
     def reset_prefix_cache(self, really: int) -> None:
         """Forget every cached prefix (now and then): blocks in use keep their memory, nothing is a hit."""
@@ -237,12 +259,34 @@ class SchedulerMachine(RuleBasedStateMachine):
             for b in seq.block_table:
                 owners[b] += 1
         assert [b.ref_count for b in pool.blocks] == owners
-        assert len(pool.free_queue) == len(set(pool.free_queue))
-        assert set(pool.free_queue) == {i for i, n in enumerate(owners) if n == 0}
+        free = list(pool.free_queue) + list(pool.pinned_free)
+        assert len(free) == len(set(free))
+        assert set(free) == {i for i, n in enumerate(owners) if n == 0}
         assert pool.num_used + pool.num_free == self.num_blocks
         assert pool.num_used == sum(1 for n in owners if n > 0)
-        assert pool.num_cached_free == sum(1 for b in pool.free_queue if pool.blocks[b].hash is not None)
+        assert pool.num_cached_free == sum(1 for b in free if pool.blocks[b].hash is not None)
         assert self.kv.pending_copies == []
+
+    @invariant()
+    def pinned_blocks_wait_in_their_own_queue(self) -> None:
+        """A free block is in the pinned queue exactly when a pin keeps its content; the pool counts each key's pins
+        and holds the keys the manager's pins name; the pins stay within their budget."""
+        pool = self.kv.pool
+        for b in pool.free_queue:
+            block = pool.blocks[b]
+            assert block.hash not in pool.pins and (block.hash is not None or block.partial_after not in
+                                                    pool.partial_pins)
+        for b in pool.pinned_free:
+            block = pool.blocks[b]
+            assert block.hash in pool.pins if block.hash is not None else block.partial_after in pool.partial_pins
+        counts, partial_counts = {}, {}
+        for pin in self.kv.pins.values():
+            for h in pin.hashes:
+                counts[h] = counts.get(h, 0) + 1
+            if pin.partial_after is not None:
+                partial_counts[pin.partial_after] = partial_counts.get(pin.partial_after, 0) + 1
+        assert pool.pins == counts and pool.partial_pins == partial_counts
+        assert pool.num_pinned <= self.kv.pin_limit
 
     @invariant()
     def free_queue_puts_cached_blocks_last(self) -> None:
@@ -251,6 +295,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         pool = self.kv.pool
         kept = [pool.blocks[b].hash is not None or pool.blocks[b].partial_after is not None for b in pool.free_queue]
         assert kept == sorted(kept), "a block holding nothing is queued behind a cached or kept partial one"
+        assert all(pool.blocks[b].hash is not None or pool.blocks[b].partial_after is not None
+                   for b in pool.pinned_free), "a block holding nothing is kept by a pin"
 
     @invariant()
     def kept_partial_blocks_hold_their_tokens(self) -> None:
@@ -308,8 +354,11 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.finish(seq)
         pool = self.kv.pool
         assert all(b.ref_count == 0 for b in pool.blocks)
-        assert sorted(pool.free_queue) == list(range(self.num_blocks))
+        assert sorted([*pool.free_queue, *pool.pinned_free]) == list(range(self.num_blocks))
         assert pool.num_free == self.num_blocks and pool.num_used == 0
+        for key in list(self.kv.pins):
+            self.scheduler.unpin(key)
+        assert not pool.pinned_free and not pool.pins and not pool.partial_pins
 
 
 SchedulerMachine.TestCase.settings = settings(

@@ -134,3 +134,13 @@ def test_forks_that_keep_little_of_their_drafts_decode_without_them_and_a_reply_
     assert forks.schedule().drafts == [[]] * 8  # 54% < the 62% eight replies need
     alone, _ = running(1)
     assert alone.schedule().drafts[0] != []  # alone, a sixth pays
+
+
+def test_the_prefill_cost_is_fitted_from_the_steps_that_prefill_and_predicts_a_prompts_time():
+    pace = StepPace(decode_target_s=0.2, limit_s=1.0)
+    assert pace.prefill_s(100) is None  # nothing measured
+    pace.observe(ScheduledBatch([None], [200], [], []), 0.05 + 0.002 * 200)
+    assert abs(pace.prefill_s(100) - 0.45 / 200 * 100) < 1e-9  # one size seen: the time per token
+    for tokens in [64, 128, 300, 32, 500, 200] * 3:
+        pace.observe(ScheduledBatch([None], [tokens], [], []), 0.05 + 0.002 * tokens)
+    assert abs(pace.prefill_s(1000) - (0.05 + 2.0)) < 1e-6  # a step's fixed 50 ms and 2 ms a token

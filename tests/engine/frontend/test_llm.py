@@ -77,9 +77,10 @@ def test_greedy_mixed_batch_matches_transformers(llm, prompts, reference):
     llm.engine.reset_prefix_cache()
     outs = llm.generate(prompts, GREEDY)
     assert [o.outputs[0].token_ids for o in outs] == reference
-    # cold: the first prompt finds nothing (the others may find the system prompt the first one computed, in the
-    # steps of bounded size that admit them)
-    assert outs[0].num_cached_tokens == 0
+    # the prompts start alike (the template's default system prompt): the first computes that start, the others wait
+    # for its full blocks and find them cached (prompts that share a prefix and arrive together compute it once)
+    shared = next(i for i, tokens in enumerate(zip(*prompts)) if len(set(tokens)) > 1) // 16 * 16
+    assert shared > 0 and [o.num_cached_tokens for o in outs] == [0] + [shared] * (len(prompts) - 1)
 
 
 def test_greedy_with_warm_prefix_cache_matches_transformers(llm, prompts, reference):
