@@ -29,11 +29,14 @@ class Sampler:
             if penalized is logits and any(params[i].logprobs is not None for i in constrained):
                 penalized = logits.clone()  # masked in place below; logprobs are of the raw logits
             apply_grammars(penalized, rows, constrained)
-        tokens = penalized.argmax(dim=-1)
         sampled = [i for i, p in enumerate(params) if not p.greedy]
+        if len(sampled) < len(rows):
+            tokens = penalized.argmax(dim=-1)
+        else:  # every row is sampled: no greedy row needs an argmax over its vocabulary
+            tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
         if sampled:
             index = torch.tensor(sampled, device=logits.device)
-            tokens[index] = _sample(penalized[index], [rows[i] for i in sampled])
+            tokens[index] = _sample(_rows(penalized, sampled), [rows[i] for i in sampled])
         token_ids = tokens.tolist()
         return SamplerOutput(token_ids, _logprobs(logits, token_ids, params))
 
@@ -92,14 +95,19 @@ def _sample(logits: torch.Tensor, rows: Sequence[SampleRow]) -> torch.Tensor:
     narrowed = [i for i, p in enumerate(params) if p.top_k or p.top_p < 1.0]
     if narrowed:
         index = torch.tensor(narrowed, device=device)
-        picked, fits = _sample_candidates(logits[index], u[index], [params[i] for i in narrowed])
+        picked, fits = _sample_candidates(_rows(logits, narrowed), _rows(u, narrowed), [params[i] for i in narrowed])
         tokens[index[fits]] = picked[fits]
         fitted = {narrowed[j] for j in fits.nonzero().flatten().tolist()}
         whole = [i for i in whole if i not in fitted]
     if whole:
         index = torch.tensor(whole, device=device)
-        tokens[index] = _sample_vocabulary(logits[index], u[index], [params[i] for i in whole])
+        tokens[index] = _sample_vocabulary(_rows(logits, whole), _rows(u, whole), [params[i] for i in whole])
     return tokens
+
+
+def _rows(x: torch.Tensor, index: list[int]) -> torch.Tensor:
+    """Rows `index` of x; x itself where they are all of its rows in order (a fork's: no copy of its logits)."""
+    return x if index == list(range(len(x))) else x[torch.tensor(index, device=x.device)]
 
 
 _MASK = 2**64 - 1

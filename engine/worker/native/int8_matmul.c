@@ -23,12 +23,13 @@
    rows beside it.
 
    The work: the rows of x a chunk at a time (M_CHUNK: their codes stay in cache), the panels split among the
-   threads, each panel's rows a tile at a time (MR rows by the panel's 16 lanes, every float sum in a register).
+   threads, each panel's rows a tile at a time (MR rows by the panel's 16 lanes).
    AVX-512 holds a panel's lanes in one zmm register and tiles of 8 rows. AVX2 holds them as two halves of 8 (the
-   first and the last 32 bytes of every 64, the first and the last 8 of every 16 scales) and tiles of 4 rows, each
-   broadcast of 4 activation codes meeting both halves; vpmaddubsw's pair sums of 4- and 6-bit products are added
-   in int16 as far as they cannot overflow, then widened by vpmaddwd. Where a chunk holds more than one tile, AVX2
-   first unpacks a 4- or 6-bit panel's codes into bytes laid out as 8-bit codes are, once for all its tiles. */
+   first and the last 32 bytes of every 64, the first and the last 8 of every 16 scales) and tiles of up to 8 rows,
+   each broadcast of 4 activation codes meeting both halves; vpmaddubsw's pair sums of 4- and 6-bit products are
+   added in int16 as far as they cannot overflow, then widened by vpmaddwd. Where a chunk holds more than
+   UNPACK_ROWS rows (a prompt's), AVX2 first unpacks a 4- or 6-bit panel's codes into bytes laid out as 8-bit codes
+   are, once for all its tiles of 4 rows. */
 
 #include <math.h>
 #include <stdint.h>
@@ -198,7 +199,14 @@ static void panel_rows(const int8_t *a, const float *t, const float *t_sum, cons
 
 #else  /* AVX2: a panel's 16 lanes as two halves of 8 */
 
-#define MR 4  /* rows of x per tile: 8 int sums, 4 vectors of codes and a broadcast in 16 ymm registers */
+/* Rows of x per tile over the codes as stored. A tile's 16 int sums and 16 float sums do not all fit the 16 ymm
+   registers, and GCC keeps some in L1; its codes are unpacked from nibbles once for its 8 rows. On the EPYC (Zen 3)
+   a thread's 4-bit product of 8 rows (a fork's decode step) went from 25 multiply-adds a cycle with tiles of 4 over a
+   panel unpacked once to 31 (6 bits: 15 to 20.5), against a bound of about 39 there (vpmaddubsw, vpmaddwd, the
+   conversions and the float multiply-adds share two of the four vector pipes). */
+#define MR 8
+#define UNPACK_ROWS 32  /* rows of a chunk past which its 4- and 6-bit panels are unpacked once: tiles of 4 rows */
+#define UNPACKED_MR 4
 
 /* Codes read straight from the panels (a decode's few rows) are asked for this many groups ahead: on the 2-core
    EPYC (Zen 3) a thread's stream of 4-, 6- and 8-bit panels went from 12-16 GB/s with the hardware's prefetchers
@@ -358,18 +366,22 @@ static inline __attribute__((always_inline)) void panel_tile(TILE_PARAMS, int ro
     }
 }
 
-#define TILES(NAME, ...) TILES_UP_TO_4(NAME, __VA_ARGS__) \
+#define TILES(NAME, ...) TILES_UP_TO_4(NAME, __VA_ARGS__) TILE(NAME, 5, __VA_ARGS__) TILE(NAME, 6, __VA_ARGS__) \
+    TILE(NAME, 7, __VA_ARGS__) TILE(NAME, 8, __VA_ARGS__) \
     static const tile_fn TILES_##NAME[MR + 1] = {0, tile_##NAME##_1, tile_##NAME##_2, tile_##NAME##_3, \
-                                                 tile_##NAME##_4};
+        tile_##NAME##_4, tile_##NAME##_5, tile_##NAME##_6, tile_##NAME##_7, tile_##NAME##_8};
+#define UNPACKED_TILES(NAME, ...) TILES_UP_TO_4(NAME, __VA_ARGS__) \
+    static const tile_fn TILES_##NAME[UNPACKED_MR + 1] = {0, tile_##NAME##_1, tile_##NAME##_2, tile_##NAME##_3, \
+                                                          tile_##NAME##_4};
 TILES(4, 4, 0)
 TILES(6, 6, 0)
 TILES(8, 8, 0)
-TILES(4_unpacked, 4, 1)
-TILES(6_unpacked, 6, 1)
+UNPACKED_TILES(4_unpacked, 4, 1)
+UNPACKED_TILES(6_unpacked, 6, 1)
 
-/* 4- and 6-bit panels are unpacked once for all the tiles of more than one tile's rows: bytes for their codes */
+/* 4- and 6-bit panels are unpacked once for all the tiles of more than UNPACK_ROWS rows: bytes for their codes */
 static inline int64_t scratch_bytes(int bits, int64_t K, int64_t rows) {
-    return bits != 8 && rows > MR ? (K / GROUP) * group_bytes(8) : 0;
+    return bits != 8 && rows > UNPACK_ROWS ? (K / GROUP) * group_bytes(8) : 0;
 }
 
 /* A panel's codes as bytes in the 8-bit layout, each group's scales after them as they were */
@@ -396,7 +408,7 @@ static void panel_rows(const int8_t *a, const float *t, const float *t_sum, cons
         tiles = bits == 4 ? TILES_4_unpacked : TILES_6_unpacked;
         panel = scratch;
     }
-    tile_rows(tiles, MR, a, t, t_sum, t_halves, K, m0, m1, panel, y, N, n0, passes);
+    tile_rows(tiles, scratch != 0 ? UNPACKED_MR : MR, a, t, t_sum, t_halves, K, m0, m1, panel, y, N, n0, passes);
 }
 
 #endif
