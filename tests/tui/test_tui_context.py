@@ -18,6 +18,7 @@ from tui_pilot import chat_screen, open_settings, reply_written, screen_of, show
 from localchat.app.client.engine_client import EngineError
 from localchat.app.protocol.conversations import ContextUse, SamplingSettings
 from localchat.tui.app import LocalChatApp
+from localchat.tui.chat.news import ChatsChanged
 from localchat.tui.context_budget import branch_use, gauge_text, tokens_text
 from localchat.tui.screens.attach import AttachScreen, path_completions, typed_path
 from localchat.tui.screens.chat import ChatScreen
@@ -159,7 +160,7 @@ async def test_a_click_on_the_warning_gauge_summarizes_and_a_deleted_origin_is_n
         await pilot.click("#context-gauge")
         await chat_screen(pilot, "c_sum1")
         del engine.conversations["c_long"], engine.messages["c_long"]
-        screen.load_chats()
+        screen.post_message(ChatsChanged())  # the chat list read again
         await wait_until(pilot, lambda: links(screen) == ["↰ Started from a summary of a deleted chat"])
         await pilot.press("ctrl+l")  # nothing to open
         await pilot.pause()
@@ -199,7 +200,7 @@ async def test_a_refused_message_goes_back_into_the_message_box(tmp_path):
         screen = await long_chat(pilot)
         await pilot.press(*"One more question", "enter")
         await wait_until(pilot, lambda: screen.composer.text == "One more question", what="the text back")
-        assert not screen.writing and len(screen.view.views) == 10
+        assert not screen.replies.writing and len(screen.view.views) == 10
         refusal = [n for n in pilot.app._notifications if n.title == "The engine refused"]
         assert refusal and "context_overflow" in refusal[0].message
 
