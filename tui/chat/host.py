@@ -1,12 +1,12 @@
-"""What the chat screen's parts may use of it (ChatHost), and the one way they get the open chat as stored
-(stored_chat): a new chat is created by its first message or its settings."""
+"""What the chat screen's parts may use of it: the chat session, the message box, the branch on screen, and what it
+does for them: show the branch, open a chat, store the open one (a new chat is created by its first message or its
+settings)."""
 
 from collections.abc import Sequence
 from typing import Protocol
 
 from textual.widget import Widget
 
-from localchat.app.client.engine_client import EngineClient
 from localchat.app.protocol.conversations import Conversation
 from localchat.tui.chat_session import ChatSession
 from localchat.tui.widgets.composer import Composer
@@ -26,17 +26,6 @@ class ChatHost(Protocol):
         """Open a stored chat (selected in the chat list), on the branch through `message_id` (then remembered as its
         active one), else on the one it showed last."""
 
-
-async def stored_chat(client: EngineClient, host: ChatHost, documents: Sequence[str] = ()) -> Conversation:
-    """The open chat as stored: a new one is created (with `documents`, ids, to start with) and opened; one without
-    messages given `documents` takes them on and is opened again."""
-    conversation = host.session.conversation
-    if conversation is None:
-        conversation = await client.create_conversation(documents=list(documents))
-    elif documents:
-        conversation = await client.update_conversation(conversation.id,
-                                                        documents=[*conversation.documents, *documents])
-    else:
-        return conversation
-    await host.open_chat(conversation.id)
-    return host.session.conversation
+    async def stored_chat(self, documents: Sequence[str] = ()) -> Conversation:
+        """The open chat as stored: a new one is created (with `documents`, ids, to start with: its first message or
+        its settings create it), one without messages given `documents` takes them on."""

@@ -39,8 +39,10 @@ class LongChats(Widget):
         """The chats as the chat list shows them now (the links name them)."""
         self.chat_titles = {conversation.id: conversation.title for conversation in conversations}
 
-    def know_limit(self, limit: int) -> None:
-        self.context_limit = limit
+    def know_limit(self, limit: int | None) -> None:
+        """The model's context, as a reply's stats say it (None: they do not say; what was known stays)."""
+        if limit is not None:
+            self.context_limit = limit
 
     async def show_context(self, documents: list[Document]) -> None:
         """The gauge of the use of the context by the branch on screen (none in a new chat; documents: the chat's

@@ -18,10 +18,11 @@ class ChatsChanged(Message):
 
 @dataclass
 class ContextLimitKnown(Message):
-    """A reply on screen was stored, and its stats say how long the model's context is: the gauge shows the branch's
-    use of it again (the reply changed it)."""
+    """A reply on screen was stored, with what its stats say of the model's context: how long it is (None: they do
+    not say, as a remote engine's). The gauge and the divider where the prompt was cut are shown again: the reply
+    changed the branch's use of the context."""
 
-    limit: int
+    limit: int | None
 
 
 @dataclass

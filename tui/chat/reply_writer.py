@@ -14,7 +14,7 @@ from textual.widget import Widget
 from localchat.app.client.engine_client import EngineClient, EngineError
 from localchat.app.protocol.conversations import Message, StreamEvent, Variation
 from localchat.app.protocol.documents import Document
-from localchat.tui.chat.host import ChatHost, stored_chat
+from localchat.tui.chat.host import ChatHost
 from localchat.tui.chat.keys import key_of
 from localchat.tui.chat.news import ChatsChanged, ContextLimitKnown, ModelNamed
 from localchat.tui.chat_session import BranchShown, Failed, RepliesStarted, ReplyFinished, TextAdded, ThinkingAdded
@@ -128,11 +128,11 @@ class ReplyWriter(Widget):
         host, streamed = self.host, False
         try:
             if documents and not host.session.tree.messages:  # a chat without messages starts with them
-                conversation = await stored_chat(self.client, host, [document.id for document in documents])
+                conversation = await host.stored_chat([document.id for document in documents])
                 await self.attached.take_off(documents)
                 documents = []
             else:
-                conversation = await stored_chat(self.client, host)
+                conversation = await host.stored_chat()
             first_exchange = not any(m.role == "assistant" for m in host.session.tree.messages.values())
             self.generating_in = conversation.id
             self.refresh_bindings()  # Stop shows, ←/→ hide
@@ -210,8 +210,7 @@ class ReplyWriter(Widget):
         elif (writer := self.writer(message.id)) is not None:
             await writer.finish(message)
             self.host.view.show_positions(self.host.session.tree)
-            if message.stats is not None and message.stats.context_limit is not None:
-                self.post_message(ContextLimitKnown(message.stats.context_limit))
+            self.post_message(ContextLimitKnown(message.stats and message.stats.context_limit))
 
     def writer(self, message_id: str):
         """Where a reply being written is shown: its card in the N-reply picker, else its message on screen."""

@@ -4,7 +4,7 @@ them), saved to the engine and to the session, and the number of replies a fork 
 from textual.widget import Widget
 
 from localchat.app.client.engine_client import EngineClient
-from localchat.tui.chat.host import ChatHost, stored_chat
+from localchat.tui.chat.host import ChatHost
 from localchat.tui.engine_work import engine_work
 from localchat.tui.screens.settings import SettingsScreen
 
@@ -31,7 +31,7 @@ class SettingsControl(Widget):
     @engine_work()
     async def edit(self, thinking: bool) -> None:
         """thinking: the model thinks (its settings for that are shown)."""
-        conversation = await stored_chat(self.client, self.host)
+        conversation = await self.host.stored_chat()
         limits = await self.client.limits()
         choice = await self.app.push_screen_wait(SettingsScreen(conversation, self.n_of(conversation.id), limits,
                                                                 thinking=thinking))

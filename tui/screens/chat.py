@@ -9,6 +9,7 @@ must learn with a typed message (tui/chat/news.py), which the screen hands down.
 user: text typed anywhere goes to the message box."""
 
 import asyncio
+from collections.abc import Sequence
 
 from textual import events, on
 from textual.app import ComposeResult
@@ -17,6 +18,7 @@ from textual.screen import Screen
 from textual.widgets import Input, Static, TextArea
 
 from localchat.app.client.engine_client import EngineClient
+from localchat.app.protocol.conversations import Conversation
 from localchat.tui.chat.branch_navigation import BranchNavigation
 from localchat.tui.chat.chat_documents import ChatDocuments
 from localchat.tui.chat.chat_export import ChatExport
@@ -131,8 +133,8 @@ class ChatScreen(Screen):
 
     async def open_chat(self, conversation_id: str, message_id: str | None = None, restoring: bool = False) -> None:
         """A stored chat, on the branch through `message_id` (then remembered as its active one), else on its shown
-        one; selected in the chat list (read again where it is not there yet). restoring: the last chat, opened at
-        start, which is not opened once the user has begun on another."""
+        one, selected in the chat list. restoring: the last chat, opened at start, which is not opened once the user
+        has begun on another."""
         if not restoring:
             self.session.stay()
         self.branches.forget_back()
@@ -143,12 +145,28 @@ class ChatScreen(Screen):
         self.session.open(tree, message_id)
         self.long_chats.opened(tree)
         self.documents.opened(tree)
-        if not self.chat_list.select(conversation_id):  # not in the list yet (just created): it is read again
-            self.post_message(ChatsChanged())
+        if not restoring:
+            self.chat_list.select(conversation_id)
         await self.show_chat()
         self.model.note_other_model()
         if message_id is not None:
             await self.client.update_conversation(conversation_id, active_leaf=self.session.leaf)
+
+    async def stored_chat(self, documents: Sequence[str] = ()) -> Conversation:
+        """The open chat as stored: a new one is created (with `documents`, ids, to start with), one without messages
+        given `documents` takes them on; shown, and the chat list read again."""
+        conversation = self.session.conversation
+        if conversation is None:
+            self.session.stay()
+            self.session.new_chat(await self.client.create_conversation(documents=list(documents)))
+        elif documents:
+            self.session.update(await self.client.update_conversation(
+                conversation.id, documents=[*conversation.documents, *documents]))
+        else:
+            return conversation
+        await self.show_chat()
+        self.post_message(ChatsChanged())
+        return self.session.conversation
 
     @on(ChatRecord.Deleted)
     def action_new_chat(self) -> None:

@@ -40,11 +40,10 @@ class ChatList(ListView):
         await self.extend(ChatItem(conversation) for conversation in conversations)
         self.select(current)
 
-    def select(self, conversation_id: str | None) -> bool:
-        """Highlight the chat (None, or one the list does not show yet: none); whether the list shows it."""
+    def select(self, conversation_id: str | None) -> None:
+        """Highlight the chat (None, or one the list does not show yet: none)."""
         ids = [item.conversation.id for item in self.query_children(ChatItem)]
         self.index = ids.index(conversation_id) if conversation_id in ids else None
-        return self.index is not None
 
     def on_list_view_selected(self, event: ListView.Selected) -> None:
         event.stop()
