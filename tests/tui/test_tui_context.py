@@ -82,13 +82,16 @@ def test_the_terminal_and_the_browser_write_a_count_alike():
 
 @pytest.mark.asyncio
 async def test_the_gauge_shows_the_branchs_use_and_warns_near_the_edge_once(tmp_path):
-    async with app_with(FakeEngine(long_chat=True), tmp_path).run_test(size=SMALL) as pilot:
+    app = app_with(FakeEngine(long_chat=True), tmp_path)
+    warnings, notify = [], app.notify  # every warning said (the app's list drops those gone from screen)
+    app.notify = lambda message, **options: (options.get("title") == "Context" and warnings.append(message),
+                                             notify(message, **options))
+    async with app.run_test(size=SMALL) as pilot:
         screen = await long_chat(pilot)
         await wait_until(pilot, lambda: gauge(screen) == "⚠ 6.8k / 8k · f5 summarize", what="the warning")
         assert screen.gauge.has_class("-near-limit") and screen.gauge.region.right == SMALL[0]
         assert "f5: a new chat that starts from a summary" in screen.gauge.tooltip
-        warnings = [n for n in pilot.app._notifications if n.title == "Context"]
-        assert len(warnings) == 1 and "6.8k / 8k of the model's context" in warnings[0].message
+        assert len(warnings) == 1 and "6.8k / 8k of the model's context" in warnings[0]
 
         await pilot.press("ctrl+b")  # the chat list, hidden at 80 columns
         await wait_until(pilot, lambda: screen.query_one("#chats").region.width, what="the chat list")
@@ -99,7 +102,7 @@ async def test_the_gauge_shows_the_branchs_use_and_warns_near_the_edge_once(tmp_
         await pilot.click("#chats", offset=(2, 0))
         await long_chat(pilot)
         await wait_until(pilot, lambda: screen.gauge.has_class("-near-limit"))
-        assert len([n for n in pilot.app._notifications if n.title == "Context"]) == 1  # said once per chat
+        assert len(warnings) == 1  # said once per chat
 
 
 @pytest.mark.asyncio
