@@ -99,6 +99,19 @@ class ChatSession:
         self.tree = MessageTree()
         self.leaf: str | None = None
         self.fork: Fork | None = None
+        # the last chat is still to be opened (at start): True until it is, or until the user begins on another one
+        # (sends from the empty chat, opens or begins one), which it must not replace
+        self.restoring = True
+
+    def stay(self) -> None:
+        """The user began on the chat shown, or on another: the last chat, opened at start, no longer replaces it."""
+        self.restoring = False
+
+    def update(self, conversation: Conversation) -> None:
+        """The open chat as stored now (renamed, named by the model, pinned, its settings saved); the same chat's
+        messages and branch stay. Another chat than the open one changes nothing."""
+        if self.conversation is not None and self.conversation.id == conversation.id:
+            self.conversation = conversation
 
     # --- which branch is shown ---
 

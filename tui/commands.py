@@ -2,6 +2,7 @@
 
 from functools import partial
 
+from textual.actions import parse
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 
@@ -19,9 +20,10 @@ class ChatCommands(Provider):
                 if "focus_message" not in binding.action and self.available(binding.action)]
 
     def available(self, action: str) -> bool:
-        """The chat screen's check_action does not turn it off now (a message's key, "screen.edit", included)."""
-        name = action.removeprefix("screen.").split("(")[0]
-        return self.screen.check_action(name, ()) is not False
+        """The chat screen's check_action does not turn it off now (a message's key, "screen.message_key('edit')",
+        included)."""
+        _, name, parameters = parse(action)
+        return self.screen.check_action(name, parameters) is not False
 
     async def discover(self) -> Hits:
         for description, action in self.commands():

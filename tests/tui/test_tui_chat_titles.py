@@ -32,7 +32,7 @@ async def test_the_model_names_a_chat_after_its_first_reply_while_typing_goes_on
         await reply_written(pilot, screen)
         # the reply is written and the title is not: the first words name the chat, and the box takes a message
         await wait_until(pilot, lambda: engine.named and titles(screen)[0] == QUESTION, what="the first words")
-        assert not screen.writing and screen.sub_title == QUESTION
+        assert not screen.replies.writing and screen.sub_title == QUESTION
         await pilot.press("a", "b")
         assert screen.composer.text == "ab"
         engine.title_hold.set()

@@ -18,6 +18,7 @@ from tui_pilot import chat_screen, open_settings, reply_written, screen_of, show
 from localchat.app.client.engine_client import EngineError
 from localchat.app.protocol.conversations import ContextUse, SamplingSettings
 from localchat.tui.app import LocalChatApp
+from localchat.tui.chat.news import ChatsChanged
 from localchat.tui.context_budget import branch_use, gauge_text, tokens_text
 from localchat.tui.screens.attach import AttachScreen, path_completions, typed_path
 from localchat.tui.screens.chat import ChatScreen
@@ -81,13 +82,16 @@ def test_the_terminal_and_the_browser_write_a_count_alike():
 
 @pytest.mark.asyncio
 async def test_the_gauge_shows_the_branchs_use_and_warns_near_the_edge_once(tmp_path):
-    async with app_with(FakeEngine(long_chat=True), tmp_path).run_test(size=SMALL) as pilot:
+    app = app_with(FakeEngine(long_chat=True), tmp_path)
+    warnings, notify = [], app.notify  # every warning said (the app's list drops those gone from screen)
+    app.notify = lambda message, **options: (options.get("title") == "Context" and warnings.append(message),
+                                             notify(message, **options))
+    async with app.run_test(size=SMALL) as pilot:
         screen = await long_chat(pilot)
         await wait_until(pilot, lambda: gauge(screen) == "⚠ 6.8k / 8k · f5 summarize", what="the warning")
         assert screen.gauge.has_class("-near-limit") and screen.gauge.region.right == SMALL[0]
         assert "f5: a new chat that starts from a summary" in screen.gauge.tooltip
-        warnings = [n for n in pilot.app._notifications if n.title == "Context"]
-        assert len(warnings) == 1 and "6.8k / 8k of the model's context" in warnings[0].message
+        assert len(warnings) == 1 and "6.8k / 8k of the model's context" in warnings[0]
 
         await pilot.press("ctrl+b")  # the chat list, hidden at 80 columns
         await wait_until(pilot, lambda: screen.query_one("#chats").region.width, what="the chat list")
@@ -98,7 +102,7 @@ async def test_the_gauge_shows_the_branchs_use_and_warns_near_the_edge_once(tmp_
         await pilot.click("#chats", offset=(2, 0))
         await long_chat(pilot)
         await wait_until(pilot, lambda: screen.gauge.has_class("-near-limit"))
-        assert len([n for n in pilot.app._notifications if n.title == "Context"]) == 1  # said once per chat
+        assert len(warnings) == 1  # said once per chat
 
 
 @pytest.mark.asyncio
@@ -159,7 +163,7 @@ async def test_a_click_on_the_warning_gauge_summarizes_and_a_deleted_origin_is_n
         await pilot.click("#context-gauge")
         await chat_screen(pilot, "c_sum1")
         del engine.conversations["c_long"], engine.messages["c_long"]
-        screen.load_chats()
+        screen.post_message(ChatsChanged())  # the chat list read again
         await wait_until(pilot, lambda: links(screen) == ["↰ Started from a summary of a deleted chat"])
         await pilot.press("ctrl+l")  # nothing to open
         await pilot.pause()
@@ -199,7 +203,7 @@ async def test_a_refused_message_goes_back_into_the_message_box(tmp_path):
         screen = await long_chat(pilot)
         await pilot.press(*"One more question", "enter")
         await wait_until(pilot, lambda: screen.composer.text == "One more question", what="the text back")
-        assert not screen.writing and len(screen.view.views) == 10
+        assert not screen.replies.writing and len(screen.view.views) == 10
         refusal = [n for n in pilot.app._notifications if n.title == "The engine refused"]
         assert refusal and "context_overflow" in refusal[0].message
 

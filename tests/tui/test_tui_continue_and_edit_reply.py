@@ -34,8 +34,8 @@ async def test_ctrl_d_continues_a_reply_cut_at_max_tokens_in_place(tmp_path, siz
         assert screen.focused is last
         await footer_shows(pilot, screen, "^d Continue")
         await pilot.press("ctrl+d")
-        await wait_until(pilot, lambda: engine.continued and not screen.writing and last.message.stats.cached_tokens
-                         != 80, what="the reply continued")
+        await wait_until(pilot, lambda: engine.continued and not screen.replies.writing
+                         and last.message.stats.cached_tokens != 80, what="the reply continued")
         assert engine.continued == ["m_a3"]
         assert [view.message.id for view in screen.view.views] == ["m_u1", "m_a2", "m_u2", "m_a3"]
         assert screen.view.views[-1] is last and last.message.content == f"{before} {CONTINUED}"
@@ -58,7 +58,7 @@ async def test_ctrl_e_on_a_reply_saves_the_edit_as_a_branch_to_go_on_from(tmp_pa
         assert dialog.box.text == reply.message.content
         dialog.box.text = "Use `sorted()`, which returns a new list."
         await pilot.press("enter")
-        await wait_until(pilot, lambda: engine.edited and not screen.writing and len(screen.view.views) == 2,
+        await wait_until(pilot, lambda: engine.edited and not screen.replies.writing and len(screen.view.views) == 2,
                          what="the edited reply shown")
         assert engine.edited == [("m_a2", "Use `sorted()`, which returns a new list.")]
         edited = engine.messages["c_sort"][-1]

@@ -37,7 +37,7 @@ async def test_edit_starts_at_the_end_and_enter_sends(tmp_path, size):
         await pilot.press("home", "end", "space", "b", "y", "ctrl+j", "k", "e", "y")
         assert dialog.box.text == f"{QUESTION} by\nkey"
         await pilot.press("enter")
-        await wait_until(pilot, lambda: pilot.app.screen is screen and not screen.writing, what="the edit sent")
+        await wait_until(pilot, lambda: pilot.app.screen is screen and not screen.replies.writing, what="the edit sent")
         assert screen.focused is screen.composer
         assert engine.edited == [("m_u1", f"{QUESTION} by\nkey")]
         assert switcher_text(screen.view.views[0]) == "‹ 2/2 ›"  # beside the old message
@@ -50,7 +50,7 @@ async def test_escape_cancels_an_edit(tmp_path):
         screen, dialog = await edit_first_message(pilot)
         await pilot.press("x", "escape")
         await wait_until(pilot, lambda: pilot.app.screen is screen, what="the dialog closed")
-        assert not engine.edited and not screen.writing
+        assert not engine.edited and not screen.replies.writing
 
 
 @pytest.mark.asyncio

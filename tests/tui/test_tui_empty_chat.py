@@ -28,7 +28,7 @@ async def test_a_new_chat_names_the_model_and_the_key_for_a_larger_one(tmp_path,
         assert f"Using {EMBEDDED} · f4: a larger GGUF" in lines[1]
 
         await pilot.press(*"hello", "enter")
-        await wait_until(pilot, lambda: len(screen.view.views) == 2 and not screen.writing)
+        await wait_until(pilot, lambda: len(screen.view.views) == 2 and not screen.replies.writing)
         assert not empty.display
 
 

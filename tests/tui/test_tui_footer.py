@@ -84,7 +84,7 @@ async def test_the_footer_fits_while_a_focused_reply_thinks(tmp_path, size):
         assert "Regenerate" not in footer and "Branch" not in footer  # refused while a reply is written
         assert_footer_readable(screen, size[0])
         engine.hold.set()
-        await wait_until(pilot, lambda: not screen.writing)
+        await wait_until(pilot, lambda: not screen.replies.writing)
         await wait_until(pilot, lambda: "esc Stop" not in screen_lines(pilot)[-1], what="Stop gone once written")
 
 
@@ -114,7 +114,7 @@ async def test_the_most_keys_at_once_fit(tmp_path, size):
         dialog = await screen_of(pilot, EditMessageScreen)
         dialog.box.text = "How do I sort a tuple?"
         await pilot.press("enter")
-        await wait_until(pilot, lambda: engine.edited and not screen.writing, what="the edit written")
+        await wait_until(pilot, lambda: engine.edited and not screen.replies.writing, what="the edit written")
         screen.view.views[0].focus()
         line = await footer_shows(pilot, screen, "Branch", "^e Edit", "^r Regenerate", "f1 Help")
         assert_footer_readable(screen, size[0])

@@ -79,7 +79,7 @@ async def test_typing_after_opening_a_search_hit_goes_to_the_message_box(tmp_pat
         await pilot.press(*"run")  # typed, r must not regenerate (ctrl+r does)
         await pilot.pause()
         assert screen.composer.text == "run" and screen.focused is screen.composer
-        assert len(engine.messages["c_sort"]) == 5 and not screen.writing
+        assert len(engine.messages["c_sort"]) == 5 and not screen.replies.writing
 
 
 @pytest.mark.asyncio
@@ -90,7 +90,7 @@ async def test_left_and_right_work_after_a_regenerate(tmp_path):
         last = screen.view.views[-1]
         assert screen.focused is last and isinstance(last, ChatMessage)
         await pilot.press("ctrl+r")
-        new = await wait_until(pilot, lambda: not screen.writing and screen.view.views[-1].message.id != "m_a3"
+        new = await wait_until(pilot, lambda: not screen.replies.writing and screen.view.views[-1].message.id != "m_a3"
                                and screen.view.views[-1])
         assert screen.focused is new and switcher_text(new) == "‹ 2/2 ›"
         await pilot.press("left")
@@ -106,7 +106,7 @@ async def test_a_message_of_two_lines(tmp_path):
         await pilot.press(*"first", "ctrl+j", *"second", "shift+enter", *"third")
         assert screen.composer.text == "first\nsecond\nthird"
         await pilot.press("enter")
-        await wait_until(pilot, lambda: not screen.writing and screen.view.views[-1].message.role == "assistant"
+        await wait_until(pilot, lambda: not screen.replies.writing and screen.view.views[-1].message.role == "assistant"
                          and len(engine.messages["c_sort"]) == 7)
         sent = engine.messages["c_sort"][5]
         assert sent.role == "user" and sent.content == "first\nsecond\nthird" and screen.composer.text == ""
@@ -119,10 +119,10 @@ async def test_a_second_request_while_a_reply_is_written_is_refused(tmp_path):
     async with app_with(engine, tmp_path).run_test(size=SMALL) as pilot:
         screen = await opened(pilot)
         await pilot.press("up", "ctrl+r", "ctrl+r", "ctrl+r")  # three presses, the first still streaming
-        await wait_until(pilot, lambda: screen.generating_in is not None)
+        await wait_until(pilot, lambda: screen.replies.generating_in is not None)
         await pilot.press("ctrl+g")
         engine.hold.set()
-        await wait_until(pilot, lambda: not screen.writing)
+        await wait_until(pilot, lambda: not screen.replies.writing)
         replies = [m for m in engine.messages["c_sort"] if m.parent_id == "m_u2"]
         assert len(replies) == 2  # the old reply and one new sibling, not three parallel ones
         assert [v.message.role for v in screen.view.views] == ["user", "assistant", "user", "assistant"]

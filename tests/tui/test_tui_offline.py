@@ -180,7 +180,7 @@ async def test_a_base_model_is_named_above_the_message_box_and_nothing_is_sent(t
         await pilot.press(*"Hello", "enter")
         await wait_until(pilot, lambda: any(expected in n.message for n in app._notifications), what="the refusal")
         assert screen.composer.text == "Hello"  # kept, not sent
-        assert len(engine.messages["c_sort"]) == 5 and screen.generating_in is None
+        assert len(engine.messages["c_sort"]) == 5 and screen.replies.generating_in is None
 
 
 @pytest.mark.asyncio

@@ -23,7 +23,8 @@ async def test_a_message_sent_while_the_last_chat_is_read_keeps_its_new_chat(tmp
         await pilot.press(*"Hello there", "enter")  # at once, while the last chat is still being read
         await wait_until(pilot, lambda: engine.sent, what="the message sent")
         engine.conversation_hold.set()  # the restore's answer arrives after the send
-        await wait_until(pilot, lambda: not screen.writing and chats_read(screen), what="the reply and the list")
+        await wait_until(pilot, lambda: not screen.replies.writing and chats_read(screen),
+                         what="the reply and the list")
 
         new_chat = engine.sent[0][0]
         assert new_chat != "c_sort" and screen.session.conversation.id == new_chat

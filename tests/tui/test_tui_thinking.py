@@ -203,7 +203,7 @@ async def test_ctrl_r_ends_a_real_models_thinking_and_its_answer_follows(thinkin
                                                                                        max_tokens=2000))
     async with app_with(thinking_client, tmp_path).run_test(size=SMALL) as pilot:
         screen = await chat_screen(pilot, conversation.id)
-        await wait_until(pilot, lambda: screen.thinks, what="the model known to think")
+        await wait_until(pilot, lambda: screen.model.thinks, what="the model known to think")
         await pilot.press(*"Hello", "enter")
         reply = await wait_until(pilot, lambda: screen.view.views and isinstance(screen.view.views[-1], ChatMessage)
                                  and screen.view.views[-1].message.role == "assistant" and screen.view.views[-1],
@@ -234,7 +234,7 @@ async def test_a_thinking_budget_set_in_the_settings_ends_a_real_models_thinking
     conversation = await thinking_client.create_conversation(settings=SamplingSettings(max_tokens=60))
     async with app_with(thinking_client, tmp_path).run_test(size=SMALL) as pilot:
         screen = await chat_screen(pilot, conversation.id)
-        await wait_until(pilot, lambda: screen.thinks, what="the model known to think")
+        await wait_until(pilot, lambda: screen.model.thinks, what="the model known to think")
         dialog = await open_settings(pilot)
         dialog.query_one("#thinking-token-budget", Input).value = "12"
         await pilot.press("ctrl+s")

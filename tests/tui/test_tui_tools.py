@@ -10,10 +10,10 @@ from tui_pilot import chat_screen, reply_written, screen_of, wait_until
 
 from localchat.app.protocol.conversations import SamplingSettings
 from localchat.tui.app import LocalChatApp
+from localchat.tui.chat.settings_control import SettingsControl
 from localchat.tui.screens.export import ExportScreen
 from localchat.tui.screens.search import SearchScreen
 from localchat.tui.screens.settings import SettingsScreen
-from localchat.tui.screens.settings_control import SettingsControl
 
 pytestmark = pytest.mark.slow  # a real engine process: left out of `./dev test --fast`
 

@@ -121,7 +121,8 @@ async def test_a_messages_actions_need_a_modifier(tmp_path):
         screen = await branched_chat(pilot)
         focus_reply(screen)
         await pilot.press("ctrl+r")
-        await wait_until(pilot, lambda: engine.regenerated == ["m_a3"] and not screen.writing, what="a regenerate")
+        await wait_until(pilot, lambda: engine.regenerated == ["m_a3"] and not screen.replies.writing,
+                         what="a regenerate")
         focus_user_message(screen)
         await pilot.press("ctrl+e")
         assert isinstance(await screen_of(pilot, EditMessageScreen), EditMessageScreen)

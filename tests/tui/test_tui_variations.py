@@ -81,6 +81,7 @@ async def test_a_preset_fills_the_lines_and_the_lines_shown_can_be_saved_as_one(
         (_, variations), = engine.forks
         assert [v.instruction for v in variations] == ["Shorter.", "Longer.", "As a table.", "In French."]
         assert all(v.keep for v in variations) and engine.sent[-1][1] == "Tell me about tea"
+        await wait_until(pilot, lambda: not screen.replies.writing, what="the replies written")  # not quit mid-stream
 
 
 @pytest.mark.asyncio

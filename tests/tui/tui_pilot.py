@@ -91,7 +91,7 @@ async def reply_written(pilot: Pilot, screen: ChatScreen, old: set[str] = frozen
     """The last message, once it is a finished reply that is not one of the `old` messages."""
     def done():
         views = screen.view.views
-        return (screen.generating_in is None and views and views[-1].message.role == "assistant"
+        return (screen.replies.generating_in is None and views and views[-1].message.role == "assistant"
                 and views[-1].message.id not in old and views[-1].message.stats is not None and views[-1])
     return await wait_until(pilot, done, timeout, "the reply")
 

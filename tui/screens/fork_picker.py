@@ -15,7 +15,7 @@ from localchat.app.markdown import variation_words
 from localchat.app.protocol.conversations import Message
 from localchat.tui.widgets.key_footer import KeyFooter
 from localchat.tui.widgets.message_view import MessageView
-from localchat.tui.widgets.thinking_block import END_THINKING_KEY, ThinkingBlock
+from localchat.tui.widgets.thinking_block import END_THINKING_KEY
 
 CARD_WIDTH = 37  # the narrowest a reply is readable side by side (36), and the gap to the next
 
@@ -107,9 +107,6 @@ class ForkPicker(ModalScreen[str | None]):
         if action == "end_thinking":
             return self.end_thinking is not None and any(card.thinking for card in self.cards)
         return True
-
-    def on_thinking_block_streaming(self, event: ThinkingBlock.Streaming) -> None:
-        self.refresh_bindings()
 
     def action_end_thinking(self) -> None:
         self.end_thinking()

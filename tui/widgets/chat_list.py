@@ -38,8 +38,12 @@ class ChatList(ListView):
     async def show(self, conversations: list[Conversation], current: str | None) -> None:
         await self.clear()
         await self.extend(ChatItem(conversation) for conversation in conversations)
-        ids = [conversation.id for conversation in conversations]
-        self.index = ids.index(current) if current in ids else None
+        self.select(current)
+
+    def select(self, conversation_id: str | None) -> None:
+        """Highlight the chat (None, or one the list does not show yet: none)."""
+        ids = [item.conversation.id for item in self.query_children(ChatItem)]
+        self.index = ids.index(conversation_id) if conversation_id in ids else None
 
     def on_list_view_selected(self, event: ListView.Selected) -> None:
         event.stop()

@@ -67,7 +67,11 @@ class ContextGauge(Static):
 class ChatHeader(Header):
     """Textual's header (icon, title and sub-title), the context gauge where its clock would be."""
 
+    def __init__(self, gauge: ContextGauge, **kwargs):
+        super().__init__(**kwargs)
+        self.gauge = gauge
+
     def compose(self) -> ComposeResult:
         yield HeaderIcon().data_bind(Header.icon)
         yield HeaderTitle()
-        yield ContextGauge(id="context-gauge")
+        yield self.gauge

@@ -83,3 +83,8 @@ class AttachedDocuments(DocumentChips):
     @staticmethod
     def chip(document: Document) -> DocumentChip:
         return AttachedChip(document)
+
+    async def take_off(self, documents: list[Document]) -> None:
+        """`documents` are no longer attached (sent with a message, or taken off)."""
+        if documents:
+            await self.show([document for document in self.documents if document not in documents])

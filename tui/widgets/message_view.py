@@ -3,7 +3,6 @@ while it is written; the line breaks and indents it was written with kept), and 
 of them in its details (which also show its thinking)."""
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.reactive import reactive
@@ -13,6 +12,7 @@ from textual.widgets.markdown import MarkdownFence, MarkdownStream
 from localchat.app.markdown import author, variation_words
 from localchat.app.protocol.conversations import Message, ReplyStats, continuable
 from localchat.app.protocol.documents import Document
+from localchat.tui.chat.keys import MESSAGE_KEYS, key_of
 from localchat.tui.reply_text import shown_markdown
 from localchat.tui.widgets.branch_switcher import BranchSwitcher
 from localchat.tui.widgets.document_chips import DocumentChips
@@ -111,6 +111,16 @@ class MessageView(Vertical):
     def code_blocks(self) -> list[str]:
         return [fence.code for fence in self.query(MarkdownFence)]
 
+    def next_code(self) -> tuple[int, str] | None:
+        """The code block a copy takes, one per press (the first, then the next, ... round again): its index and
+        code; None where the message has none."""
+        blocks = self.code_blocks
+        if not blocks:
+            return None
+        index = self.next_code_block % len(blocks)
+        self.next_code_block = index + 1
+        return index, blocks[index]
+
     async def on_unmount(self) -> None:
         if self.stream is not None:  # a reply still being written when another branch or chat was opened
             await self.stream.stop()
@@ -175,30 +185,14 @@ class MessageView(Vertical):
         self.details = not self.details
 
 
-BRANCH = Binding.Group("Branch")  # ← and → as one footer entry
-
-
 class ChatMessage(MessageView, can_focus=True):
     """A message of the branch on screen; keys act on the focused one, each with a modifier (or an arrow, Enter):
     letters typed while it is focused go to the message box (the chat screen's on_key)."""
 
-    BINDINGS = [
-        Binding("left", "screen.switch_branch(-1)", "Prev branch", id="branch_previous", group=BRANCH),
-        Binding("right", "screen.switch_branch(1)", "Next branch", id="branch_next", group=BRANCH),
-        Binding("ctrl+r", "screen.regenerate", "Regenerate", id="regenerate"),
-        Binding("ctrl+e", "screen.edit", "Edit", id="edit"),
-        Binding("ctrl+d", "screen.continue_reply", "Continue", id="continue_reply",  # shown on a reply cut short
-                tooltip="Continue a reply cut at max tokens, stopped or edited"),
-        Binding("ctrl+c", "screen.copy_message", "Copy", id="copy_message", show=False),
-        Binding("ctrl+y", "screen.copy_code", "Copy code", id="copy_code", show=False),
-        Binding("enter", "toggle_details", "Details (stats, thinking)", id="toggle_details", show=False),
-        Binding("up", "screen.focus_message(-1)", "Previous message", show=False, id="message_previous"),
-        Binding("down", "screen.focus_message(1)", "Next message", show=False, id="message_next"),
-    ]
+    BINDINGS = MESSAGE_KEYS  # the chat screen's message_key action, but Details (Enter), its own
 
     def continue_hint(self) -> str:
         """" · ^d continues" after the note of a reply that can go on."""
         if not continuable(self.message):
             return ""
-        key_of = getattr(self.screen, "key_of", None)
-        return f" · {key_of('continue_reply')} continues" if key_of else ""
+        return f" · {key_of(self.app, 'continue_reply')} continues"

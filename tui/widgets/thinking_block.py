@@ -6,7 +6,6 @@ import time
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.message import Message as WidgetMessage
 from textual.reactive import reactive
 from textual.widgets import Static
 
@@ -25,13 +24,6 @@ def thinking_title(streaming: bool, tokens: int, seconds: float | None) -> str:
 
 class ThinkingBlock(Vertical):
     """Hidden where the message has no thinking; a reply's grows here while it is written (add, end, finish)."""
-
-    class Streaming(WidgetMessage):
-        """The reply began thinking, or its thinking ended (`block.streaming` says which)."""
-
-        def __init__(self, block: "ThinkingBlock"):
-            super().__init__()
-            self.block = block
 
     expanded = reactive(False)
 
@@ -69,7 +61,7 @@ class ThinkingBlock(Vertical):
         """More of the thinking, streamed (`tokens` so far)."""
         if not self.streaming:
             self.streaming, self.started_at = True, time.monotonic()
-            self.post_message(self.Streaming(self))
+            self.refresh_bindings()  # its screen's Answer now shows, or goes
         self.text += reasoning
         self.tokens = tokens
         self.query_one(".thinking-text", Static).update(self.text)
@@ -79,7 +71,7 @@ class ThinkingBlock(Vertical):
         """The answer began (or the reply ended): how long it thought, as measured here until the stored reply says."""
         if self.streaming:
             self.streaming, self.seconds = False, time.monotonic() - self.started_at
-            self.post_message(self.Streaming(self))
+            self.refresh_bindings()  # its screen's Answer now shows, or goes
             self.show()
 
     def finish(self, message: Message) -> None:

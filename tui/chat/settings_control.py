@@ -1,20 +1,12 @@
 """The chat screen's part for a chat's settings (ctrl+s): the dialog over the open chat (a new one is created for
-them), saved to the engine, and the number of replies a fork writes (per chat, kept here). A controller without a
-face, mounted in the chat screen: it tells the screen of the chat as saved (Saved), which it then shows."""
+them), saved to the engine and to the session, and the number of replies a fork writes (per chat, kept here)."""
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-from textual.message import Message
 from textual.widget import Widget
 
 from localchat.app.client.engine_client import EngineClient
-from localchat.app.protocol.conversations import Conversation
+from localchat.tui.chat.host import ChatHost
 from localchat.tui.engine_work import engine_work
 from localchat.tui.screens.settings import SettingsScreen
-
-if TYPE_CHECKING:
-    from localchat.tui.screens.chat import ChatScreen
 
 DEFAULT_FORK_N = 3
 
@@ -22,13 +14,9 @@ DEFAULT_FORK_N = 3
 class SettingsControl(Widget):
     DEFAULT_CSS = "SettingsControl { display: none; }"
 
-    @dataclass
-    class Saved(Message):
-        conversation: Conversation
-
-    def __init__(self, client: EngineClient):
+    def __init__(self, client: EngineClient, host: ChatHost):
         super().__init__()
-        self.client = client
+        self.client, self.host = client, host
         self.fork_n: dict[str, int] = {}  # per chat
 
     def n_of(self, conversation_id: str | None) -> int:
@@ -41,16 +29,16 @@ class SettingsControl(Widget):
             self.fork_n[conversation_id] = n
 
     @engine_work()
-    async def edit(self) -> None:
-        chat: ChatScreen = self.screen
-        conversation = chat.session.conversation or await chat.create_chat()
+    async def edit(self, thinking: bool) -> None:
+        """thinking: the model thinks (its settings for that are shown)."""
+        conversation = await self.host.stored_chat()
         limits = await self.client.limits()
         choice = await self.app.push_screen_wait(SettingsScreen(conversation, self.n_of(conversation.id), limits,
-                                                                thinking=chat.thinks))
+                                                                thinking=thinking))
         if choice is None:
             return
         saved = await self.client.update_conversation(conversation.id, system_prompt=choice.system_prompt,
                                                       settings=choice.sampling)
         self.fork_n[conversation.id] = choice.fork_n
-        self.post_message(self.Saved(saved))
+        self.host.session.update(saved)
         self.notify("Settings saved")

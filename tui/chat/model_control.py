@@ -1,7 +1,7 @@
 """The chat screen's part for the engine's model: what it runs and what that can do (chat, think), read at start and
-after a switch (F4, the models dialog), and a note where the open chat was written with another model. A controller
-without a face, mounted in the chat screen: it tells the screen what changed with a typed message (Known), which the
-screen shows (its title, the new chat's hint, the note on a base model)."""
+after a switch (F4, the models dialog), and a note where the open chat was written with another model. It tells the
+screen what changed with a typed message (Known), which the screen shows (its title, the new chat's hint, the note on
+a base model)."""
 
 from dataclasses import dataclass
 
@@ -10,6 +10,7 @@ from textual.widget import Widget
 
 from localchat.app.client.engine_client import EngineClient
 from localchat.app.protocol.system import Health
+from localchat.tui.chat.host import ChatHost
 from localchat.tui.engine_work import engine_work
 from localchat.tui.screens.models import ModelsScreen
 
@@ -29,9 +30,9 @@ class ModelControl(Widget):
         model: str | None
         health: Health | None
 
-    def __init__(self, client: EngineClient):
+    def __init__(self, client: EngineClient, host: ChatHost):
         super().__init__()
-        self.client = client
+        self.client, self.host = client, host
         self.model: str | None = None  # the model the engine runs (as replies record it)
         self.can_chat = True  # False: the model is a base model, which only continues text
         self.thinks = False  # the model thinks before it answers: its thinking can be ended, its settings are shown
@@ -76,10 +77,12 @@ class ModelControl(Widget):
         self.know(health)
         if health.model:
             self.notify(f"Now running {health.model}", title="Model")
-        self.note_other_model(self.screen.session.conversation and self.screen.session.conversation.model)
+        self.note_other_model()
 
-    def note_other_model(self, written_with: str | None) -> None:
-        """Say so when the open chat was written with another model (`written_with`) than the engine runs."""
+    def note_other_model(self) -> None:
+        """Say so when the open chat was written with another model than the engine runs."""
+        conversation = self.host.session.conversation
+        written_with = conversation and conversation.model
         if written_with and self.model and written_with != self.model:
             self.notify(f"This chat was written with {written_with}; the engine runs {self.model}. Continuing "
                         f"tokenizes its messages again for {self.model} (F4 switches the model).", title="Model")

@@ -3,13 +3,14 @@ documents the chat and its messages carry (their names and text, which the engin
 the dialog says; the chat says where it went (the full path), or that nothing was written."""
 
 import json
-from typing import TYPE_CHECKING
 
+from textual.widget import Widget
+
+from localchat.app.client.engine_client import EngineClient
 from localchat.app.protocol.documents import DocumentText
+from localchat.tui.chat.host import ChatHost
+from localchat.tui.engine_work import engine_work
 from localchat.tui.screens.export import ExportChoice, ExportScreen
-
-if TYPE_CHECKING:
-    from localchat.tui.screens.chat import ChatScreen
 
 
 def documents_markdown(documents: list[DocumentText]) -> str:
@@ -33,35 +34,38 @@ def with_documents(text: str, format: str, documents: list[DocumentText]) -> str
     return json.dumps(tree, ensure_ascii=False)
 
 
-class ChatExport:
-    def __init__(self, screen: "ChatScreen"):
-        self.screen = screen
+class ChatExport(Widget):
+    DEFAULT_CSS = "ChatExport { display: none; }"
+
+    def __init__(self, client: EngineClient, host: ChatHost):
+        super().__init__()
+        self.client, self.host = client, host
 
     def document_ids(self, format: str) -> list[str]:
         """The chat's documents, and those the messages carry: the branch's for Markdown, every one's for JSON."""
-        session = self.screen.session
+        session = self.host.session
         messages = session.path() if format == "markdown" else session.tree.messages.values()
         ids = [*session.conversation.documents, *(i for message in messages for i in message.documents)]
         return list(dict.fromkeys(ids))
 
     def ask(self) -> None:
-        conversation = self.screen.session.conversation
-        if conversation is not None and self.screen.session.tree.messages:
+        conversation = self.host.session.conversation
+        if conversation is not None and self.host.session.tree.messages:
             documents = len(self.document_ids("json"))
-            self.screen.app.push_screen(ExportScreen(conversation.title, documents), self.screen.export)
+            self.app.push_screen(ExportScreen(conversation.title, documents), self.write)
 
+    @engine_work()
     async def write(self, choice: ExportChoice | None) -> None:
-        screen = self.screen
         if choice is None:
-            screen.notify("Export cancelled: nothing was written", title="Export")
+            self.notify("Export cancelled: nothing was written", title="Export")
             return
-        conversation_id, leaf = screen.session.conversation.id, screen.session.leaf
-        text = await screen.client.export(conversation_id, choice.format,
-                                          leaf=leaf if choice.format == "markdown" else None)
-        documents = [await screen.client.document_text(i) for i in self.document_ids(choice.format)]
+        conversation_id, leaf = self.host.session.conversation.id, self.host.session.leaf
+        text = await self.client.export(conversation_id, choice.format,
+                                        leaf=leaf if choice.format == "markdown" else None)
+        documents = [await self.client.document_text(i) for i in self.document_ids(choice.format)]
         try:
             choice.path.write_text(with_documents(text, choice.format, documents))
         except OSError as error:
-            screen.notify(f"Could not write {choice.path}: {error.strerror}", title="Export", severity="error")
+            self.notify(f"Could not write {choice.path}: {error.strerror}", title="Export", severity="error")
         else:
-            screen.notify(f"Exported to {choice.path}", title="Export", timeout=10)  # time to read the path
+            self.notify(f"Exported to {choice.path}", title="Export", timeout=10)  # time to read the path
