@@ -86,7 +86,7 @@ class LocalChatApp(App):
         if isinstance(error, EngineError):
             self.notify(str(error), title="The engine refused", severity="error")
         else:
-            self.show_engine_error(f"Lost the connection to the engine: {error or type(error).__name__}")
+            self.show_engine_error(f"Lost the connection to the engine: {str(error) or type(error).__name__}")
 
     def help_groups(self) -> list[tuple[str, list[Binding]]]:
         return [("Chat", ChatScreen.BINDINGS), ("Message box", Composer.BINDINGS), ("Message", ChatMessage.BINDINGS),
