@@ -2,6 +2,7 @@
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import queue
 import threading
@@ -129,8 +130,10 @@ class AsyncLLM:
 
     async def stats(self) -> EngineStats:
         """The snapshot the engine's thread took after its latest step or command (the pool is never read
-        mid-step); it never waits for a step, however long one runs."""
-        return self._stats
+        mid-step); it never waits for a step, however long one runs. The disk tier's counts are read now: its
+        writes go on behind the steps, and an idle engine takes no snapshot."""
+        disk = self.engine.disk
+        return self._stats if disk is None else dataclasses.replace(self._stats, disk=disk.stats)
 
     def warmth(self, key: str, token_ids: list[int]) -> Warmth:
         """LLMEngine.warmth, on the caller's thread: an estimate that waits for no step."""

@@ -64,8 +64,10 @@ def test_a_reply_streams_and_only_it_re_renders(chat):
     assert float(temperature) == stats["temperature"]
     line.click()
     expect(details).to_be_hidden()
-    # the first message named the chat, and the sidebar shows it
-    expect(chat.page.locator("#chats li.current .title")).to_have_text("Tell me about the sea.")
+    # the chat is named (its first words, then the model's title in the background), and the sidebar shows it
+    named = chat.api.post(f"/api/conversations/{chat.conversation_id}/title").json()["title"]
+    assert named
+    expect(chat.page.locator("#chats li.current .title")).to_have_text(named)
 
 
 def test_escape_stops_a_reply_and_keeps_what_it_wrote(chat):
