@@ -75,7 +75,10 @@ def test_a_pull_downloads_the_file_checks_it_and_models_lists_it(env, hub, gguf_
 def test_an_interrupted_pull_goes_on_where_it_stopped(env, hub, gguf_bytes):
     file = hub.repos[REPO].files[FILE]
     file.stall_after = 1 * MB  # the Hub sends a megabyte, then nothing: the user presses Ctrl+C
-    pulling = subprocess.Popen([sys.executable, "-m", "localchat.app.cli", "pull", REPO], env=env,
+    # a stall longer than a loaded machine's wait for the Ctrl+C: huggingface_hub's read timeout (10 s) would
+    # otherwise retry from where it stopped and finish before the interrupt comes
+    pulling = subprocess.Popen([sys.executable, "-m", "localchat.app.cli", "pull", REPO],
+                               env={**env, "HF_HUB_DOWNLOAD_TIMEOUT": "120"},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     partial = None
     deadline = time.monotonic() + 60
